@@ -1,0 +1,143 @@
+// Public surface of @dressage/protocol. Everything a package needs to speak Dressage's wire and
+// file formats; nothing else.
+
+export {
+  DressageError,
+  type DressageErrorOptions,
+  type ErrorCode,
+  errorCodes,
+  grpcStatusByCode,
+  httpStatusByCode,
+  isErrorCode,
+} from './errors.js';
+export {
+  bytesPerElement,
+  concatTypedArrays,
+  hostIsLittleEndian,
+  type PackableArray,
+  type PackedArrayByType,
+  type PackedType,
+  packTypedArray,
+  toTypedArray,
+  type UnpackOptions,
+  unpackTypedArray,
+} from './packing.js';
+export {
+  type AssistantMessage,
+  assistantMessageSchema,
+  type ChatCompletionChunk,
+  type ChatCompletionRequest,
+  type ChatCompletionResponse,
+  type ChatMessage,
+  type ContentPart,
+  chatCompletionChunkSchema,
+  chatCompletionRequestSchema,
+  chatCompletionResponseSchema,
+  chatMessageSchema,
+  contentPartSchema,
+  type FinishReason,
+  finishReasonSchema,
+  messageContentSchema,
+  systemMessageSchema,
+  type Tool,
+  type ToolCall,
+  type ToolMessage,
+  toolCallSchema,
+  toolMessageSchema,
+  toolSchema,
+  type Usage,
+  usageSchema,
+  userMessageSchema,
+} from './schemas/chat.js';
+export {
+  jsonObjectSchema,
+  logprobsSchema,
+  maskValueSchema,
+  type RoutedExpertsChunk,
+  routedExpertsChunkSchema,
+  tokenIdSchema,
+  tokenIdsSchema,
+} from './schemas/common.js';
+export {
+  blackboxExecuteCommandsSchema,
+  createPromptRecordSchema,
+  type ExecuteCommand,
+  executeCommandSchema,
+  type PromptKeys,
+  type PromptMetadata,
+  type PromptRecord,
+  promptMetadataSchema,
+  promptRecordSchema,
+  promptSchema,
+} from './schemas/prompt.js';
+export {
+  createSample,
+  prefixCacheInfoSchema,
+  type Sample,
+  type SampleInput,
+  SampleStatus,
+  sampleSchema,
+  sampleStatusSchema,
+  specInfoSchema,
+} from './schemas/sample.js';
+export {
+  lineageExtraInfoSchema,
+  type Segment,
+  type SegmentExtraInfo,
+  segmentExtraInfoSchema,
+  segmentSchema,
+  timelineExtraInfoSchema,
+} from './schemas/segment.js';
+export {
+  normalizedMessageSchema,
+  type RouteType,
+  routeTypeSchema,
+  type SegmentReason,
+  type StepRecord,
+  segmentReasonSchema,
+  stepRecordSchema,
+} from './schemas/step-record.js';
+export { type TrainBatch, trainBatchSchema } from './schemas/train-batch.js';
+export {
+  CONTEXT_OVERFLOW_MESSAGE,
+  type ContextOverflowBody,
+  contextOverflowBody,
+  contextOverflowBodySchema,
+  contextOverflowPhaseSchema,
+  type DetailErrorBody,
+  detailErrorBodySchema,
+  type ProxyErrorDetail,
+  type ProxyErrorName,
+  proxyErrorDetailSchema,
+  type StreamErrorFrame,
+  streamErrorFrameSchema,
+  toStreamErrorFrame,
+} from './schemas/wire-errors.js';
+export {
+  type ChunkOptions,
+  type PackedTrainBatch,
+  packTrainBatch,
+  TrainBatchAssembler,
+  trainBatchFromChunks,
+  trainBatchToChunks,
+  unpackTrainBatch,
+} from './train-batch-packing.js';
+export * from './trainer.js';
+export {
+  formatIssuePath,
+  issuesFromZodError,
+  type ParseResult,
+  parseWire,
+  safeParseWire,
+  type ValidationIssue,
+} from './validation.js';
+export {
+  CONTEXT_TOKEN_VERSION,
+  distinctRealVersions,
+  isRealVersion,
+  spansToVersions,
+  UNKNOWN_TOKEN_VERSION,
+  type VersionSpan,
+  versionSpanSchema,
+  versionsToSpans,
+} from './versions.js';

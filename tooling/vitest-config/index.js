@@ -1,0 +1,29 @@
+// Shared Vitest settings. Tests resolve sibling workspace packages through the `@dressage/source`
+// export condition, so they run against TypeScript sources without a prior build.
+import { defaultClientConditions, defaultServerConditions } from 'vite';
+import { defineConfig, mergeConfig } from 'vitest/config';
+
+const sourceCondition = '@dressage/source';
+
+/** The base every package's `vitest.config.ts` extends. */
+export const baseConfig = defineConfig({
+  resolve: { conditions: [sourceCondition, ...defaultClientConditions] },
+  ssr: { resolve: { conditions: [sourceCondition, ...defaultServerConditions] } },
+  test: {
+    include: ['src/**/*.test.ts', 'test/**/*.test.ts'],
+    environment: 'node',
+    testTimeout: 30_000,
+    hookTimeout: 30_000,
+    // Two-core CI machines: bound parallel forks so heavy suites do not starve servers under test.
+    pool: 'forks',
+    maxWorkers: 2,
+  },
+});
+
+/**
+ * Extends the shared base with package-specific settings.
+ * @param {import('vitest/config').UserConfig} [overrides]
+ */
+export function definePackageConfig(overrides = {}) {
+  return mergeConfig(baseConfig, overrides);
+}
