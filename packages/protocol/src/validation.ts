@@ -24,29 +24,40 @@ export function formatIssuePath(path: readonly PropertyKey[]): string {
 /** Turns a zod error into located issues, one per leaf problem. */
 export function issuesFromZodError(error: z.ZodError): ValidationIssue[] {
   const issues: ValidationIssue[] = [];
-  for (const issue of error.issues) {
-    // A union reports one nested error list per branch; surface the branch that got furthest
-    // instead of a generic "invalid input", so the message names the real bad field.
-    if (issue.code === 'invalid_union' && issue.errors.length > 0) {
-      const deepest = issue.errors.reduce((best, branch) =>
-        maxPathLength(branch) > maxPathLength(best) ? branch : best,
-      );
-      if (maxPathLength(deepest) > 0) {
-        for (const nested of deepest) {
-          issues.push({ path: formatIssuePath([...issue.path, ...nested.path]), message: nested.message });
-        }
-        continue;
-      }
-    }
-    issues.push({ path: formatIssuePath(issue.path), message: issue.message });
-  }
+  collectIssues(error.issues, [], issues);
   return issues;
 }
 
-function maxPathLength(issues: readonly z.core.$ZodIssue[]): number {
-  let longest = 0;
-  for (const issue of issues) longest = Math.max(longest, issue.path.length);
-  return longest;
+function collectIssues(
+  source: readonly z.core.$ZodIssue[],
+  prefix: readonly PropertyKey[],
+  out: ValidationIssue[],
+): void {
+  for (const issue of source) {
+    const path = [...prefix, ...issue.path];
+    // A union reports one nested issue list per branch; follow the branch that got furthest
+    // instead of a generic "invalid input", so the message names the real bad field.
+    if (issue.code === 'invalid_union' && issue.errors.length > 0) {
+      const deepest = issue.errors.reduce((best, branch) => (depth(branch) > depth(best) ? branch : best));
+      if (depth(deepest) > 0) {
+        collectIssues(deepest, path, out);
+        continue;
+      }
+    }
+    out.push({ path: formatIssuePath(path), message: issue.message });
+  }
+}
+
+// How far into the value a branch's issues reach, counting nested unions.
+function depth(issues: readonly z.core.$ZodIssue[]): number {
+  let deepest = 0;
+  for (const issue of issues) {
+    let nested = 0;
+    if (issue.code === 'invalid_union')
+      for (const branch of issue.errors) nested = Math.max(nested, depth(branch));
+    deepest = Math.max(deepest, issue.path.length + nested);
+  }
+  return deepest;
 }
 
 function validationError(what: string, error: z.ZodError): DressageError {

@@ -2,10 +2,13 @@ import { z } from 'zod';
 import { jsonObjectSchema } from './common.js';
 
 /** A content part of a multi-part message. Only text parts are rendered into prompts. */
-export const contentPartSchema = z.union([
-  z.looseObject({ type: z.literal('text'), text: z.string() }),
-  z.looseObject({ type: z.string().refine((type) => type !== 'text', 'text parts need a string "text"') }),
-]);
+export const contentPartSchema = z
+  .looseObject({ type: z.string().min(1), text: z.unknown().optional() })
+  .superRefine((part, context) => {
+    if (part.type === 'text' && typeof part.text !== 'string') {
+      context.addIssue({ code: 'custom', path: ['text'], message: 'a text part needs a string "text"' });
+    }
+  });
 
 /** A content part of a multi-part message. */
 export type ContentPart = z.infer<typeof contentPartSchema>;

@@ -1,0 +1,281 @@
+import {
+  credentials,
+  Server,
+  ServerCredentials,
+  type ServerReadableStream,
+  type sendUnaryData,
+  status,
+} from '@grpc/grpc-js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { DressageError } from './errors.js';
+import type { TrainBatch } from './schemas/train-batch.js';
+import {
+  type PackedTrainBatch,
+  packTrainBatch,
+  TrainBatchAssembler,
+  trainBatchFromChunks,
+  trainBatchToChunks,
+  unpackTrainBatch,
+} from './train-batch-packing.js';
+import { TrainChunk, TrainerServiceClient, TrainerServiceService, type TrainResponse } from './trainer.js';
+
+// Deterministic pseudo-random numbers, so failures reproduce.
+function random(seed: number): () => number {
+  let state = seed >>> 0;
+  return () => {
+    state = (Math.imul(state, 1664525) + 1013904223) >>> 0;
+    return state / 2 ** 32;
+  };
+}
+
+function randomBatch(samples: number, maxTokens: number, seed = 1): TrainBatch {
+  const next = random(seed);
+  const batch: TrainBatch = {
+    tokens: [],
+    response_lengths: [],
+    rewards: [],
+    raw_reward: [],
+    truncated: [],
+    sample_indices: [],
+    rollout_ids: [],
+    loss_masks: [],
+    rollout_mask_sums: [],
+    rollout_log_probs: [],
+  };
+  for (let i = 0; i < samples; i++) {
+    const total = 1 + Math.floor(next() * maxTokens);
+    const response = Math.floor(next() * (total + 1));
+    batch.tokens.push(Array.from({ length: total }, () => Math.floor(next() * 151_936)));
+    batch.response_lengths.push(response);
+    const mask = Array.from({ length: response }, () => (next() < 0.7 ? 1 : 0)) as (0 | 1)[];
+    batch.loss_masks.push(mask);
+    batch.rollout_log_probs?.push(mask.map((value) => (value ? Math.fround(-next() * 5) : 0)));
+    batch.rewards.push(Math.fround(next() * 2 - 1));
+    batch.raw_reward.push(Math.fround(next()));
+    batch.truncated.push(next() < 0.1 ? 1 : 0);
+    batch.sample_indices.push(i);
+    batch.rollout_ids.push(Math.floor(i / 3));
+    batch.rollout_mask_sums.push(Math.round(next() * 1000) / 8);
+  }
+  return batch;
+}
+
+function catchError(run: () => unknown): DressageError {
+  try {
+    run();
+  } catch (error) {
+    if (DressageError.isInstance(error)) return error;
+    throw error;
+  }
+  throw new Error('expected a DressageError');
+}
+
+const header = { batch_id: 'batch-1', rollout_id: 7, global_batch_size: 4, expected_weight_version: '3' };
+
+describe('packTrainBatch / unpackTrainBatch', () => {
+  it('round-trips a batch through typed arrays', () => {
+    const batch = randomBatch(50, 300);
+    const packed = packTrainBatch(batch);
+    expect(packed.sample_count).toBe(50);
+    expect(packed.tokens.length).toBe(batch.tokens.reduce((sum, tokens) => sum + tokens.length, 0));
+    expect(packed.loss_masks.length).toBe(batch.response_lengths.reduce((sum, length) => sum + length, 0));
+    const back = unpackTrainBatch(packed);
+    const { total_lengths, ...rest } = back;
+    expect(rest).toEqual(batch);
+    expect(total_lengths).toEqual(batch.tokens.map((tokens) => tokens.length));
+  });
+
+  it('omits logprobs when the batch has none', () => {
+    const { rollout_log_probs: _logprobs, ...batch } = randomBatch(3, 20);
+    const packed = packTrainBatch(batch);
+    expect(packed.rollout_log_probs).toBeNull();
+    expect(unpackTrainBatch(packed).rollout_log_probs).toBeUndefined();
+  });
+
+  it('names the inconsistent field', () => {
+    const batch = randomBatch(4, 20, 3);
+    expect(catchError(() => packTrainBatch({ ...batch, rewards: [1] })).message).toContain(
+      'rewards has 1 entries',
+    );
+    const masks = structuredClone(batch);
+    masks.response_lengths[2] = (masks.tokens[2]?.length ?? 0) + 1;
+    expect(catchError(() => packTrainBatch(masks)).message).toContain('response_lengths[2]');
+    const logprobs = structuredClone(batch);
+    logprobs.rollout_log_probs?.[1]?.push(0);
+    expect(catchError(() => packTrainBatch(logprobs)).message).toContain('rollout_log_probs[1]');
+  });
+});
+
+describe('Train stream chunks', () => {
+  it('splits by size, never splitting a sample, and reassembles exactly after protobuf encoding', () => {
+    const batch = randomBatch(120, 2000, 9);
+    const packed = packTrainBatch(batch);
+    const chunks = trainBatchToChunks(packed, header, { maxChunkBytes: 64 * 1024 });
+    expect(chunks[0]?.payload?.$case).toBe('header');
+    expect(chunks.length).toBeGreaterThan(3);
+    // Through the real codec, as on the wire.
+    const decoded = chunks.map((chunk) => TrainChunk.decode(TrainChunk.encode(chunk).finish()));
+    const { header: received, batch: assembled } = trainBatchFromChunks(decoded);
+    expect(received).toMatchObject({ ...header, sample_count: 120, token_count: packed.tokens.length });
+    expectSameBatch(assembled, packed);
+  });
+
+  it('gives an oversized sample a block of its own', () => {
+    const batch = randomBatch(3, 5000, 4);
+    const chunks = trainBatchToChunks(packTrainBatch(batch), header, { maxChunkBytes: 16 });
+    expect(chunks).toHaveLength(4);
+  });
+
+  it('handles an empty batch', () => {
+    const packed = packTrainBatch(randomBatch(0, 1));
+    const chunks = trainBatchToChunks(packed, header);
+    expect(chunks).toHaveLength(1);
+    expect(trainBatchFromChunks(chunks).batch.sample_count).toBe(0);
+  });
+
+  it('rejects malformed streams with a clear error', () => {
+    const packed = packTrainBatch(randomBatch(10, 50, 5));
+    const chunks = trainBatchToChunks(packed, header, { maxChunkBytes: 256 });
+    expect(catchError(() => trainBatchFromChunks(chunks.slice(1))).message).toContain('before the header');
+    expect(catchError(() => trainBatchFromChunks([chunks[0]!, chunks[0]!])).message).toContain(
+      'second header',
+    );
+    expect(catchError(() => trainBatchFromChunks(chunks.slice(0, -1))).message).toMatch(/ended after/);
+    expect(catchError(() => trainBatchFromChunks([])).message).toContain('without a header');
+
+    const truncated = structuredClone(chunks);
+    const block = truncated[1]?.payload;
+    if (block?.$case !== 'samples') throw new Error('expected a sample block');
+    block.value.tokens = block.value.tokens.subarray(0, block.value.tokens.length - 2);
+    const error = catchError(() => trainBatchFromChunks(truncated));
+    expect(error.code).toBe('data_loss');
+    expect(error.message).toContain('samples block 0: tokens');
+
+    const badMask = structuredClone(chunks);
+    const maskBlock = badMask[1]?.payload;
+    if (maskBlock?.$case !== 'samples') throw new Error('expected a sample block');
+    if (maskBlock.value.loss_masks.length > 0) {
+      maskBlock.value.loss_masks = Buffer.from(maskBlock.value.loss_masks).fill(2, 0, 1);
+      expect(catchError(() => trainBatchFromChunks(badMask)).message).toContain('loss_masks[0] is 2');
+    }
+
+    const assembler = new TrainBatchAssembler();
+    assembler.push(chunks[0]!);
+    expect(catchError(() => assembler.push({ payload: undefined })).message).toContain('neither');
+  });
+});
+
+describe('TrainerService over real gRPC', () => {
+  const server = new Server({ 'grpc.max_receive_message_length': 64 * 1024 * 1024 });
+  let client: TrainerServiceClient;
+  let received: PackedTrainBatch | null = null;
+
+  beforeAll(async () => {
+    server.addService(TrainerServiceService, {
+      getInfo: (_call: unknown, callback: sendUnaryData<unknown>) => callback(null, {}),
+      train: (
+        call: ServerReadableStream<TrainChunk, TrainResponse>,
+        callback: sendUnaryData<TrainResponse>,
+      ) => {
+        const assembler = new TrainBatchAssembler();
+        let failed = false;
+        call.on('data', (chunk: TrainChunk) => {
+          if (failed) return;
+          try {
+            assembler.push(chunk);
+          } catch (error) {
+            failed = true;
+            callback({ code: status.INVALID_ARGUMENT, details: (error as Error).message });
+          }
+        });
+        call.on('end', () => {
+          if (failed) return;
+          try {
+            const { header: batchHeader, batch } = assembler.finish();
+            received = batch;
+            callback(null, {
+              batch_id: batchHeader.batch_id,
+              rollout_id: batchHeader.rollout_id,
+              samples_trained: batch.sample_count,
+              tokens_trained: batch.tokens.length,
+              optimizer_steps: 1,
+              metrics: { loss: 0.25 },
+              duration_seconds: 0,
+            });
+          } catch (error) {
+            callback({ code: status.INVALID_ARGUMENT, details: (error as Error).message });
+          }
+        });
+      },
+      updateWeights: () => undefined,
+      saveCheckpoint: () => undefined,
+      loadCheckpoint: () => undefined,
+      health: () => undefined,
+    });
+    const port = await new Promise<number>((resolve, reject) =>
+      server.bindAsync('127.0.0.1:0', ServerCredentials.createInsecure(), (error, bound) =>
+        error ? reject(error) : resolve(bound),
+      ),
+    );
+    client = new TrainerServiceClient(`127.0.0.1:${port}`, credentials.createInsecure());
+  });
+
+  afterAll(() => {
+    client?.close();
+    server.forceShutdown();
+  });
+
+  function train(chunks: TrainChunk[]): Promise<TrainResponse> {
+    return new Promise((resolve, reject) => {
+      const stream = client.train((error, response) => (error ? reject(error) : resolve(response!)));
+      for (const chunk of chunks) stream.write(chunk);
+      stream.end();
+    });
+  }
+
+  it('streams a batch larger than the default 4 MiB message limit', async () => {
+    const packed = packTrainBatch(randomBatch(300, 8000, 11));
+    expect(packed.tokens.byteLength).toBeGreaterThan(4 * 1024 * 1024);
+    const response = await train(trainBatchToChunks(packed, header, { maxChunkBytes: 1024 * 1024 }));
+    expect(response).toMatchObject({ batch_id: 'batch-1', rollout_id: 7, samples_trained: 300 });
+    expect(response.metrics.loss).toBe(0.25);
+    expect(received).not.toBeNull();
+    expectSameBatch(received!, packed);
+  });
+
+  it('answers a malformed stream with INVALID_ARGUMENT and the reason', async () => {
+    const chunks = trainBatchToChunks(packTrainBatch(randomBatch(5, 10, 2)), header);
+    await expect(train(chunks.slice(1))).rejects.toMatchObject({
+      code: status.INVALID_ARGUMENT,
+      details: expect.stringContaining('before the header'),
+    });
+  });
+});
+
+function expectSameBatch(actual: PackedTrainBatch, expected: PackedTrainBatch): void {
+  expect(actual.sample_count).toBe(expected.sample_count);
+  for (const key of [
+    'tokens',
+    'total_lengths',
+    'response_lengths',
+    'loss_masks',
+    'rollout_log_probs',
+    'rollout_ids',
+    'rewards',
+    'raw_rewards',
+    'rollout_mask_sums',
+    'truncated',
+    'sample_indices',
+  ] as const) {
+    const left = actual[key];
+    const right = expected[key];
+    expect(left?.constructor, key).toBe(right?.constructor);
+    expect(
+      Buffer.compare(
+        Buffer.from(left!.buffer, left!.byteOffset, left!.byteLength),
+        Buffer.from(right!.buffer, right!.byteOffset, right!.byteLength),
+      ),
+      key,
+    ).toBe(0);
+  }
+}
