@@ -1,0 +1,114 @@
+import { DressageError, type Sample } from '@dressage/protocol';
+import type { SegmentInput } from './segment-input.js';
+import { type WriteSampleOptions, writeSampleFromSegment } from './write-sample.js';
+
+/** Options of {@link expandSegmentsToSamples}. */
+export interface ExpandOptions
+  extends Pick<WriteSampleOptions, 'agentResponse' | 'maxTokensPerGpu' | 'contextParallelSize'> {
+  /** The trajectory's session. Default: `template.session_id`, else the segments' `session_id`. */
+  sessionId?: string | null;
+  /** The prompt instance. Default: `template.metadata.instance_id`, else the segments' `instance_id`. */
+  instanceId?: string | null;
+}
+
+function nonEmpty(value: unknown): string | null {
+  return typeof value === 'string' && value !== '' ? value : null;
+}
+
+/**
+ * Turns the finalized segments of one trajectory into training samples, one per segment, in
+ * `segment_index` order. All samples share `rollout_id = template.index` (so slime keeps them in one
+ * step), `metadata.parent_traj_id` (the session) and `metadata.instance_id`, and record their
+ * `metadata.segment_index`. The last segment is the trajectory's anchor and keeps the template's
+ * reward (normally unset, so the reward model runs once per trajectory); every other segment gets
+ * reward 0.
+ *
+ * Everything conversion will need is checked here, so that a bad trajectory fails where it was
+ * produced, with its session named: an empty or duplicated segment list, a missing session,
+ * instance, `index` or `group_index`, and every per-segment problem of {@link writeSampleFromSegment}.
+ */
+export function expandSegmentsToSamples(
+  template: Sample,
+  segments: readonly SegmentInput[],
+  options: ExpandOptions = {},
+): Sample[] {
+  const first = segments[0];
+  const sessionId =
+    nonEmpty(options.sessionId) ?? nonEmpty(template.session_id) ?? nonEmpty(first?.session_id) ?? null;
+  const label = sessionId ?? '(no session id)';
+  if (first === undefined) {
+    throw new DressageError({
+      code: 'invalid_argument',
+      message: `Session ${label}: no segments to expand`,
+      details: { session_id: sessionId },
+    });
+  }
+  if (sessionId === null) {
+    throw new DressageError({
+      code: 'invalid_argument',
+      message:
+        'Cannot expand segments without a session id: pass sessionId, or set template.session_id or the segments’ session_id',
+    });
+  }
+  const instanceId =
+    nonEmpty(options.instanceId) ?? nonEmpty(template.metadata.instance_id) ?? nonEmpty(first.instance_id);
+  if (instanceId === null) {
+    throw new DressageError({
+      code: 'invalid_argument',
+      message: `Session ${sessionId}: no instance id (pass instanceId, or set template.metadata.instance_id or the segments’ instance_id); prompt-equal training groups samples by it`,
+      details: { session_id: sessionId },
+    });
+  }
+  if (template.index === null) {
+    throw new DressageError({
+      code: 'invalid_argument',
+      message: `Session ${sessionId}: the template has no index, so its segments cannot share a rollout_id`,
+      details: { session_id: sessionId },
+    });
+  }
+  if (template.group_index === null) {
+    throw new DressageError({
+      code: 'invalid_argument',
+      message: `Session ${sessionId}: the template has no group_index, which reward normalisation groups by`,
+      details: { session_id: sessionId },
+    });
+  }
+
+  const ordered = [...segments].sort((a, b) => a.segment_index - b.segment_index);
+  for (let i = 0; i < ordered.length; i++) {
+    const index = (ordered[i] as SegmentInput).segment_index;
+    if (!Number.isInteger(index) || index < 0) {
+      throw new DressageError({
+        code: 'invalid_argument',
+        message: `Session ${sessionId}: segment_index ${index} is not a non-negative integer`,
+        details: { session_id: sessionId, segment_index: index },
+      });
+    }
+    if (i > 0 && index === (ordered[i - 1] as SegmentInput).segment_index) {
+      throw new DressageError({
+        code: 'invalid_argument',
+        message: `Session ${sessionId}: segment_index ${index} appears more than once`,
+        details: { session_id: sessionId, segment_index: index },
+      });
+    }
+  }
+
+  const uids = ordered.map((segment) => segment.uid).filter((uid): uid is string => typeof uid === 'string');
+  const last = ordered.length - 1;
+  return ordered.map((segment, position) => {
+    const sample = writeSampleFromSegment(template, segment, {
+      sessionId,
+      instanceId,
+      agentResponse: options.agentResponse ?? null,
+      maxTokensPerGpu: options.maxTokensPerGpu ?? null,
+      contextParallelSize: options.contextParallelSize ?? null,
+      segmentCount: ordered.length,
+      allSegmentUids: uids,
+    });
+    sample.rollout_id = template.index;
+    sample.metadata.parent_traj_id = sessionId;
+    sample.metadata.segment_index = segment.segment_index;
+    if (position !== last) sample.reward = 0;
+    return sample;
+  });
+}

@@ -1,0 +1,20 @@
+/**
+ * The fields of a finalized segment that expansion reads. `@dressage/protocol`'s `Segment` (what
+ * `/trajectory/read` returns) satisfies it; the looser shape lets callers pass records that were
+ * not parsed with the full schema.
+ */
+export interface SegmentInput {
+  uid?: string | null;
+  session_id?: string | null;
+  instance_id?: string | null;
+  segment_index: number;
+  segment_count?: number;
+  /** The last step's full message snapshot, including the assistant's reply. */
+  messages?: readonly unknown[] | null;
+  tokens: readonly number[];
+  full_logprobs: readonly number[];
+  full_loss_mask: readonly number[];
+  full_versions?: readonly string[] | null;
+  finish_reason?: string | null;
+  extra_info?: Readonly<Record<string, unknown>> | null;
+}
