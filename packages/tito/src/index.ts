@@ -1,0 +1,43 @@
+// Public surface of @dressage/tito: loading a model's tokenizer, rendering chats (the model's own
+// template or a fixed renderer), and Token-In-Token-Out incremental encoding.
+
+export {
+  type ChatTemplateRendererOptions,
+  createChatTemplateRenderer,
+  createSnapshotRenderer,
+} from './chat-template-renderer.js';
+export { type TitoFailureReason, TitoIncrementalError } from './errors.js';
+export { toCanonicalJson, toTemplateJson } from './json-format.js';
+export {
+  canonicalToolsJson,
+  firstMismatch,
+  isMessagePrefix,
+  type MessageComparison,
+  messageText,
+  type NormalizedMessage,
+  type NormalizedToolCall,
+  normalizedMessagesEqual,
+  normalizeMessage,
+  normalizeMessages,
+  toolCallArguments,
+  toolsHash,
+} from './messages.js';
+export { type ModelFiles, readModelFiles } from './model-directory.js';
+export { createChatmlRenderer } from './renderers/chatml-renderer.js';
+export { createFixedRenderer, inferRendererFamily } from './renderers/fixed-renderer.js';
+export { createQwen35Renderer } from './renderers/qwen3-5-renderer.js';
+export { createQwen3Renderer, type Qwen3RendererOptions } from './renderers/qwen3-renderer.js';
+export {
+  type ChatRenderer,
+  type RendererFamily,
+  type RenderOptions,
+  rendererFamilies,
+} from './renderers/renderer.js';
+export {
+  type ContextDelta,
+  type FullEncodeOptions,
+  type IncrementalRequest,
+  TitoEncoder,
+} from './tito-encoder.js';
+export { loadTokenizer, TitoTokenizer } from './tokenizer.js';
+export { rendersNoToolsLikeEmptyTools } from './tools-probe.js';

@@ -1,0 +1,131 @@
+import { readFile, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import { DressageError } from '@dressage/protocol';
+
+/** The files of a Hugging Face model directory that tokenization needs, parsed. */
+export interface ModelFiles {
+  /** The directory they were read from. */
+  directory: string;
+  /** `tokenizer.json`: the tokenizer pipeline and vocabulary. */
+  tokenizerJson: Record<string, unknown>;
+  /** `tokenizer_config.json`: special tokens and, usually, the chat template. */
+  tokenizerConfig: Record<string, unknown>;
+  /**
+   * The model's own Jinja chat template: `chat_template.jinja` when present (the newer layout),
+   * else `chat_template` of `tokenizer_config.json`. Null when the model ships none.
+   */
+  chatTemplate: string | null;
+}
+
+async function readJsonObject(path: string, required: boolean): Promise<Record<string, unknown> | null> {
+  let text: string;
+  try {
+    text = await readFile(path, 'utf8');
+  } catch (error) {
+    if (!required && (error as NodeJS.ErrnoException).code === 'ENOENT') return null;
+    throw new DressageError({
+      code: 'not_found',
+      message: `Cannot read ${path}: a model directory needs tokenizer.json and tokenizer_config.json`,
+      cause: error,
+      details: { path },
+    });
+  }
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (error) {
+    throw new DressageError({
+      code: 'invalid_argument',
+      message: `${path} is not valid JSON: ${(error as Error).message}`,
+      cause: error,
+      details: { path },
+    });
+  }
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    throw new DressageError({
+      code: 'invalid_argument',
+      message: `${path} must hold a JSON object`,
+      details: { path },
+    });
+  }
+  return value as Record<string, unknown>;
+}
+
+async function readOptionalText(path: string): Promise<string | null> {
+  try {
+    return await readFile(path, 'utf8');
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return null;
+    throw DressageError.from(error, 'unavailable');
+  }
+}
+
+// Older configs may hold a list of named templates; the unnamed default is the chat one.
+function templateFromConfig(config: Record<string, unknown>, path: string): string | null {
+  const template = config.chat_template;
+  if (template === undefined || template === null) return null;
+  if (typeof template === 'string') return template;
+  if (Array.isArray(template)) {
+    const named = template.find(
+      (entry): entry is { name: string; template: string } =>
+        typeof entry === 'object' &&
+        entry !== null &&
+        (entry as { name?: unknown }).name === 'default' &&
+        typeof (entry as { template?: unknown }).template === 'string',
+    );
+    if (named) return named.template;
+  }
+  throw new DressageError({
+    code: 'invalid_argument',
+    message: `chat_template in ${path} must be a string or a list holding a "default" template`,
+    details: { path },
+  });
+}
+
+/**
+ * Reads `tokenizer.json`, `tokenizer_config.json` and the chat template of a local Hugging Face
+ * model directory.
+ *
+ * @throws DressageError `not_found` when the directory or a required file is missing,
+ *   `invalid_argument` when a file is not a JSON object or the template has the wrong shape.
+ */
+export async function readModelFiles(directory: string): Promise<ModelFiles> {
+  let isDirectory = false;
+  try {
+    isDirectory = (await stat(directory)).isDirectory();
+  } catch (error) {
+    throw new DressageError({
+      code: 'not_found',
+      message: `Model directory ${directory} does not exist`,
+      cause: error,
+      details: { path: directory },
+    });
+  }
+  if (!isDirectory) {
+    throw new DressageError({
+      code: 'invalid_argument',
+      message: `${directory} is not a directory: pass the model directory, not a file in it`,
+      details: { path: directory },
+    });
+  }
+  const tokenizerPath = join(directory, 'tokenizer.json');
+  const configPath = join(directory, 'tokenizer_config.json');
+  const [tokenizerJson, tokenizerConfig, templateFile] = await Promise.all([
+    readJsonObject(tokenizerPath, true),
+    readJsonObject(configPath, true),
+    readOptionalText(join(directory, 'chat_template.jinja')),
+  ]);
+  if (!('model' in tokenizerJson!)) {
+    throw new DressageError({
+      code: 'invalid_argument',
+      message: `${tokenizerPath} has no "model" section: it is not a tokenizers file`,
+      details: { path: tokenizerPath },
+    });
+  }
+  return {
+    directory,
+    tokenizerJson: tokenizerJson!,
+    tokenizerConfig: tokenizerConfig!,
+    chatTemplate: templateFile ?? templateFromConfig(tokenizerConfig!, configPath),
+  };
+}

@@ -1,0 +1,118 @@
+import type { ChatMessage, Tool } from '@dressage/protocol';
+import { toTemplateJson } from '../json-format.js';
+import { messageText } from '../messages.js';
+import type { ChatRenderer, RenderOptions } from './renderer.js';
+import {
+  assertKnownRoles,
+  assistantParts,
+  dummySystem,
+  dummyToolCaller,
+  jsonToolCallBody,
+  stripCharacters,
+  toolCallsOf,
+  turnEnd,
+  turnStart,
+} from './shared.js';
+
+// Our own wording of the tool instructions; the call format it teaches is the model's.
+function toolsPreamble(tools: readonly Tool[]): string {
+  let text =
+    '# Tools\n\nYou can call the functions below to help with the request.\n\n' +
+    'Their signatures are listed inside <tools></tools> XML tags:\n<tools>';
+  for (const tool of tools) text += `\n${toTemplateJson(tool)}`;
+  return (
+    `${text}\n</tools>\n\n` +
+    'To call a function, reply with a JSON object holding its name and arguments inside <tool_call></tool_call> XML tags:\n' +
+    '<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
+  );
+}
+
+function wrapsToolResponse(message: ChatMessage): boolean {
+  const text = messageText(message.content);
+  return text.startsWith('<tool_response>') && text.endsWith('</tool_response>');
+}
+
+// Index of the last real user query: history reasoning before it is dropped when not preserved.
+function lastQueryIndex(messages: readonly ChatMessage[]): number {
+  for (let index = messages.length - 1; index >= 0; index--) {
+    const message = messages[index]!;
+    if (message.role === 'user' && !wrapsToolResponse(message)) return index;
+  }
+  return messages.length - 1;
+}
+
+/** Options of {@link createQwen3Renderer}. */
+export interface Qwen3RendererOptions {
+  /**
+   * Keep every assistant turn's reasoning (default true, what TITO needs). False drops reasoning
+   * before the last user query, as the official Qwen3 template does.
+   */
+  preserveThinking?: boolean;
+}
+
+/**
+ * The fixed renderer of the Qwen3 format: ChatML turns, reasoning in `<think>` blocks, JSON tool
+ * calls inside `<tool_call>`, tool results as `<tool_response>` blocks inside a user turn.
+ */
+export function createQwen3Renderer(options: Qwen3RendererOptions = {}): ChatRenderer {
+  const preserveThinking = options.preserveThinking ?? true;
+  return {
+    name: 'qwen3',
+    endOfTurn: turnEnd,
+    generationPromptIsContextFree: true,
+    render(messages: readonly ChatMessage[], renderOptions: RenderOptions = {}): string {
+      assertKnownRoles(messages);
+      const parts: string[] = [];
+      const first = messages[0];
+      const tools = renderOptions.tools ?? [];
+      if (tools.length > 0) {
+        const system = first?.role === 'system' ? `${messageText(first.content)}\n\n` : '';
+        parts.push(`${turnStart}system\n${system}${toolsPreamble(tools)}${turnEnd}\n`);
+      } else if (first?.role === 'system') {
+        parts.push(`${turnStart}system\n${messageText(first.content)}${turnEnd}\n`);
+      }
+      const lastQuery = preserveThinking ? -1 : lastQueryIndex(messages);
+      for (let index = first?.role === 'system' ? 1 : 0; index < messages.length; index++) {
+        const message = messages[index]!;
+        switch (message.role) {
+          case 'system':
+          case 'user':
+            parts.push(`${turnStart}${message.role}\n${messageText(message.content)}${turnEnd}\n`);
+            break;
+          case 'assistant': {
+            const { reasoning, content } = assistantParts(message);
+            const showsThinking =
+              preserveThinking || (index > lastQuery && (index === messages.length - 1 || reasoning !== ''));
+            let text = showsThinking
+              ? `${turnStart}assistant\n<think>\n${stripCharacters(reasoning, '\n')}\n</think>\n\n${content.replace(/^\n+/, '')}`
+              : `${turnStart}assistant\n${content}`;
+            const calls = toolCallsOf(message);
+            for (let call = 0; call < calls.length; call++) {
+              if (call > 0 || content !== '') text += '\n';
+              text += `<tool_call>\n${jsonToolCallBody(calls[call]!)}\n</tool_call>`;
+            }
+            parts.push(`${text}${turnEnd}\n`);
+            break;
+          }
+          case 'tool': {
+            const opens = messages[index - 1]?.role !== 'tool';
+            const closes = messages[index + 1]?.role !== 'tool';
+            parts.push(
+              `${opens ? `${turnStart}user` : ''}\n<tool_response>\n${messageText(message.content)}\n</tool_response>${closes ? `${turnEnd}\n` : ''}`,
+            );
+            break;
+          }
+        }
+      }
+      if (renderOptions.addGenerationPrompt) {
+        parts.push(
+          `${turnStart}assistant\n${renderOptions.enableThinking === false ? '<think>\n\n</think>\n\n' : ''}`,
+        );
+      }
+      return parts.join('');
+    },
+    dummyContext(group: readonly ChatMessage[]): ChatMessage[] {
+      return group[0]?.role === 'tool' ? [dummySystem, dummyToolCaller(group)] : [dummySystem];
+    },
+  };
+}

@@ -1,0 +1,38 @@
+import type { ChatMessage, Tool } from '@dressage/protocol';
+
+/** Options of one render. */
+export interface RenderOptions {
+  /** The tools offered to the model; null, undefined and `[]` all mean none for the fixed renderers. */
+  tools?: readonly Tool[] | null;
+  /** Append the prompt that opens the assistant's turn. Default false. */
+  addGenerationPrompt?: boolean;
+  /** False asks a thinking model to skip reasoning (an empty think block). Default true. */
+  enableThinking?: boolean;
+}
+
+/** Something that turns messages into prompt text: a fixed renderer or a model's Jinja template. */
+export interface ChatRenderer {
+  /** A short name for logs: `qwen3_5`, `qwen3`, `chatml` or `chat_template`. */
+  readonly name: string;
+  /** The text that closes every turn (the model's stop token), e.g. `<|im_end|>`. */
+  readonly endOfTurn: string;
+  /**
+   * True when the generation prompt does not depend on the conversation before it, so TITO can
+   * diff it against a small dummy context instead of the whole history.
+   */
+  readonly generationPromptIsContextFree: boolean;
+  /** Renders messages to prompt text. */
+  render(messages: readonly ChatMessage[], options?: RenderOptions): string;
+  /**
+   * The context against which TITO renders one appended group (consecutive tool results, or one
+   * user message) before diffing: it must make the group render exactly as it would after a real
+   * history ending with an assistant turn.
+   */
+  dummyContext(group: readonly ChatMessage[]): ChatMessage[];
+}
+
+/** The fixed renderer families. */
+export const rendererFamilies = ['qwen3_5', 'qwen3', 'chatml'] as const;
+
+/** One of {@link rendererFamilies}. */
+export type RendererFamily = (typeof rendererFamilies)[number];

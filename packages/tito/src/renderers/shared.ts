@@ -1,0 +1,96 @@
+import { type ChatMessage, DressageError, type ToolCall } from '@dressage/protocol';
+import { TitoIncrementalError } from '../errors.js';
+import { toTemplateJson } from '../json-format.js';
+import { messageText } from '../messages.js';
+
+/** ChatML turn delimiters, shared by every Qwen family. */
+export const turnStart = '<|im_start|>';
+export const turnEnd = '<|im_end|>';
+
+const knownRoles = new Set(['system', 'user', 'assistant', 'tool']);
+
+/** Throws a typed error for a role no renderer knows (messages built without the schema). */
+export function assertKnownRoles(messages: readonly ChatMessage[]): void {
+  for (let index = 0; index < messages.length; index++) {
+    const role = (messages[index] as { role?: unknown }).role;
+    if (typeof role !== 'string' || !knownRoles.has(role)) {
+      throw new TitoIncrementalError({
+        reason: 'unknown_role',
+        code: 'invalid_argument',
+        message: `Message ${index} has role ${JSON.stringify(role)}; expected system, user, assistant or tool`,
+        details: { index, role },
+      });
+    }
+  }
+}
+
+/** An assistant message split into reasoning and visible content. */
+export interface AssistantParts {
+  reasoning: string;
+  content: string;
+}
+
+/**
+ * Reasoning and content of an assistant message. Without `reasoning_content`, a `</think>` inside
+ * the content splits them (what Qwen templates do with raw model text).
+ */
+export function assistantParts(message: ChatMessage): AssistantParts {
+  const content = messageText(message.content);
+  const reasoning = (message as { reasoning_content?: unknown }).reasoning_content;
+  if (typeof reasoning === 'string') return { reasoning, content };
+  const close = content.indexOf('</think>');
+  if (close === -1) return { reasoning: '', content };
+  const before = content.slice(0, close).replace(/\n+$/, '');
+  const open = before.lastIndexOf('<think>');
+  return {
+    reasoning: (open === -1 ? before : before.slice(open + '<think>'.length)).replace(/^\n+/, ''),
+    content: content.slice(content.lastIndexOf('</think>') + '</think>'.length).replace(/^\n+/, ''),
+  };
+}
+
+/** Strips `characters` from both ends (Python's `str.strip(chars)`). */
+export function stripCharacters(text: string, characters: string): string {
+  let start = 0;
+  let end = text.length;
+  while (start < end && characters.includes(text[start]!)) start++;
+  while (end > start && characters.includes(text[end - 1]!)) end--;
+  return text.slice(start, end);
+}
+
+/** The tool calls of an assistant message (empty for other roles). */
+export function toolCallsOf(message: ChatMessage): readonly ToolCall[] {
+  return message.role === 'assistant' ? (message.tool_calls ?? []) : [];
+}
+
+/** `{"name": …, "arguments": …}` of a JSON-style tool call; string arguments are written as given. */
+export function jsonToolCallBody(call: ToolCall): string {
+  const raw = call.function.arguments;
+  const argumentsText = typeof raw === 'string' ? raw : toTemplateJson(raw);
+  return `{"name": "${call.function.name}", "arguments": ${argumentsText}}`;
+}
+
+/** A dummy assistant turn that calls one tool per tool message of `group` (TITO diff context). */
+export function dummyToolCaller(group: readonly ChatMessage[]): ChatMessage {
+  return {
+    role: 'assistant',
+    content: '',
+    reasoning_content: ' ',
+    tool_calls: group.map((message, index) => ({
+      id: (message as { tool_call_id?: string }).tool_call_id ?? `call_dummy_${index}`,
+      type: 'function' as const,
+      function: { name: message.name ?? 'dummy_tool', arguments: '{}' },
+    })),
+  };
+}
+
+/** The system message of every dummy context. */
+export const dummySystem: ChatMessage = { role: 'system', content: 'dummy system' };
+
+/** A typed error for tool call arguments a per-parameter format cannot show. */
+export function argumentsNotAnObject(call: ToolCall): DressageError {
+  return new DressageError({
+    code: 'invalid_argument',
+    message: `Arguments of tool call ${call.function.name} are not a JSON object, so they cannot be rendered as parameters`,
+    details: { tool: call.function.name },
+  });
+}
