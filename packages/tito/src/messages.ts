@@ -151,11 +151,48 @@ export function firstMismatch(
   for (let index = 0; index < base.length; index++) {
     const left = base[index]!;
     const right = messages[index]!;
-    // The proxy often hands back the very objects it stored; identity settles those without work.
-    if (left === right) continue;
+    // Most repeated messages are byte-identical copies: settle those without normalising.
+    if (left === right || rawEqual(left, right, comparison)) continue;
     if (!normalizedMessagesEqual(normalizeMessage(left), normalizeMessage(right), comparison)) return index;
   }
   return -1;
+}
+
+// True when the fields a comparison reads are identical as sent (a sufficient, not necessary,
+// condition for equality after normalisation).
+function rawEqual(left: ChatMessage, right: ChatMessage, comparison: MessageComparison): boolean {
+  if (left.role !== right.role || typeof left.content !== 'string' || left.content !== right.content)
+    return false;
+  const leftRecord = left as Record<string, unknown>;
+  const rightRecord = right as Record<string, unknown>;
+  if (leftRecord.reasoning_content !== rightRecord.reasoning_content) return false;
+  if (
+    comparison === 'all' &&
+    (left.name !== right.name || leftRecord.tool_call_id !== rightRecord.tool_call_id)
+  ) {
+    return false;
+  }
+  const leftCalls = toolCallsOf(left);
+  const rightCalls = toolCallsOf(right);
+  if (leftCalls.length !== rightCalls.length) return false;
+  for (let index = 0; index < leftCalls.length; index++) {
+    const a = leftCalls[index]!;
+    const b = rightCalls[index]!;
+    if (
+      a.id !== b.id ||
+      (a.type ?? 'function') !== (b.type ?? 'function') ||
+      a.function.name !== b.function.name ||
+      typeof a.function.arguments !== 'string' ||
+      a.function.arguments !== b.function.arguments
+    ) {
+      return false;
+    }
+  }
+  return true;
+}
+
+function toolCallsOf(message: ChatMessage): readonly ToolCall[] {
+  return message.role === 'assistant' ? (message.tool_calls ?? []) : [];
 }
 
 /**
