@@ -248,6 +248,28 @@ describe('TITO over generated agent conversations', () => {
   });
 });
 
+describe('TITO with the qwen3 and chatml renderers', () => {
+  it.each(['qwen3', 'chatml'] as const)(
+    'stitched ids decode to the %s full render (100 conversations)',
+    (family) => {
+      const familyEncoder = new TitoEncoder({ tokenizer, renderer: createFixedRenderer(family) });
+      for (let seed = 1001; seed <= 1100; seed++) {
+        const { messages, tools } = generateConversation(seed, {
+          emptyReasoning: 0.2,
+          stringArguments: true,
+        });
+        const { ids, steps } = replayLineage(familyEncoder, messages, tools);
+        const last = steps.at(-1)!;
+        const fullText = familyEncoder.render(last.nextRequest ?? last.request, {
+          tools,
+          addGenerationPrompt: true,
+        });
+        expect(tokenizer.decode(ids), `${family} seed ${seed}`).toBe(fullText.normalize('NFC'));
+      }
+    },
+  );
+});
+
 describe('retokenization drift', () => {
   it('keeps the model ids for an empty think block, where re-encoding merges "\\n\\n"', () => {
     const messages: ChatMessage[] = [
