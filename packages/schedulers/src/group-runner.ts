@@ -1,0 +1,239 @@
+import { createHash } from 'node:crypto';
+import { DressageError, type Sample, SampleStatus } from '@dressage/protocol';
+import type {
+  GenerateContext,
+  GenerateFunction,
+  GenerateResult,
+  MarkAbortedNoGrad,
+  SamplingParams,
+  SchedulerLogger,
+  SessionDiscarder,
+} from './generate.js';
+
+/** The result of running one prompt group. */
+export interface GroupOutcome {
+  /** The group as submitted (generate may have filled these samples in place). */
+  group: Sample[];
+  /** Every sample the generate calls returned, flattened, in group order. */
+  samples: Sample[];
+  /** True when a call threw, returned nothing, or returned an `aborted` sample. */
+  failed: boolean;
+  /** The first error thrown, if any. */
+  error?: unknown;
+  /** True when the group was cancelled by the scheduler rather than failing by itself. */
+  cancelled: boolean;
+}
+
+function flatten(result: GenerateResult): Sample[] {
+  if (result === null || result === undefined) return [];
+  if (!Array.isArray(result)) return [result as Sample];
+  const out: Sample[] = [];
+  for (const item of result as readonly (Sample | readonly Sample[])[]) {
+    if (Array.isArray(item)) out.push(...(item as Sample[]));
+    else out.push(item as Sample);
+  }
+  return out;
+}
+
+/**
+ * Runs `generate` on every sample of a group at once. The first failure aborts the siblings (the
+ * group is lost anyway), and the outcome waits for every call to settle so no work outlives it.
+ */
+export async function runGroup(
+  group: Sample[],
+  generate: GenerateFunction,
+  samplingParams: SamplingParams,
+  context: Omit<GenerateContext, 'signal'>,
+  signal: AbortSignal,
+): Promise<GroupOutcome> {
+  const controller = new AbortController();
+  const forward = () => controller.abort(signal.reason);
+  if (signal.aborted) forward();
+  else signal.addEventListener('abort', forward, { once: true });
+  let firstError: unknown;
+  let failed = false;
+  try {
+    const settled = await Promise.allSettled(
+      group.map(async (sample) => {
+        try {
+          const result = flatten(
+            await generate(sample, samplingParams, { ...context, signal: controller.signal }),
+          );
+          if (result.length === 0 || result.some((item) => item.status === SampleStatus.ABORTED)) {
+            failed = true;
+            controller.abort(new DressageError({ code: 'aborted', message: 'a sibling sample failed' }));
+          }
+          return result;
+        } catch (error) {
+          if (!failed) firstError = error;
+          failed = true;
+          controller.abort(new DressageError({ code: 'aborted', message: 'a sibling sample failed' }));
+          throw error;
+        }
+      }),
+    );
+    const samples: Sample[] = [];
+    for (const entry of settled) if (entry.status === 'fulfilled') samples.push(...entry.value);
+    const cancelled = signal.aborted;
+    const outcome: GroupOutcome = { group, samples, failed: failed || cancelled, cancelled };
+    if (firstError !== undefined) outcome.error = firstError;
+    else if (cancelled) outcome.error = signal.reason;
+    return outcome;
+  } finally {
+    signal.removeEventListener('abort', forward);
+  }
+}
+
+function nonEmpty(value: unknown): string | null {
+  return typeof value === 'string' && value !== '' ? value : null;
+}
+
+/** The retry count of a group: its first sample's `metadata.dressage_retry_count` (0 when unset). */
+export function retryCountOf(group: readonly Sample[]): number {
+  const count = group[0]?.metadata.dressage_retry_count;
+  return typeof count === 'number' && Number.isFinite(count) ? count : 0;
+}
+
+/**
+ * Prepares a sample for another try: the failed attempt's session moves to
+ * `metadata.last_retry_session_id`; `session_id`, `parent_traj_id` and `segment_index` are removed;
+ * `dressage_retry_count` goes up by one and `remove_sample` is cleared. Returns a new sample.
+ */
+export function incrementRetry(sample: Sample): Sample {
+  const metadata = structuredClone(sample.metadata);
+  const session = nonEmpty(metadata.session_id) ?? nonEmpty(sample.session_id);
+  if (session !== null) metadata.last_retry_session_id = session;
+  delete metadata.session_id;
+  delete metadata.parent_traj_id;
+  delete metadata.segment_index;
+  const count = typeof metadata.dressage_retry_count === 'number' ? metadata.dressage_retry_count : 0;
+  metadata.dressage_retry_count = count + 1;
+  return { ...sample, metadata, session_id: null, remove_sample: false };
+}
+
+/**
+ * The default placeholder for a sample whose retries are exhausted (the multi-segment package's
+ * `markAbortedNoGrad` is the full version and can be injected instead): excluded from training,
+ * status `failed`, reward 0, no response; ids fall back to the sample's own session and instance
+ * before a hash of the sample. Returns a new sample.
+ */
+export const defaultMarkAbortedNoGrad: MarkAbortedNoGrad = (sample, options) => {
+  const metadata = structuredClone(sample.metadata);
+  const session = nonEmpty(options.sessionId) ?? nonEmpty(metadata.session_id) ?? nonEmpty(sample.session_id);
+  const instance = nonEmpty(metadata.instance_id) ?? nonEmpty(options.instanceId);
+  const parent =
+    nonEmpty(metadata.parent_traj_id) ??
+    session ??
+    instance ??
+    `aborted-${createHash('sha256')
+      .update(JSON.stringify([sample.group_index, sample.index, sample.prompt]))
+      .digest('hex')
+      .slice(0, 16)}`;
+  metadata.parent_traj_id = parent;
+  metadata.instance_id = instance ?? parent;
+  if (session !== null) metadata.last_failed_session_id = session;
+  delete metadata.session_id;
+  return {
+    ...sample,
+    metadata,
+    session_id: null,
+    remove_sample: true,
+    status: SampleStatus.FAILED,
+    reward: 0,
+    tokens: sample.tokens.length > 0 ? [...sample.tokens] : [0],
+    response_length: 0,
+    loss_mask: [],
+    rollout_log_probs: [],
+  };
+};
+
+/** The proxy sessions a failed group touched: sessions of the submitted and returned samples. */
+export function sessionIdsOf(outcome: Pick<GroupOutcome, 'group' | 'samples'>): string[] {
+  const ids = new Set<string>();
+  for (const sample of [...outcome.group, ...outcome.samples]) {
+    const fromMetadata = nonEmpty(sample.metadata.session_id);
+    if (fromMetadata !== null) ids.add(fromMetadata);
+    const own = nonEmpty(sample.session_id);
+    if (own !== null) ids.add(own);
+  }
+  return [...ids];
+}
+
+/**
+ * Discards sessions in the background and remembers the pending calls so a shutdown can wait for
+ * them. A failing discard is logged, never thrown: the rollout does not depend on it.
+ */
+export class SessionJanitor {
+  private readonly pending = new Set<Promise<void>>();
+  discarded = 0;
+
+  constructor(
+    private readonly discarder: SessionDiscarder | undefined,
+    private readonly logger: SchedulerLogger,
+  ) {}
+
+  discard(sessionIds: readonly string[]): void {
+    if (this.discarder === undefined) return;
+    for (const sessionId of sessionIds) {
+      const call = Promise.resolve()
+        .then(() => this.discarder?.discardSession(sessionId))
+        .then(
+          () => {
+            this.discarded++;
+          },
+          (error: unknown) => {
+            this.logger.warn(`could not discard proxy session ${sessionId}`, {
+              sessionId,
+              error: error instanceof Error ? error.message : String(error),
+            });
+          },
+        )
+        .finally(() => this.pending.delete(call));
+      this.pending.add(call);
+    }
+  }
+
+  /** Resolves once every discard started so far has settled. */
+  async settle(): Promise<void> {
+    while (this.pending.size > 0) await Promise.allSettled([...this.pending]);
+  }
+}
+
+/**
+ * True when a batch holds at least one sample that trains something: kept, with a response, and with
+ * a loss mask that is missing (all ones) or has a 1.
+ */
+export function hasTrainableSample(groups: readonly (readonly Sample[])[]): boolean {
+  return groups.some((group) =>
+    group.some(
+      (sample) =>
+        !sample.remove_sample &&
+        sample.response_length > 0 &&
+        (sample.loss_mask === null || sample.loss_mask.some((value) => value !== 0)),
+    ),
+  );
+}
+
+/** Throws the empty-train-batch error unless allowed. */
+export function assertTrainableBatch(groups: readonly (readonly Sample[])[], allowEmpty: boolean): void {
+  if (allowEmpty || hasTrainableSample(groups)) return;
+  throw new DressageError({
+    code: 'failed_precondition',
+    message:
+      `rollout produced no trainable samples (${groups.length} groups, none with a kept sample that has ` +
+      'a response and a non-zero loss mask); set DRESSAGE_ALLOW_EMPTY_TRAIN_BATCH=1 to train on it anyway',
+    details: { groups: groups.length },
+  });
+}
+
+/** Sorts groups by their first sample's `index` (the reference's output order). */
+export function sortGroupsByIndex<T extends { readonly index: number | null }>(groups: T[][]): T[][] {
+  return groups.sort(
+    (a, b) => (a[0]?.index ?? Number.MAX_SAFE_INTEGER) - (b[0]?.index ?? Number.MAX_SAFE_INTEGER),
+  );
+}
+
+/** A DressageError for work stopped by a cancel or a shutdown. */
+export function cancelledError(what: string, cause?: unknown): DressageError {
+  return new DressageError({ code: 'cancelled', message: `${what} was cancelled`, cause });
+}

@@ -1,0 +1,134 @@
+import { DressageError, isRealVersion, type Sample } from '@dressage/protocol';
+
+/** A trajectory's id and the weight version of its last trained token. */
+export interface TrajectoryVersion {
+  parentTrajId: string;
+  version: string;
+}
+
+function segmentIndexOf(sample: Sample): number {
+  const index = sample.metadata.segment_index;
+  return typeof index === 'number' && Number.isFinite(index) ? index : 0;
+}
+
+/**
+ * The anchor of each trajectory: its live segment with the highest `segment_index`, the later one in
+ * input order on a tie. This one rule is used wherever a trajectory speaks through one sample.
+ */
+export function trajectoryAnchors(samples: readonly Sample[]): Map<string, Sample> {
+  const anchors = new Map<string, Sample>();
+  for (const sample of samples) {
+    if (sample.remove_sample) continue;
+    const parent = sample.metadata.parent_traj_id;
+    if (typeof parent !== 'string' || parent === '') continue;
+    const current = anchors.get(parent);
+    if (current === undefined || segmentIndexOf(sample) >= segmentIndexOf(current))
+      anchors.set(parent, sample);
+  }
+  return anchors;
+}
+
+/**
+ * Version of each trajectory in `samples`: the anchor's `metadata.dressage_end_token_version`.
+ * Trajectories without a parent id or without a real version are left out (they neither advance
+ * the tracker nor get dropped).
+ */
+export function trajectoryVersions(samples: readonly Sample[]): TrajectoryVersion[] {
+  const out: TrajectoryVersion[] = [];
+  for (const [parentTrajId, anchor] of trajectoryAnchors(samples)) {
+    const version = anchor.metadata.dressage_end_token_version;
+    if (typeof version === 'string' && isRealVersion(version)) out.push({ parentTrajId, version });
+  }
+  return out;
+}
+
+/**
+ * Batch-level staleness control: keeps the weight versions it has seen in observation order (labels
+ * are opaque) and drops a whole group when any of its trajectories ended on a version older than the
+ * newest `keepVersions`. `keepVersions` 0 or null turns dropping off (versions are still tracked for
+ * the metrics).
+ */
+export class StalenessTracker {
+  private readonly order: string[] = [];
+  private readonly positions = new Map<string, number>();
+  droppedGroups = 0;
+
+  constructor(readonly keepVersions: number | null) {
+    if (keepVersions !== null && (!Number.isInteger(keepVersions) || keepVersions < 0)) {
+      throw new DressageError({
+        code: 'invalid_argument',
+        message: `dressage_staleness_keep_versions must be a non-negative integer or null, got ${keepVersions}`,
+      });
+    }
+  }
+
+  /** True when groups can be dropped. */
+  get enabled(): boolean {
+    return this.keepVersions !== null && this.keepVersions > 0;
+  }
+
+  /** Versions seen so far, oldest first. */
+  get versions(): readonly string[] {
+    return this.order;
+  }
+
+  /** Index of the newest version seen; -1 before any. */
+  get currentIndex(): number {
+    return this.order.length - 1;
+  }
+
+  /** Trajectories on versions with a lower index are stale. */
+  get cutoffIndex(): number {
+    if (!this.enabled) return 0;
+    return Math.max(0, this.order.length - (this.keepVersions as number));
+  }
+
+  /** Records the versions of a completed group. Returns true when a new version appeared. */
+  observe(samples: readonly Sample[]): boolean {
+    let advanced = false;
+    for (const { version } of trajectoryVersions(samples)) {
+      if (this.positions.has(version)) continue;
+      this.positions.set(version, this.order.length);
+      this.order.push(version);
+      advanced = true;
+    }
+    return advanced;
+  }
+
+  /** True when the group must be dropped. */
+  isStale(samples: readonly Sample[]): boolean {
+    if (!this.enabled) return false;
+    const cutoff = this.cutoffIndex;
+    return trajectoryVersions(samples).some(
+      ({ version }) => (this.positions.get(version) ?? cutoff) < cutoff,
+    );
+  }
+
+  /** Versions behind the newest, one per versioned trajectory. */
+  gaps(samples: readonly Sample[]): number[] {
+    const current = this.currentIndex;
+    return trajectoryVersions(samples)
+      .map(({ version }) => this.positions.get(version))
+      .filter((index): index is number => index !== undefined)
+      .map((index) => current - index);
+  }
+
+  /**
+   * `staleness/*` metrics of a returned batch: dropped groups so far in this call (pass it in),
+   * current and cutoff version index, and the trajectory-weighted version gap.
+   */
+  metrics(groups: readonly (readonly Sample[])[], droppedGroups: number): Record<string, number> {
+    const metrics: Record<string, number> = {
+      'staleness/dropped_groups': droppedGroups,
+      'staleness/current_version_index': this.currentIndex,
+      'staleness/cutoff_version_index': this.cutoffIndex,
+    };
+    const gaps = groups.flatMap((group) => this.gaps(group));
+    if (gaps.length > 0) {
+      metrics['staleness/version_gap_min'] = Math.min(...gaps);
+      metrics['staleness/version_gap_max'] = Math.max(...gaps);
+      metrics['staleness/version_gap_mean'] = gaps.reduce((sum, gap) => sum + gap, 0) / gaps.length;
+    }
+    return metrics;
+  }
+}
