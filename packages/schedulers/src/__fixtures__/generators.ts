@@ -98,12 +98,18 @@ export function scriptedGenerate(
     if (behavior.fail === 'throw')
       throw new Error(behavior.message ?? `rollout of sample ${sample.index} failed`);
     if (behavior.fail === 'empty') return [];
-    if (behavior.fail === 'aborted')
-      return { ...completedSample(sample, session), status: SampleStatus.ABORTED };
     const versionMetadata =
       behavior.version === undefined
         ? {}
         : { dressage_end_token_version: behavior.version, full_versions: [behavior.version] };
+    if (behavior.fail === 'aborted') {
+      const aborted = completedSample(sample, session);
+      return {
+        ...aborted,
+        metadata: { ...aborted.metadata, ...versionMetadata },
+        status: SampleStatus.ABORTED,
+      };
+    }
     const extra: Partial<Sample> = behavior.untrainable
       ? { response_length: 0, loss_mask: [], rollout_log_probs: [] }
       : {};

@@ -1,0 +1,305 @@
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { Sample } from '@dressage/protocol';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import {
+  type Behavior,
+  promptRecords,
+  recordingDiscarder,
+  recordingLogger,
+  scriptedGenerate,
+} from './__fixtures__/generators.js';
+import { AsyncRolloutScheduler, PARTIAL_ROLLOUT_STALENESS_MARKER } from './async-rollout.js';
+import { PromptDataSource } from './data-source.js';
+import type { GenerateContext } from './generate.js';
+import { resolveSchedulerOptions, type SchedulerOptionsInput } from './options.js';
+
+const schedulers: AsyncRolloutScheduler[] = [];
+
+afterEach(async () => {
+  vi.useRealTimers();
+  await Promise.all(schedulers.splice(0).map((scheduler) => scheduler.shutdown()));
+});
+
+function setup(
+  mode: 'fully-async' | 'partial-async',
+  script: (sample: Sample, context: GenerateContext) => Behavior = () => ({}),
+  options: Partial<SchedulerOptionsInput> = {},
+  dataSource = PromptDataSource.fromRecords(promptRecords(64), { nSamplesPerPrompt: 2 }),
+) {
+  const run = scriptedGenerate(script);
+  const discarder = recordingDiscarder();
+  const logger = recordingLogger();
+  const scheduler = new AsyncRolloutScheduler(
+    mode,
+    { dataSource, generate: run.generate, sessionDiscarder: discarder, logger },
+    resolveSchedulerOptions({ rolloutBatchSize: 4, nSamplesPerPrompt: 2, ...options }, { env: {} }),
+  );
+  schedulers.push(scheduler);
+  return { dataSource, run, discarder, logger, scheduler };
+}
+
+const groupIndexes = (groups: Sample[][]) => groups.map((group) => group[0]?.group_index);
+const tick = (ms = 0) => new Promise((resolve) => setTimeout(resolve, ms));
+
+describe('fully-async scheduler', () => {
+  it('returns rolloutBatchSize groups sorted by index and keeps at most the active cap in flight', async () => {
+    let peak = 0;
+    const { scheduler, run } = setup(
+      'fully-async',
+      (sample) => {
+        peak = Math.max(peak, run.running() + 1);
+        return { delay: 1 + ((sample.group_index ?? 0) % 3) * 3 };
+      },
+      { asyncMaxActiveGroups: 3 },
+    );
+    const { samples, metrics } = await scheduler.generateRollout(0);
+    expect(samples).toHaveLength(4);
+    const indexes = samples.map((group) => group[0]?.index ?? -1);
+    expect(indexes).toEqual([...indexes].sort((a, b) => a - b));
+    // Two samples per group run at once, three groups at most.
+    expect(peak).toBeLessThanOrEqual(6);
+    expect(metrics['dressage/fully_async_returned_groups']).toBe(4);
+    expect(metrics['dressage/fully_async_target_groups']).toBe(4);
+  });
+
+  it('carries extra completed groups over to the next call instead of dropping them', async () => {
+    const { scheduler } = setup('fully-async', () => ({}), { asyncMaxActiveGroups: 8, rolloutBatchSize: 3 });
+    const seen: number[] = [];
+    for (let rollout = 0; rollout < 4; rollout++) {
+      const { samples } = await scheduler.generateRollout(rollout);
+      seen.push(...groupIndexes(samples).map(Number));
+    }
+    // Every group the worker finished is trained on exactly once, in order.
+    expect(seen).toEqual(Array.from({ length: 12 }, (_, i) => i));
+  });
+
+  it('requeues failed groups through the data source with retry bookkeeping and discards their sessions', async () => {
+    const { scheduler, dataSource, discarder } = setup('fully-async', (sample, context) =>
+      sample.group_index === 1 && context.attempt === 0 ? { fail: 'throw' } : { delay: 2 },
+    );
+    const addSamples = vi.spyOn(dataSource, 'addSamples');
+    const first = await scheduler.generateRollout(0);
+    const second = await scheduler.generateRollout(1);
+    expect(addSamples).toHaveBeenCalledTimes(1);
+    // The retry rejoins the pipeline behind groups already in flight: it lands in one of the calls.
+    const retried = [...first.samples, ...second.samples].find((group) => group[0]?.group_index === 1);
+    const metrics = first.metrics;
+    expect(retried?.map((sample) => sample.metadata.dressage_retry_count)).toEqual([1, 1]);
+    expect(retried?.map((sample) => sample.metadata.last_retry_session_id)).toEqual(['s2-0', 's3-0']);
+    expect(metrics['dressage/fully_async_retried_groups']).toBe(1);
+    expect(metrics['dressage/fully_async_failed_groups']).toBe(1);
+    await scheduler.shutdown();
+    expect(discarder.discarded).toEqual(expect.arrayContaining(['s2-0', 's3-0']));
+  });
+
+  it('drops exhausted groups and fails after too many drops', async () => {
+    const dropping = setup('fully-async', (sample) => (sample.group_index === 0 ? { fail: 'empty' } : {}), {
+      maxRetries: 1,
+    });
+    const { samples, metrics } = await dropping.scheduler.generateRollout(0);
+    expect(groupIndexes(samples)).not.toContain(0);
+    expect(metrics['dressage/fully_async_dropped_failed_groups']).toBe(1);
+    expect(dropping.logger.warnings.some((warning) => warning.includes('dropping group 0'))).toBe(true);
+
+    const failing = setup('fully-async', () => ({ fail: 'throw' }), {
+      maxRetries: 0,
+      asyncMaxDroppedFailedGroups: 3,
+    });
+    await expect(failing.scheduler.generateRollout(0)).rejects.toMatchObject({
+      code: 'resource_exhausted',
+      message: expect.stringContaining('DRESSAGE_ASYNC_MAX_DROPPED_FAILED_GROUPS'),
+    });
+  });
+
+  it('pauses dispatch while the output queue is 80% full', async () => {
+    const { scheduler } = setup('fully-async', () => ({}), {
+      rolloutBatchSize: 2,
+      asyncMaxActiveGroups: 1,
+      asyncOutputQueueSize: 5,
+    });
+    await scheduler.generateRollout(0);
+    await tick(20);
+    expect(scheduler.pipeline).toEqual({ active: 0, queued: 4, running: true });
+    // Collecting frees room and the worker tops up again.
+    await scheduler.generateRollout(1);
+    await tick(20);
+    expect(scheduler.pipeline.queued).toBe(4);
+  });
+
+  it('warns when no group completes for the configured time', async () => {
+    vi.useFakeTimers();
+    const { scheduler, logger } = setup('fully-async', () => ({ delay: 5_000 }), {
+      asyncNoProgressWarnSec: 1,
+    });
+    const pending = scheduler.generateRollout(0);
+    await vi.advanceTimersByTimeAsync(2_500);
+    expect(logger.warnings.filter((warning) => warning.includes('no group completed'))).toHaveLength(2);
+    await vi.advanceTimersByTimeAsync(3_000);
+    await expect(pending).resolves.toMatchObject({ samples: expect.any(Array) });
+  });
+
+  it('drains the worker on the final rollout, cancelling in-flight groups', async () => {
+    const { scheduler, run } = setup(
+      'fully-async',
+      (sample) => ({ delay: (sample.group_index ?? 0) < 4 ? 1 : 10_000 }),
+      { numRollout: 1, asyncMaxActiveGroups: 6 },
+    );
+    const { metrics } = await scheduler.generateRollout(0);
+    expect(metrics['dressage/fully_async_final_worker_drain']).toBe(1);
+    expect(scheduler.pipeline).toEqual({ active: 0, queued: 0, running: false });
+    expect(run.cancelled.length).toBeGreaterThan(0);
+  });
+
+  it('leaves no timers or file handles behind after shutdown', async () => {
+    const directory = await mkdtemp(join(tmpdir(), 'dressage-shutdown-'));
+    try {
+      const file = join(directory, 'prompts.jsonl');
+      await writeFile(
+        file,
+        promptRecords(32)
+          .map((record) => JSON.stringify(record))
+          .join('\n'),
+      );
+      const count = () =>
+        process.getActiveResourcesInfo().filter((kind) => kind === 'Timeout' || kind === 'FileHandle').length;
+      const before = count();
+      const dataSource = await PromptDataSource.fromJsonl(file, { nSamplesPerPrompt: 2 });
+      const { scheduler, run } = setup('fully-async', () => ({ delay: 60_000 }), {}, dataSource);
+      const pending = scheduler.generateRollout(0);
+      await tick(10);
+      expect(count()).toBeGreaterThan(before);
+      await scheduler.shutdown();
+      await expect(pending).rejects.toMatchObject({ code: 'cancelled' });
+      await tick(0);
+      // Nothing this test started is left (other suites' timers may end meanwhile, never start).
+      expect(count()).toBeLessThanOrEqual(before);
+      expect(run.running()).toBe(0);
+      await expect(scheduler.generateRollout(1)).rejects.toMatchObject({ code: 'cancelled' });
+    } finally {
+      await rm(directory, { recursive: true, force: true });
+    }
+  });
+
+  it('cancels one call through its signal without losing the groups it collected', async () => {
+    const { scheduler } = setup('fully-async', (sample) => ({
+      delay: (sample.group_index ?? 0) < 2 ? 1 : 40,
+    }));
+    const controller = new AbortController();
+    const pending = scheduler.generateRollout(0, { signal: controller.signal });
+    await tick(15);
+    controller.abort();
+    await expect(pending).rejects.toMatchObject({ code: 'cancelled' });
+    const { samples } = await scheduler.generateRollout(0);
+    expect(groupIndexes(samples)).toEqual([0, 1, 2, 3]);
+  });
+
+  it('propagates a bad prompt line from the data source', async () => {
+    const dataSource = PromptDataSource.fromRecords([{ prompt: 'ok' }, { label: 'no prompt' }]);
+    const { scheduler } = setup('fully-async', () => ({}), { nSamplesPerPrompt: 1 }, dataSource);
+    await expect(scheduler.generateRollout(0)).rejects.toThrow(/record 2: prompt/);
+  });
+});
+
+describe('staleness filter', () => {
+  it('drops groups that ended on a version older than the newest N, re-filtering the pending batch', async () => {
+    const versionOf = (group: number) => (group <= 1 || group === 3 ? 'A' : 'B');
+    const { scheduler } = setup(
+      'fully-async',
+      (sample) => {
+        const group = sample.group_index ?? 0;
+        const delay = group <= 2 || group === 4 ? 1 : group === 3 ? 30 : 60;
+        return { delay, version: versionOf(group) };
+      },
+      { rolloutBatchSize: 2, asyncMaxActiveGroups: 2, stalenessKeepVersions: 1 },
+    );
+    const first = await scheduler.generateRollout(0);
+    expect(groupIndexes(first.samples)).toEqual([0, 1]);
+    // The worker keeps going between calls: groups 2.. are submitted during rollout 0.
+    await tick(20);
+    const second = await scheduler.generateRollout(1);
+    expect(groupIndexes(second.samples)).toEqual([2, 4]);
+    expect(second.metrics['staleness/current_version_index']).toBe(1);
+    expect(second.metrics['staleness/cutoff_version_index']).toBe(1);
+    const third = await scheduler.generateRollout(2);
+    expect(third.metrics['staleness/dropped_groups']).toBe(1);
+    expect(groupIndexes(third.samples)).not.toContain(3);
+    expect(third.metrics['staleness/version_gap_max']).toBe(0);
+    expect(third.metrics['staleness/version_span_max']).toBe(1);
+  });
+
+  it('does not let a failed group that will be retried advance the version', async () => {
+    const { scheduler } = setup(
+      'fully-async',
+      (sample, context) =>
+        sample.group_index === 0 && context.attempt === 0
+          ? { fail: 'aborted', version: 'B' }
+          : { version: 'A' },
+      { stalenessKeepVersions: 1 },
+    );
+    const { samples, metrics } = await scheduler.generateRollout(0);
+    expect(samples).toHaveLength(4);
+    expect(metrics['staleness/dropped_groups']).toBe(0);
+    expect(scheduler.staleness.versions).toEqual(['A']);
+  });
+});
+
+describe('partial-async scheduler', () => {
+  it('returns the target groups and carries the rest over with provenance metadata', async () => {
+    const { scheduler } = setup('partial-async', () => ({}), {
+      globalBatchSize: 4,
+      numRollout: 3,
+      asyncMaxActiveGroups: 1,
+      asyncOutputQueueSize: 5,
+    });
+    const first = await scheduler.generateRollout(0);
+    expect(first.metrics['dressage/partial_rollout_target_groups']).toBe(2);
+    expect(first.metrics['dressage/partial_rollout_target_samples']).toBe(4);
+    expect(first.metrics['dressage/partial_rollout_full_groups']).toBe(4);
+    expect(groupIndexes(first.samples)).toEqual([0, 1]);
+    // The worker keeps going between calls: groups 2.. are submitted during rollout 0.
+    await tick(20);
+    const second = await scheduler.generateRollout(1);
+    expect(groupIndexes(second.samples)).toEqual([2, 3]);
+    for (const sample of second.samples.flat()) {
+      expect(sample.metadata).toMatchObject({
+        dressage_start_rollout_id: 0,
+        dressage_partial_rollout: true,
+        dressage_return_rollout_id: 1,
+        dressage_partial_rollout_returned: true,
+      });
+      expect(sample.metadata.dressage_return_async_group_id).toBe(sample.metadata.dressage_async_group_id);
+    }
+    // Let the worker fill its queue to the 80% mark (4 groups): the final call returns 2 and drains 2.
+    await tick(20);
+    const final = await scheduler.generateRollout(2);
+    expect(final.metrics['dressage/partial_rollout_queued_completed_groups']).toBe(2);
+    expect(final.metrics['dressage/partial_rollout_final_worker_drain']).toBe(1);
+    expect(final.metrics['dressage/partial_rollout_drained_completed_groups']).toBe(2);
+    expect(scheduler.pipeline.running).toBe(false);
+  });
+
+  it('counts staleness rejections and keeps the first rollout id across retries', async () => {
+    const { scheduler } = setup(
+      'partial-async',
+      (sample, context) =>
+        sample.group_index === 0 && context.attempt === 0
+          ? { fail: 'throw', message: `proxy said ${PARTIAL_ROLLOUT_STALENESS_MARKER}` }
+          : {},
+      { partialRolloutTargetGroups: 4 },
+    );
+    const { samples, metrics } = await scheduler.generateRollout(7);
+    expect(metrics['staleness/partial_rollout_rejected_groups']).toBe(1);
+    expect(metrics['staleness/partial_rollout_rejected_samples']).toBe(2);
+    expect(metrics['dressage/partial_rollout_retried_groups']).toBe(1);
+    const retried = samples.find((group) => group[0]?.group_index === 0) ?? [];
+    expect(retried[0]?.metadata.dressage_start_rollout_id).toBe(7);
+    expect(retried[0]?.metadata.dressage_retry_count).toBe(1);
+  });
+
+  it('guards against an empty train batch', async () => {
+    const { scheduler } = setup('partial-async', () => ({ untrainable: true }));
+    await expect(scheduler.generateRollout(0)).rejects.toThrow(/no trainable samples/);
+  });
+});
