@@ -1,0 +1,34 @@
+#!/usr/bin/env node
+import { DressageError } from '@dressage/protocol';
+import { parseProxyArguments, usage } from '../config.js';
+import { startProxyServer } from '../server.js';
+
+async function main(): Promise<void> {
+  const parsed = parseProxyArguments(process.argv.slice(2));
+  if (parsed.help) {
+    process.stdout.write(usage);
+    return;
+  }
+  const proxy = await startProxyServer(parsed.config);
+  process.stdout.write(
+    `dressage-proxy listening on ${proxy.url} (router ${parsed.config.sglangRouterUrl})\n`,
+  );
+  let stopping = false;
+  const stop = (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    process.stdout.write(`dressage-proxy: ${signal}, shutting down\n`);
+    proxy.close().then(
+      () => process.exit(0),
+      () => process.exit(1),
+    );
+  };
+  process.on('SIGINT', () => stop('SIGINT'));
+  process.on('SIGTERM', () => stop('SIGTERM'));
+}
+
+main().catch((error: unknown) => {
+  const message = DressageError.isInstance(error) ? error.message : String(error);
+  process.stderr.write(`dressage-proxy: ${message}\n`);
+  process.exit(2);
+});

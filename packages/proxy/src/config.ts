@@ -1,0 +1,312 @@
+import { networkInterfaces } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { DressageError } from '@dressage/protocol';
+
+/** How prompts are tokenized: incremental TITO (default) or a full re-render per request. */
+export type TokenBuildMode = 'tito' | 'snapshot';
+/** Where tool calls and reasoning are parsed. */
+export type ParseBackend = 'local' | 'sglang_api' | 'hybrid';
+/** Element type of routed-expert ids. */
+export type RoutedExpertsDtype = 'int32' | 'uint16' | 'uint8';
+
+/** Everything the proxy is configured with; the CLI flags of §1.11 plus the store options. */
+export interface ProxyConfig {
+  sglangRouterUrl: string;
+  tokenizerPath: string;
+  host: string;
+  port: number;
+  maxOutputTokens: number | null;
+  contextWindow: number | null;
+  dynamicMaxTokens: boolean;
+  rolloutTemperature: number;
+  useRolloutRoutingReplay: boolean;
+  routedExpertsDtype: RoutedExpertsDtype;
+  modelMaskType: string;
+  modelToolCallType: string;
+  toolCallParseBackend: ParseBackend;
+  modelReasoningType: string;
+  reasoningParseBackend: ParseBackend;
+  /** `no-auth` disables bearer authentication. */
+  apiKey: string;
+  minGroupSize: number;
+  sessionTimeoutSeconds: number;
+  groupTimeoutSeconds: number;
+  tokenBuildMode: TokenBuildMode;
+  tokenBuildModel: 'qwen3_5' | 'qwen3_6';
+  titoModel: 'qwen3_5' | 'qwen3_6';
+  recordTokenVersions: boolean;
+  maskNonlastVersionTokens: boolean;
+  partialRollout: boolean;
+  maxPartialRolloutPreempts: number | null;
+  streamHeartbeatIntervalSeconds: number;
+  /** Directory of the append-only trajectory log; null keeps finalized trajectories in memory only. */
+  storeDirectory: string | null;
+  /** Resident token bytes the store keeps before it evicts persisted trajectories to disk. */
+  storeMemoryLimitBytes: number;
+  /** Largest accepted request body. */
+  maxRequestBytes: number;
+  /** How long `/v1/rollout/resume` waits for a healthy worker. */
+  resumeReadinessTimeoutSeconds: number;
+  /** Timeout of one engine `/generate` call; null waits as long as the engine takes. */
+  engineRequestTimeoutSeconds: number | null;
+}
+
+/** The router address the reference derives when `--sglang-router-url` is absent. */
+export function defaultRouterUrl(env: NodeJS.ProcessEnv = process.env): string {
+  if (env.SGLANG_ROUTER_URL) return env.SGLANG_ROUTER_URL;
+  const host = env.SGLANG_ROUTER_HOST || env.MASTER_ADDR || hostAddress();
+  return `http://${host}:${env.SGLANG_ROUTER_PORT || '8000'}`;
+}
+
+function hostAddress(): string {
+  for (const addresses of Object.values(networkInterfaces())) {
+    for (const address of addresses ?? []) {
+      if (address.family === 'IPv4' && !address.internal) return address.address;
+    }
+  }
+  return '127.0.0.1';
+}
+
+/** A complete configuration from defaults plus `overrides` (tests and embedding use this). */
+export function createProxyConfig(
+  overrides: Partial<ProxyConfig> & Pick<ProxyConfig, 'tokenizerPath'>,
+): ProxyConfig {
+  const tokenBuildModel = overrides.tokenBuildModel ?? 'qwen3_5';
+  return {
+    sglangRouterUrl: overrides.sglangRouterUrl ?? 'http://127.0.0.1:8000',
+    host: '0.0.0.0',
+    port: 8800,
+    maxOutputTokens: null,
+    contextWindow: null,
+    dynamicMaxTokens: true,
+    rolloutTemperature: 1.0,
+    useRolloutRoutingReplay: false,
+    routedExpertsDtype: 'int32',
+    modelMaskType: tokenBuildModel,
+    modelToolCallType: tokenBuildModel,
+    toolCallParseBackend: 'sglang_api',
+    modelReasoningType: 'qwen3',
+    reasoningParseBackend: 'sglang_api',
+    apiKey: 'no-auth',
+    minGroupSize: 1,
+    sessionTimeoutSeconds: 3200,
+    groupTimeoutSeconds: 300,
+    tokenBuildMode: 'tito',
+    titoModel: tokenBuildModel,
+    recordTokenVersions: false,
+    maskNonlastVersionTokens: false,
+    partialRollout: false,
+    maxPartialRolloutPreempts: null,
+    streamHeartbeatIntervalSeconds: 15,
+    storeDirectory: null,
+    storeMemoryLimitBytes: 4 * 1024 ** 3,
+    maxRequestBytes: 64 * 1024 ** 2,
+    resumeReadinessTimeoutSeconds: 30,
+    engineRequestTimeoutSeconds: null,
+    ...overrides,
+    tokenBuildModel,
+  };
+}
+
+const options = {
+  'sglang-router-url': { type: 'string' },
+  'tokenizer-path': { type: 'string' },
+  host: { type: 'string' },
+  port: { type: 'string' },
+  'max-output-tokens': { type: 'string' },
+  'context-window': { type: 'string' },
+  'no-dynamic-max-tokens': { type: 'boolean' },
+  'rollout-temperature': { type: 'string' },
+  'use-rollout-routing-replay': { type: 'boolean' },
+  'routed-experts-dtype': { type: 'string' },
+  'model-mask-type': { type: 'string' },
+  'model-tool-call-type': { type: 'string' },
+  'tool-call-parse-backend': { type: 'string' },
+  'model-reasoning-type': { type: 'string' },
+  'reasoning-parse-backend': { type: 'string' },
+  'api-key': { type: 'string' },
+  'min-group-size': { type: 'string' },
+  'session-timeout': { type: 'string' },
+  'group-timeout': { type: 'string' },
+  'token-build-mode': { type: 'string' },
+  'token-build-model': { type: 'string' },
+  'tito-model': { type: 'string' },
+  'record-token-versions': { type: 'boolean' },
+  'mask-nonlast-version-tokens': { type: 'boolean' },
+  'dressage-partial-rollout': { type: 'boolean' },
+  'max-partial-rollout-preempts': { type: 'string' },
+  'stream-heartbeat-interval-seconds': { type: 'string' },
+  'enable-transfer-queue': { type: 'boolean' },
+  'transfer-queue-config': { type: 'string' },
+  'transfer-queue-retention-seconds': { type: 'string' },
+  'transfer-params': { type: 'string' },
+  'tool-call-hooks': { type: 'string' },
+  'tool-call-hook-before-timeout': { type: 'string' },
+  'store-dir': { type: 'string' },
+  'store-memory-limit-mb': { type: 'string' },
+  'max-request-mb': { type: 'string' },
+  help: { type: 'boolean', short: 'h' },
+} as const;
+
+/** The `--help` text of `dressage-proxy`. */
+export const usage = `Usage: dressage-proxy --tokenizer-path DIR [options]
+
+  --sglang-router-url URL            SGLang router (env SGLANG_ROUTER_URL, else http://HOST:8000)
+  --tokenizer-path DIR               local Hugging Face model directory (required)
+  --host 0.0.0.0 --port 8800
+  --max-output-tokens N              cap on generated tokens per call
+  --context-window N                 prompt + output budget (413 beyond it)
+  --no-dynamic-max-tokens            do not clamp max_new_tokens to the context window
+  --rollout-temperature 1.0
+  --use-rollout-routing-replay       record routed experts (R3)
+  --routed-experts-dtype int32       int32 | uint16 | uint8
+  --model-mask-type / --model-tool-call-type / --model-reasoning-type
+  --tool-call-parse-backend sglang_api   local | sglang_api | hybrid
+  --reasoning-parse-backend sglang_api   local | sglang_api | hybrid
+  --api-key no-auth                  bearer key; no-auth disables auth
+  --min-group-size 1 --group-timeout 300 --session-timeout 3200
+  --token-build-mode tito            tito | snapshot
+  --token-build-model qwen3_5        qwen3_5 | qwen3_6 (--tito-model overrides)
+  --record-token-versions --mask-nonlast-version-tokens
+  --dressage-partial-rollout --max-partial-rollout-preempts N
+  --stream-heartbeat-interval-seconds 15 (0 = off)
+  --store-dir DIR                    trajectory log (env DRESSAGE_PROXY_STORE_DIR; "none" = memory only)
+  --store-memory-limit-mb 4096       resident token data before persisted trajectories are evicted
+  --max-request-mb 64                largest request body
+`;
+
+function invalid(flag: string, message: string): DressageError {
+  return new DressageError({ code: 'invalid_argument', message: `--${flag}: ${message}`, details: { flag } });
+}
+
+function numberFlag(
+  flag: string,
+  value: string | undefined,
+  check: { integer?: boolean; min?: number; exclusiveMin?: number },
+): number | undefined {
+  if (value === undefined) return undefined;
+  const parsed = Number(value);
+  if (value.trim() === '' || !Number.isFinite(parsed))
+    throw invalid(flag, `expected a number, got ${JSON.stringify(value)}`);
+  if (check.integer && !Number.isInteger(parsed)) throw invalid(flag, `expected an integer, got ${value}`);
+  if (check.min !== undefined && parsed < check.min) throw invalid(flag, `must be >= ${check.min}`);
+  if (check.exclusiveMin !== undefined && parsed <= check.exclusiveMin)
+    throw invalid(flag, `must be > ${check.exclusiveMin}`);
+  return parsed;
+}
+
+function choice<T extends string>(
+  flag: string,
+  value: string | undefined,
+  allowed: readonly T[],
+): T | undefined {
+  if (value === undefined) return undefined;
+  if (!(allowed as readonly string[]).includes(value)) {
+    throw invalid(flag, `expected one of ${allowed.join(', ')}, got ${JSON.stringify(value)}`);
+  }
+  return value as T;
+}
+
+/** The result of parsing the command line: a configuration, or a request for help. */
+export type ParsedArguments = { help: true } | { help: false; config: ProxyConfig };
+
+/**
+ * Parses `dressage-proxy` arguments (§1.11 of the reference) and environment variables.
+ *
+ * @throws DressageError `invalid_argument` naming the bad flag.
+ */
+export function parseProxyArguments(
+  argv: readonly string[],
+  env: NodeJS.ProcessEnv = process.env,
+): ParsedArguments {
+  let values: Record<string, string | boolean | undefined>;
+  try {
+    values = parseArgs({ args: [...argv], options, strict: true, allowPositionals: false }).values;
+  } catch (error) {
+    throw new DressageError({ code: 'invalid_argument', message: (error as Error).message, cause: error });
+  }
+  if (values.help) return { help: true };
+  const text = (flag: string) => values[flag] as string | undefined;
+  const flag = (name: string) => values[name] === true;
+  const tokenizerPath = text('tokenizer-path');
+  if (!tokenizerPath) throw invalid('tokenizer-path', 'is required');
+
+  const transferQueue =
+    flag('enable-transfer-queue') || /^(1|true|yes)$/i.test(env.DRESSAGE_ENABLE_TRANSFER_QUEUE ?? '');
+  if (transferQueue) {
+    throw invalid('enable-transfer-queue', 'the TransferQueue data plane is not supported by this proxy');
+  }
+  if (text('tool-call-hooks'))
+    throw invalid('tool-call-hooks', 'tool-call hooks are not supported by this proxy');
+
+  const tokenBuildModel = choice('token-build-model', text('token-build-model'), [
+    'qwen3_5',
+    'qwen3_6',
+  ] as const);
+  const titoModel = choice('tito-model', text('tito-model'), ['qwen3_5', 'qwen3_6'] as const);
+  const backends = ['local', 'sglang_api', 'hybrid'] as const;
+  const storeFlag = text('store-dir') ?? env.DRESSAGE_PROXY_STORE_DIR;
+  const storeDirectory =
+    storeFlag === undefined
+      ? join(process.cwd(), '.dressage', 'proxy-store')
+      : storeFlag === 'none'
+        ? null
+        : storeFlag;
+  const overrides: Partial<ProxyConfig> & Pick<ProxyConfig, 'tokenizerPath'> = {
+    tokenizerPath,
+    sglangRouterUrl: text('sglang-router-url') ?? defaultRouterUrl(env),
+    storeDirectory,
+  };
+  const set = <K extends keyof ProxyConfig>(key: K, value: ProxyConfig[K] | undefined) => {
+    if (value !== undefined) overrides[key] = value;
+  };
+  set('host', text('host'));
+  set('port', numberFlag('port', text('port'), { integer: true, min: 0 }));
+  set(
+    'maxOutputTokens',
+    numberFlag('max-output-tokens', text('max-output-tokens'), { integer: true, exclusiveMin: 0 }),
+  );
+  set(
+    'contextWindow',
+    numberFlag('context-window', text('context-window'), { integer: true, exclusiveMin: 0 }),
+  );
+  if (flag('no-dynamic-max-tokens')) overrides.dynamicMaxTokens = false;
+  set('rolloutTemperature', numberFlag('rollout-temperature', text('rollout-temperature'), { min: 0 }));
+  if (flag('use-rollout-routing-replay')) overrides.useRolloutRoutingReplay = true;
+  set(
+    'routedExpertsDtype',
+    choice('routed-experts-dtype', text('routed-experts-dtype'), ['int32', 'uint16', 'uint8']),
+  );
+  set('modelMaskType', text('model-mask-type') ?? tokenBuildModel);
+  set('modelToolCallType', text('model-tool-call-type') ?? tokenBuildModel);
+  set('toolCallParseBackend', choice('tool-call-parse-backend', text('tool-call-parse-backend'), backends));
+  set('modelReasoningType', text('model-reasoning-type'));
+  set('reasoningParseBackend', choice('reasoning-parse-backend', text('reasoning-parse-backend'), backends));
+  set('apiKey', text('api-key'));
+  set('minGroupSize', numberFlag('min-group-size', text('min-group-size'), { integer: true, min: 1 }));
+  set('sessionTimeoutSeconds', numberFlag('session-timeout', text('session-timeout'), { exclusiveMin: 0 }));
+  set('groupTimeoutSeconds', numberFlag('group-timeout', text('group-timeout'), { min: 0 }));
+  set('tokenBuildMode', choice('token-build-mode', text('token-build-mode'), ['tito', 'snapshot'] as const));
+  set('tokenBuildModel', tokenBuildModel);
+  set('titoModel', titoModel ?? tokenBuildModel);
+  if (flag('record-token-versions')) overrides.recordTokenVersions = true;
+  if (flag('mask-nonlast-version-tokens')) overrides.maskNonlastVersionTokens = true;
+  if (flag('dressage-partial-rollout')) overrides.partialRollout = true;
+  set(
+    'maxPartialRolloutPreempts',
+    numberFlag('max-partial-rollout-preempts', text('max-partial-rollout-preempts'), {
+      integer: true,
+      min: 0,
+    }),
+  );
+  set(
+    'streamHeartbeatIntervalSeconds',
+    numberFlag('stream-heartbeat-interval-seconds', text('stream-heartbeat-interval-seconds'), { min: 0 }),
+  );
+  const memoryMb = numberFlag('store-memory-limit-mb', text('store-memory-limit-mb'), { exclusiveMin: 0 });
+  if (memoryMb !== undefined) overrides.storeMemoryLimitBytes = Math.floor(memoryMb * 1024 ** 2);
+  const requestMb = numberFlag('max-request-mb', text('max-request-mb'), { exclusiveMin: 0 });
+  if (requestMb !== undefined) overrides.maxRequestBytes = Math.floor(requestMb * 1024 ** 2);
+  return { help: false, config: createProxyConfig(overrides) };
+}

@@ -1,0 +1,364 @@
+import { Agent, type Dispatcher, request } from 'undici';
+import { ProxyHttpError } from './http-error.js';
+
+/** A `/generate` request in SGLang's shape (only the fields the proxy sends). */
+export interface GenerateRequest {
+  input_ids: Int32Array;
+  sampling_params: Record<string, unknown>;
+  return_logprob: true;
+  logprob_start_len: number;
+  return_text_in_logprobs: true;
+  rid: string;
+  return_routed_experts?: boolean;
+}
+
+/** What one `/generate` call produced, with token data in typed arrays. */
+export interface GenerateResult {
+  text: string;
+  /** Output ids; null when the engine sent neither `output_ids` nor id-bearing logprobs. */
+  outputIds: Int32Array | null;
+  /** Logprob of every output token (as many as the engine sent). */
+  outputLogprobs: Float32Array;
+  /** Prompt logprobs when requested with `logprob_start_len` 0 (first entry is null in SGLang). */
+  inputLogprobs: Float32Array | null;
+  /** `meta_info.weight_version` (or `meta_info.version`), null when absent. */
+  weightVersion: string | null;
+  /** `meta_info.finish_reason.type`, null when absent. */
+  finishReason: string | null;
+  /** Base64 routed-expert ids when R3 is on. */
+  routedExperts: string | null;
+}
+
+/** A worker behind the router as `GET /workers` lists it. */
+export interface EngineWorker {
+  url: string;
+  healthy: boolean;
+  connectionMode: string;
+}
+
+/** Result of aborting one request id. */
+export interface AbortOutcome {
+  rid: string;
+  succeeded: boolean;
+  error: string | null;
+}
+
+/** Options of {@link EngineClient}. */
+export interface EngineClientOptions {
+  /** The router (or a single engine) base URL. */
+  routerUrl: string;
+  /** Keep-alive connections per origin. Default 512. */
+  connections?: number;
+  /** Timeout of a `/generate` call in seconds; null waits as long as it takes. */
+  generateTimeoutSeconds?: number | null;
+}
+
+// Per-call timeouts of control requests: they are small and must not hang a pause.
+const controlTimeoutMs = 5000;
+
+function toVersion(value: unknown): string | null {
+  if (value === null || value === undefined) return null;
+  return typeof value === 'string' ? value : String(value);
+}
+
+function upstreamUnavailable(error: unknown): ProxyHttpError {
+  const text = error instanceof Error ? `${error.name}(${JSON.stringify(error.message)})` : String(error);
+  return new ProxyHttpError(
+    503,
+    { detail: { error: 'sglang_upstream_unavailable', detail: text } },
+    undefined,
+    error,
+  );
+}
+
+function isAbortError(error: unknown): boolean {
+  return (
+    error instanceof Error &&
+    (error.name === 'AbortError' || (error as { code?: string }).code === 'UND_ERR_ABORTED')
+  );
+}
+
+/** Decodes SGLang's `[[logprob, id, text], ...]` into typed arrays without keeping per-token objects. */
+function decodeLogprobEntries(entries: unknown): { logprobs: Float32Array; ids: Int32Array | null } {
+  if (!Array.isArray(entries)) return { logprobs: new Float32Array(0), ids: null };
+  const logprobs = new Float32Array(entries.length);
+  let ids: Int32Array | null = new Int32Array(entries.length);
+  for (let index = 0; index < entries.length; index++) {
+    const entry = entries[index] as unknown[] | null;
+    const logprob = Array.isArray(entry) ? entry[0] : null;
+    logprobs[index] = typeof logprob === 'number' ? logprob : 0;
+    const id = Array.isArray(entry) ? entry[1] : null;
+    if (ids !== null && typeof id === 'number') ids[index] = id;
+    else ids = null;
+  }
+  return { logprobs, ids };
+}
+
+function encodeIds(ids: Int32Array): string {
+  // Building the JSON array by hand avoids an intermediate number[] per request.
+  let text = '[';
+  for (let index = 0; index < ids.length; index++) text += index === 0 ? ids[index] : `,${ids[index]}`;
+  return `${text}]`;
+}
+
+/**
+ * The engine client: SGLang's HTTP API through its router, over keep-alive connection pools.
+ *
+ * @example
+ * ```ts
+ * const engine = new EngineClient({ routerUrl: 'http://127.0.0.1:8000' });
+ * const result = await engine.generate(request, { routingKey: sessionId });
+ * ```
+ */
+export class EngineClient {
+  /** The router base URL, without a trailing slash. */
+  readonly routerUrl: string;
+  readonly #dispatcher: Dispatcher;
+  readonly #generateTimeoutMs: number;
+
+  constructor(options: EngineClientOptions) {
+    this.routerUrl = options.routerUrl.replace(/\/+$/, '');
+    this.#dispatcher = new Agent({
+      connections: options.connections ?? 512,
+      keepAliveTimeout: 60_000,
+      keepAliveMaxTimeout: 600_000,
+      pipelining: 1,
+    });
+    this.#generateTimeoutMs = options.generateTimeoutSeconds ? options.generateTimeoutSeconds * 1000 : 0;
+  }
+
+  /**
+   * `POST /generate` with `X-SMG-Routing-Key` for sticky routing.
+   *
+   * @throws ProxyHttpError 503 `sglang_upstream_unavailable` on connection errors, 500 on an HTTP error status.
+   */
+  async generate(
+    body: GenerateRequest,
+    options: { routingKey: string; signal?: AbortSignal },
+  ): Promise<GenerateResult> {
+    const { input_ids: inputIds, ...rest } = body;
+    const json = `{"input_ids":${encodeIds(inputIds)},${JSON.stringify(rest).slice(1)}`;
+    let response: Dispatcher.ResponseData;
+    try {
+      response = await request(`${this.routerUrl}/generate`, {
+        method: 'POST',
+        dispatcher: this.#dispatcher,
+        headers: { 'content-type': 'application/json', 'x-smg-routing-key': options.routingKey },
+        body: json,
+        signal: options.signal,
+        headersTimeout: this.#generateTimeoutMs,
+        bodyTimeout: this.#generateTimeoutMs,
+      });
+    } catch (error) {
+      if (isAbortError(error)) throw error;
+      throw upstreamUnavailable(error);
+    }
+    let payload: unknown;
+    try {
+      const text = await response.body.text();
+      if (response.statusCode >= 400) {
+        throw new ProxyHttpError(500, {
+          detail: `SGLang /generate returned HTTP ${response.statusCode}: ${text.slice(0, 500)}`,
+        });
+      }
+      payload = JSON.parse(text);
+    } catch (error) {
+      if (error instanceof ProxyHttpError || isAbortError(error)) throw error;
+      if (error instanceof SyntaxError) {
+        throw new ProxyHttpError(500, { detail: `SGLang /generate returned invalid JSON: ${error.message}` });
+      }
+      throw upstreamUnavailable(error);
+    }
+    return parseGenerateResponse(payload);
+  }
+
+  /** `GET {router}/workers`, leniently decoded; an empty list when the router has no such endpoint. */
+  async workers(): Promise<EngineWorker[]> {
+    const payload = await this.#getJson(`${this.routerUrl}/workers`);
+    const list = Array.isArray(payload)
+      ? payload
+      : Array.isArray((payload as { workers?: unknown })?.workers)
+        ? (payload as { workers: unknown[] }).workers
+        : [];
+    const workers: EngineWorker[] = [];
+    for (const entry of list) {
+      if (typeof entry === 'string') {
+        workers.push({ url: entry.replace(/\/+$/, ''), healthy: true, connectionMode: 'http' });
+        continue;
+      }
+      if (typeof entry !== 'object' || entry === null) continue;
+      const record = entry as Record<string, unknown>;
+      const url = record.url ?? record.worker_url;
+      if (typeof url !== 'string') continue;
+      const healthy = record.is_healthy ?? record.healthy ?? true;
+      const mode = record.connection_mode ?? 'http';
+      workers.push({
+        url: url.replace(/\/+$/, ''),
+        healthy: healthy === true,
+        connectionMode: String(mode).toLowerCase(),
+      });
+    }
+    return workers;
+  }
+
+  /** Healthy workers reachable over HTTP. */
+  async healthyHttpWorkers(): Promise<EngineWorker[]> {
+    try {
+      return (await this.workers()).filter((worker) => worker.healthy && worker.connectionMode === 'http');
+    } catch {
+      return [];
+    }
+  }
+
+  /**
+   * Aborts one request id on every healthy HTTP worker (the one running it returns the partial
+   * output from its `/generate`); falls back to the router's `/abort_request`.
+   */
+  async abort(rid: string): Promise<AbortOutcome> {
+    const workers = await this.healthyHttpWorkers();
+    const targets = workers.length > 0 ? workers.map((worker) => worker.url) : [this.routerUrl];
+    const errors: string[] = [];
+    let succeeded = false;
+    for (const target of targets) {
+      try {
+        await this.#postJson(`${target}/abort_request`, { rid, abort_all: false });
+        succeeded = true;
+      } catch (error) {
+        errors.push(String(error instanceof Error ? error.message : error));
+      }
+    }
+    if (!succeeded && workers.length > 0) {
+      try {
+        await this.#postJson(`${this.routerUrl}/abort_request`, { rid, abort_all: false });
+        succeeded = true;
+      } catch (error) {
+        errors.push(String(error instanceof Error ? error.message : error));
+      }
+    }
+    return { rid, succeeded, error: succeeded ? null : errors.join('; ') || 'abort failed' };
+  }
+
+  /** `POST {worker}/parse_function_call` on the first healthy worker that answers. */
+  async parseFunctionCall(body: Record<string, unknown>): Promise<Record<string, unknown> | null> {
+    return this.#firstWorkerAnswer('/parse_function_call', body, (value) => Array.isArray(value.calls));
+  }
+
+  /** `POST {worker}/separate_reasoning` on the first healthy worker whose answer has a `text` field. */
+  async separateReasoning(body: Record<string, unknown>): Promise<Record<string, unknown> | null> {
+    return this.#firstWorkerAnswer('/separate_reasoning', body, (value) => typeof value.text === 'string');
+  }
+
+  /** `GET {worker}/get_weight_version` of every healthy HTTP worker (null where it failed). */
+  async workerWeightVersions(): Promise<Array<string | null>> {
+    const workers = await this.healthyHttpWorkers();
+    return Promise.all(
+      workers.map(async (worker) => {
+        try {
+          const payload = (await this.#getJson(`${worker.url}/get_weight_version`)) as Record<
+            string,
+            unknown
+          >;
+          return toVersion(payload?.weight_version ?? payload?.version);
+        } catch {
+          return null;
+        }
+      }),
+    );
+  }
+
+  /** `GET {router}/v1/models` as the router answers it. */
+  async models(): Promise<unknown> {
+    return this.#getJson(`${this.routerUrl}/v1/models`);
+  }
+
+  /** Closes every pooled connection. */
+  async close(): Promise<void> {
+    await this.#dispatcher.close();
+  }
+
+  async #firstWorkerAnswer(
+    path: string,
+    body: Record<string, unknown>,
+    accept: (value: Record<string, unknown>) => boolean,
+  ): Promise<Record<string, unknown> | null> {
+    const workers = await this.healthyHttpWorkers();
+    for (const worker of workers) {
+      try {
+        const value = (await this.#postJson(`${worker.url}${path}`, body)) as Record<string, unknown> | null;
+        if (value && typeof value === 'object' && accept(value)) return value;
+      } catch {
+        // The next worker may answer.
+      }
+    }
+    return null;
+  }
+
+  async #getJson(url: string): Promise<unknown> {
+    const response = await request(url, {
+      method: 'GET',
+      dispatcher: this.#dispatcher,
+      headersTimeout: controlTimeoutMs,
+      bodyTimeout: controlTimeoutMs,
+    });
+    const text = await response.body.text();
+    if (response.statusCode >= 400) throw new Error(`GET ${url} returned HTTP ${response.statusCode}`);
+    return text === '' ? null : JSON.parse(text);
+  }
+
+  async #postJson(url: string, body: unknown): Promise<unknown> {
+    const response = await request(url, {
+      method: 'POST',
+      dispatcher: this.#dispatcher,
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+      headersTimeout: controlTimeoutMs,
+      bodyTimeout: controlTimeoutMs,
+    });
+    const text = await response.body.text();
+    if (response.statusCode >= 400) throw new Error(`POST ${url} returned HTTP ${response.statusCode}`);
+    if (text === '') return null;
+    try {
+      return JSON.parse(text);
+    } catch {
+      return null;
+    }
+  }
+}
+
+/** Decodes a `/generate` response body. Exported for tests of odd engine answers. */
+export function parseGenerateResponse(payload: unknown): GenerateResult {
+  const record = (typeof payload === 'object' && payload !== null ? payload : {}) as Record<string, unknown>;
+  const meta = (
+    typeof record.meta_info === 'object' && record.meta_info !== null ? record.meta_info : {}
+  ) as Record<string, unknown>;
+  const { logprobs, ids: logprobIds } = decodeLogprobEntries(meta.output_token_logprobs);
+  let outputIds: Int32Array | null = null;
+  if (Array.isArray(record.output_ids)) {
+    outputIds = new Int32Array(record.output_ids.length);
+    for (let index = 0; index < outputIds.length; index++)
+      outputIds[index] = Number(record.output_ids[index]) | 0;
+  } else if (logprobIds !== null && logprobIds.length > 0) {
+    outputIds = logprobIds;
+  }
+  const input = Array.isArray(meta.input_token_logprobs)
+    ? decodeLogprobEntries(meta.input_token_logprobs).logprobs
+    : null;
+  const finish = meta.finish_reason;
+  const finishReason =
+    typeof finish === 'string'
+      ? finish
+      : typeof finish === 'object' &&
+          finish !== null &&
+          typeof (finish as { type?: unknown }).type === 'string'
+        ? (finish as { type: string }).type
+        : null;
+  return {
+    text: typeof record.text === 'string' ? record.text : '',
+    outputIds,
+    outputLogprobs: logprobs,
+    inputLogprobs: input,
+    weightVersion: toVersion(meta.weight_version ?? meta.version),
+    finishReason,
+    routedExperts: typeof meta.routed_experts === 'string' ? meta.routed_experts : null,
+  };
+}

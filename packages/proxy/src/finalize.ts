@@ -1,0 +1,199 @@
+import { randomBytes } from 'node:crypto';
+import { isRealVersion, type SegmentReason } from '@dressage/protocol';
+import type { ProxyConfig } from './config.js';
+import type { LineageSegment, Session, Step } from './session.js';
+import type { TokenBuffer } from './token-buffer.js';
+import type { StoredBlock, StoredRecord, StoredTrajectory } from './trajectory-store.js';
+
+/** The finalize response body (§1.10). */
+export type FinalizeResult = Record<string, unknown>;
+
+function freeze(buffer: TokenBuffer, end: number, maskNonlast: boolean): StoredBlock {
+  const ids = buffer.ids.slice(0, end);
+  const logprobs = buffer.logprobs.slice(0, end);
+  const versionRuns = buffer.versionRunsIn(0, end);
+  let ranges: number[] = [...buffer.responseRanges];
+  if (maskNonlast) ranges = lastVersionRanges(buffer.responseRanges, versionRuns);
+  return { ids, logprobs, maskRanges: Uint32Array.from(ranges), versionRuns };
+}
+
+// With --mask-nonlast-version-tokens only output produced by the segment's last real version stays
+// trainable: older-version tokens keep their logprobs but get mask 0.
+function lastVersionRanges(
+  responseRanges: readonly number[],
+  runs: ReturnType<TokenBuffer['versionRunsIn']>,
+): number[] {
+  let last: string | null = null;
+  for (const run of runs) if (isRealVersion(run.version)) last = run.version;
+  if (last === null) return [...responseRanges];
+  const out: number[] = [];
+  let runStart = 0;
+  for (const run of runs) {
+    if (run.version === last) {
+      for (let index = 0; index < responseRanges.length; index += 2) {
+        const start = Math.max(runStart, responseRanges[index]!);
+        const end = Math.min(run.end, responseRanges[index + 1]!);
+        if (end > start) out.push(start, end);
+      }
+    }
+    runStart = run.end;
+  }
+  return out;
+}
+
+function distinctTurns(steps: readonly Step[]): string[] {
+  return [...new Set(steps.map((step) => step.turnId))];
+}
+
+/**
+ * Builds the records of a session (§1.10): in TITO mode one lineage-view record per lineage segment
+ * plus one timeline record per step; in snapshot mode timeline records only.
+ */
+export function buildTrajectory(
+  session: Session,
+  config: ProxyConfig,
+  label: unknown,
+): { trajectory: StoredTrajectory; result: FinalizeResult } {
+  const finalizationId = randomBytes(16).toString('hex');
+  const tito = config.tokenBuildMode === 'tito';
+  const blocks: StoredBlock[] = [];
+  const records: StoredRecord[] = [];
+  const common = (step: Step) => ({
+    session_id: session.id,
+    trajectory_id: session.id,
+    turn_id: step.turnId,
+    instance_id: session.instanceId,
+    messages: step.messagesSnapshot,
+    tools: step.tools,
+    label: label ?? null,
+    finish_reason: step.finishReason,
+    timestamp: step.timestamp,
+  });
+
+  const lineageSegments: Array<{ segment: LineageSegment; segmentIndexInLineage: number }> = [];
+  if (tito) {
+    for (const lineage of session.lineages) {
+      lineage.segments.forEach((segment, index) => {
+        if (segment.steps.length > 0) lineageSegments.push({ segment, segmentIndexInLineage: index });
+      });
+    }
+  }
+  const blockOfSegment = new Map<LineageSegment, number>();
+  lineageSegments.forEach(({ segment }, segmentIndex) => {
+    const last = segment.steps.at(-1)!;
+    blockOfSegment.set(segment, blocks.length);
+    blocks.push(freeze(segment.buffer, segment.buffer.length, config.maskNonlastVersionTokens));
+    const reasons: SegmentReason[] = segment.reasons.length > 0 ? segment.reasons : ['initial'];
+    const turnIds = distinctTurns(segment.steps);
+    const extra: Record<string, unknown> = {
+      alignment_method: 'tito',
+      token_build_mode: 'tito',
+      segment_view: 'lineage',
+      context_token_count: segment.contextCount,
+      context_delta_token_count: segment.contextCount,
+      output_token_count: segment.outputCount,
+      num_steps: segment.steps.length,
+      num_turns: turnIds.length,
+      turn_ids: turnIds,
+      lineage_id: last.lineage.id,
+      lineage_index: last.lineage.index,
+      branch_from_step_id: last.lineage.branchFromStepId,
+      step_ids: segment.steps.map((step) => step.stepId),
+      timestamp: String(last.timestamp),
+      history_rewritten: session.historyRewritten,
+      segment_reason: reasons[0],
+      segment_reasons: reasons,
+      trajectory_num_segments: lineageSegments.length,
+      mask_nonlast_version_tokens: config.maskNonlastVersionTokens,
+      finalization_complete: true,
+      finalization_id: finalizationId,
+    };
+    if (segment.logprobsInvalid) extra.tito_logprobs_invalid = true;
+    if (segment.incrementalFailed) extra.tito_incremental_tokenization_failed = true;
+    records.push({
+      view: 'lineage',
+      segmentIndex,
+      meta: {
+        uid: `${session.id}:lineage:${segmentIndex}`,
+        ...common(last),
+        segment_index: segmentIndex,
+        segment_count: lineageSegments.length,
+        extra_info: extra,
+      },
+      block: blockOfSegment.get(segment)!,
+      end: segment.buffer.length,
+      responseStart: null,
+    });
+  });
+
+  session.steps.forEach((step, segmentIndex) => {
+    let block = tito ? blockOfSegment.get(step.segment) : undefined;
+    if (block === undefined) {
+      block = blocks.length;
+      blocks.push(freeze(step.buffer, step.responseEnd, false));
+    }
+    const reasons: SegmentReason[] =
+      step.segmentReasonsBefore.length > 0 ? step.segmentReasonsBefore : ['initial'];
+    const extra: Record<string, unknown> = {
+      alignment_method: 'snapshot_step',
+      token_build_mode: config.tokenBuildMode,
+      segment_view: 'timeline',
+      context_token_count: step.promptEnd,
+      output_token_count: step.responseEnd - step.promptEnd,
+      num_steps: 1,
+      step_id: step.stepId,
+      lineage_id: step.lineage.id,
+      lineage_index: step.lineage.index,
+      route_type: step.routeType,
+      route_base_step_id: step.routeBaseStepId,
+      segment_reason: reasons[0],
+      segment_reasons: reasons,
+      history_rewritten: session.historyRewritten,
+      mask_nonlast_version_tokens: config.maskNonlastVersionTokens,
+      finalization_complete: true,
+      finalization_id: finalizationId,
+    };
+    if (step.logprobsInvalid) extra.snapshot_logprobs_invalid = true;
+    records.push({
+      view: 'timeline',
+      segmentIndex,
+      meta: {
+        uid: `${session.id}:timeline:${segmentIndex}`,
+        ...common(step),
+        segment_index: segmentIndex,
+        segment_count: session.steps.length,
+        extra_info: extra,
+      },
+      block,
+      end: step.responseEnd,
+      responseStart: step.promptEnd,
+    });
+  });
+
+  const trajectory: StoredTrajectory = {
+    trajectoryId: session.id,
+    sessionId: session.id,
+    instanceId: session.instanceId,
+    finalizedAt: Date.now(),
+    recordVersions: config.recordTokenVersions,
+    records,
+    blocks,
+  };
+  const result: FinalizeResult = {
+    success: true,
+    session_id: session.id,
+    trajectory_id: session.id,
+    instance_id: session.instanceId,
+    finalization_id: finalizationId,
+    num_steps: session.steps.length,
+    num_turns: session.numTurns,
+    num_segments: tito ? lineageSegments.length : session.steps.length,
+    num_timeline_segments: session.steps.length,
+    history_rewritten: session.historyRewritten,
+    token_build_mode: config.tokenBuildMode,
+    token_build_model: config.tokenBuildModel,
+    record_token_versions: config.recordTokenVersions,
+    mask_nonlast_version_tokens: config.maskNonlastVersionTokens,
+  };
+  return { trajectory, result };
+}

@@ -1,0 +1,454 @@
+import { randomBytes } from 'node:crypto';
+import { isRealVersion, UNKNOWN_TOKEN_VERSION } from '@dressage/protocol';
+import type { EngineClient, GenerateResult } from './engine-client.js';
+import { detailError } from './http-error.js';
+
+/** One engine request (chunk) of an agent call. */
+export interface GenerationChunk {
+  numOutputTokens: number;
+  version: string;
+  finishReason: string | null;
+  preempted: boolean;
+}
+
+/** A whole agent call's output, stitched from its chunks. */
+export interface GenerationOutput {
+  text: string;
+  ids: Int32Array;
+  logprobs: Float32Array;
+  /** Run-length versions of the output tokens: `[end, version]` pairs in token order. */
+  versionRuns: Array<{ end: number; version: string }>;
+  chunks: GenerationChunk[];
+  /** The finish reason of the last chunk. */
+  finishReason: string | null;
+  /** True when logprob counts did not match id counts, or a chunk failed after an abort. */
+  logprobsInvalid: boolean;
+  /** Prompt logprobs of the first chunk (snapshot mode). */
+  inputLogprobs: Float32Array | null;
+  /** Base64 routed-expert payloads, one per chunk that returned them. */
+  routedExperts: string[];
+}
+
+/** What a generation needs from its caller. */
+export interface GenerationRequest {
+  sessionId: string;
+  instanceId: string;
+  turnId: string;
+  promptIds: Int32Array;
+  samplingParams: Record<string, unknown>;
+  /** Output token budget over all chunks; null lets the engine decide. */
+  maxNewTokens: number | null;
+  /** `logprob_start_len` of the first chunk (0 asks for prompt logprobs). */
+  firstLogprobStartLen: number;
+  returnRoutedExperts: boolean;
+  /** `X-Dressage-Expected-Version`: every chunk must report exactly this version. */
+  expectedVersion: string | null;
+  /** Non-partial sessions with steps: the epoch they are bound to. */
+  boundEpoch: number | null;
+  /** Re-encodes text when the engine sent no ids. */
+  encodeText: (text: string) => Int32Array;
+  signal?: AbortSignal;
+}
+
+interface ActiveGeneration {
+  rid: string;
+  sessionId: string;
+  instanceId: string;
+  preempted: boolean;
+  settled: Promise<void>;
+}
+
+/** Body of `POST /v1/rollout/pause`. */
+export interface PauseRequest {
+  session_id?: string | null;
+  instance_id?: string | null;
+  reason?: string;
+  mode?: string;
+  timeout_seconds?: number | null;
+}
+
+const preemptedFinishReasons = new Set(['abort', 'preempt', 'preempted', 'cancel', 'cancelled', 'canceled']);
+
+function cancelled(): Error {
+  const error = new Error('The client went away');
+  error.name = 'AbortError';
+  return error;
+}
+
+/**
+ * The generation controller (§1.5): global pause that preempts running engine requests by rid and
+ * waits until they quiesce, resume with readiness, weight-version observation, and the chunk loop
+ * that stitches a preempted call into one response in partial-rollout mode.
+ */
+export class GenerationController {
+  paused = false;
+  reason: string | null = null;
+  /** The last real weight version observed (or set by resume). */
+  currentVersion: string | null = null;
+  rolloutEpoch = 0;
+  shuttingDown = false;
+  readonly partialRollout: boolean;
+  readonly #engine: EngineClient;
+  readonly #active = new Map<string, ActiveGeneration>();
+  #suspended = 0;
+  #resumeWaiters: Array<() => void> = [];
+  readonly #readinessTimeoutMs: number;
+
+  constructor(options: { engine: EngineClient; partialRollout: boolean; readinessTimeoutSeconds?: number }) {
+    this.#engine = options.engine;
+    this.partialRollout = options.partialRollout;
+    this.#readinessTimeoutMs = (options.readinessTimeoutSeconds ?? 30) * 1000;
+  }
+
+  /** Number of engine requests now running. */
+  get activeCount(): number {
+    return this.#active.size;
+  }
+
+  /** `GET /v1/rollout/pause_state`. */
+  state(): Record<string, unknown> {
+    return {
+      paused: this.paused,
+      reason: this.reason,
+      version: this.currentVersion,
+      rollout_epoch: this.rolloutEpoch,
+      shutting_down: this.shuttingDown,
+      partial_rollout: this.partialRollout,
+      active_sglang_generations: this.#active.size,
+      suspended_generations: this.#suspended,
+      active_request_ids: [...this.#active.keys()],
+    };
+  }
+
+  /** Records a real weight version the engine reported. */
+  observeVersion(version: string | null): void {
+    if (isRealVersion(version)) this.currentVersion = version;
+  }
+
+  /** Resolves once the controller is not paused (immediately when running). */
+  async waitWhilePaused(signal?: AbortSignal): Promise<void> {
+    while (this.paused) {
+      if (signal?.aborted) throw cancelled();
+      await new Promise<void>((resolve) => {
+        const done = () => {
+          signal?.removeEventListener('abort', done);
+          resolve();
+        };
+        this.#resumeWaiters.push(done);
+        signal?.addEventListener('abort', done, { once: true });
+      });
+    }
+    if (signal?.aborted) throw cancelled();
+  }
+
+  /**
+   * `POST /v1/rollout/pause`: sets the global pause, aborts matching running requests by rid and
+   * waits until each returned its partial chunk (or the timeout passed).
+   */
+  async pause(request: PauseRequest): Promise<Record<string, unknown>> {
+    const mode = request.mode ?? 'preempt';
+    if (mode !== 'preempt') {
+      throw detailError(
+        400,
+        `mode: unsupported pause mode ${JSON.stringify(mode)}; only "preempt" is supported`,
+      );
+    }
+    const reason = request.reason ?? 'weight_update';
+    const wasPaused = this.paused;
+    this.paused = true;
+    this.reason = reason;
+    const targets = [...this.#active.values()].filter(
+      (generation) =>
+        (!request.session_id || generation.sessionId === request.session_id) &&
+        (!request.instance_id || generation.instanceId === request.instance_id),
+    );
+    for (const generation of targets) generation.preempted = true;
+    const outcomes = await Promise.all(targets.map((generation) => this.#engine.abort(generation.rid)));
+    const succeeded = outcomes.filter((outcome) => outcome.succeeded).map((outcome) => outcome.rid);
+    const failed = outcomes.filter((outcome) => !outcome.succeeded);
+    const settled = Promise.all(targets.map((generation) => generation.settled)).then(() => true);
+    const timeoutMs =
+      request.timeout_seconds === null || request.timeout_seconds === undefined
+        ? null
+        : request.timeout_seconds * 1000;
+    let timer: NodeJS.Timeout | undefined;
+    const quiesced =
+      timeoutMs === null
+        ? await settled
+        : await Promise.race([
+            settled,
+            new Promise<boolean>((resolve) => {
+              timer = setTimeout(() => resolve(false), timeoutMs);
+            }),
+          ]);
+    if (timer) clearTimeout(timer);
+    return {
+      status: wasPaused ? 'already_paused' : 'paused',
+      reason,
+      mode,
+      quiesced,
+      preempted: targets.length > 0,
+      fallback: failed.length > 0 ? 'wait_natural_completion' : null,
+      active_sglang_generations: this.#active.size,
+      suspended_generations: this.#suspended,
+      version: this.currentVersion,
+      abort_attempted_request_ids: targets.map((generation) => generation.rid),
+      abort_succeeded_request_ids: succeeded,
+      abort_failed_request_ids: failed.map((outcome) => outcome.rid),
+      abort_errors: Object.fromEntries(failed.map((outcome) => [outcome.rid, outcome.error])),
+      preempted_request_ids: targets.map((generation) => generation.rid),
+    };
+  }
+
+  /**
+   * `POST /v1/rollout/resume`: waits for a healthy worker, sets the version, bumps the epoch (only
+   * when it was paused) and releases every waiting call.
+   */
+  async resume(request: {
+    version?: string | null;
+    reason?: string | null;
+  }): Promise<Record<string, unknown>> {
+    if (this.shuttingDown) {
+      throw detailError(503, { status: 'shutting_down', paused: this.paused, shutting_down: true });
+    }
+    const wasPaused = this.paused;
+    let readiness: Record<string, unknown> | undefined;
+    if (wasPaused) {
+      readiness = await this.#waitForReadiness();
+      if (readiness.ready !== true) {
+        throw detailError(503, {
+          status: 'backend_not_ready',
+          readiness,
+          paused: true,
+          rollout_epoch: this.rolloutEpoch,
+          version: this.currentVersion,
+        });
+      }
+    }
+    if (request.version !== undefined && request.version !== null) this.currentVersion = request.version;
+    if (wasPaused) this.rolloutEpoch += 1;
+    this.paused = false;
+    this.reason = request.reason ?? null;
+    const waiters = this.#resumeWaiters;
+    this.#resumeWaiters = [];
+    for (const waiter of waiters) waiter();
+    const body: Record<string, unknown> = {
+      status: wasPaused ? 'resumed' : 'already_running',
+      reason: this.reason,
+      version: this.currentVersion,
+      rollout_epoch: this.rolloutEpoch,
+      shutting_down: this.shuttingDown,
+      active_sglang_generations: this.#active.size,
+      suspended_generations: this.#suspended,
+    };
+    if (readiness) body.readiness = readiness;
+    return body;
+  }
+
+  /** Marks shutdown and releases waiters so they fail fast. */
+  shutdown(): void {
+    this.shuttingDown = true;
+    const waiters = this.#resumeWaiters;
+    this.#resumeWaiters = [];
+    for (const waiter of waiters) waiter();
+  }
+
+  async #waitForReadiness(): Promise<Record<string, unknown>> {
+    const deadline = Date.now() + this.#readinessTimeoutMs;
+    for (;;) {
+      const workers = await this.#engine.healthyHttpWorkers();
+      if (workers.length > 0) {
+        return {
+          ready: true,
+          healthy_http_workers: workers.length,
+          worker_urls: workers.map((worker) => worker.url),
+        };
+      }
+      if (Date.now() >= deadline) return { ready: false, healthy_http_workers: 0, worker_urls: [] };
+      await new Promise((resolve) => setTimeout(resolve, Math.min(1000, Math.max(1, deadline - Date.now()))));
+    }
+  }
+
+  /**
+   * Runs one agent call: one engine request, or several when a pause preempts it in partial mode
+   * (each continuation sends prompt + tokens so far). Tokens keep the version of their chunk.
+   *
+   * @throws ProxyHttpError 502 for preemption without partial mode, epoch changes and version pins.
+   */
+  async generate(request: GenerationRequest): Promise<GenerationOutput> {
+    const pieces: GenerateResult[] = [];
+    const chunks: GenerationChunk[] = [];
+    const versionRuns: Array<{ end: number; version: string }> = [];
+    let generated = 0;
+    let text = '';
+    let logprobsInvalid = false;
+    let inputLogprobs: Float32Array | null = null;
+    const routedExperts: string[] = [];
+    let wasSuspended = false;
+    const context = { session_id: request.sessionId, instance_id: request.instanceId };
+    try {
+      for (;;) {
+        if (this.paused && chunks.length > 0 && !wasSuspended) {
+          this.#suspended += 1;
+          wasSuspended = true;
+        }
+        await this.waitWhilePaused(request.signal);
+        if (wasSuspended) {
+          this.#suspended -= 1;
+          wasSuspended = false;
+        }
+        if (this.shuttingDown) throw detailError(503, { error: 'proxy_shutting_down' });
+        if (request.boundEpoch !== null && request.boundEpoch !== this.rolloutEpoch) {
+          throw detailError(502, {
+            error: 'trajectory_version_changed',
+            message: 'The rollout epoch changed (a resume happened) during this non-partial trajectory.',
+            session_epoch: request.boundEpoch,
+            current_epoch: this.rolloutEpoch,
+            ...context,
+          });
+        }
+        const remaining = request.maxNewTokens === null ? null : request.maxNewTokens - generated;
+        if (remaining !== null && remaining <= 0) break;
+        const inputIds =
+          generated === 0
+            ? request.promptIds
+            : concatInt32([request.promptIds, ...pieces.map((piece) => piece.outputIds!)]);
+        const samplingParams =
+          remaining === null
+            ? request.samplingParams
+            : { ...request.samplingParams, max_new_tokens: remaining };
+        const rid = `dressage-${request.sessionId}-${request.turnId}-${randomBytes(16).toString('hex')}`;
+        let settle!: () => void;
+        const generation: ActiveGeneration = {
+          rid,
+          sessionId: request.sessionId,
+          instanceId: request.instanceId,
+          preempted: false,
+          settled: new Promise<void>((resolve) => {
+            settle = resolve;
+          }),
+        };
+        this.#active.set(rid, generation);
+        let result: GenerateResult;
+        try {
+          result = await this.#engine.generate(
+            {
+              input_ids: inputIds,
+              sampling_params: samplingParams,
+              return_logprob: true,
+              logprob_start_len: chunks.length === 0 ? request.firstLogprobStartLen : -1,
+              return_text_in_logprobs: true,
+              rid,
+              ...(request.returnRoutedExperts ? { return_routed_experts: true } : {}),
+            },
+            { routingKey: request.sessionId, signal: request.signal },
+          );
+        } catch (error) {
+          if (!generation.preempted || request.signal?.aborted) throw error;
+          // The abort broke the call itself: resume from the previous prefix, logprobs unknown.
+          result = {
+            text: '',
+            outputIds: new Int32Array(0),
+            outputLogprobs: new Float32Array(0),
+            inputLogprobs: null,
+            weightVersion: null,
+            finishReason: 'abort',
+            routedExperts: null,
+          };
+          logprobsInvalid = true;
+        } finally {
+          this.#active.delete(rid);
+          // Everything below runs synchronously, so the chunk is appended before a pause resumes.
+          settle();
+        }
+        if (result.outputIds === null) {
+          result.outputIds = request.encodeText(result.text);
+          logprobsInvalid = true;
+        }
+        const count = result.outputIds.length;
+        if (result.outputLogprobs.length !== count) {
+          const normalized = new Float32Array(count);
+          normalized.set(result.outputLogprobs.subarray(0, count));
+          result.outputLogprobs = normalized;
+          logprobsInvalid = true;
+        }
+        this.observeVersion(result.weightVersion);
+        const version = result.weightVersion ?? UNKNOWN_TOKEN_VERSION;
+        if (request.expectedVersion !== null) {
+          if (!isRealVersion(result.weightVersion)) {
+            throw detailError(502, {
+              error: 'weight_version_unavailable',
+              message: 'X-Dressage-Expected-Version is set but the engine reported no weight version.',
+              expected: request.expectedVersion,
+              ...context,
+            });
+          }
+          if (result.weightVersion !== request.expectedVersion) {
+            throw detailError(502, {
+              error: 'weight_version_mismatch',
+              expected: request.expectedVersion,
+              observed: result.weightVersion,
+              ...context,
+            });
+          }
+        }
+        if (chunks.length === 0) inputLogprobs = result.inputLogprobs;
+        if (result.routedExperts) routedExperts.push(result.routedExperts);
+        const preempted = generation.preempted || preemptedFinishReasons.has(result.finishReason ?? '');
+        pieces.push(result);
+        text += result.text;
+        generated += count;
+        if (count > 0) {
+          const last = versionRuns.at(-1);
+          if (last && last.version === version) last.end = generated;
+          else versionRuns.push({ end: generated, version });
+        }
+        chunks.push({ numOutputTokens: count, version, finishReason: result.finishReason, preempted });
+        if (!preempted) break;
+        if (!this.partialRollout) {
+          throw detailError(502, {
+            error: 'generation_preempted',
+            message:
+              'The generation was preempted by a rollout pause and this proxy does not continue partial rollouts.',
+            ...context,
+          });
+        }
+      }
+    } finally {
+      if (wasSuspended) this.#suspended -= 1;
+    }
+    const ids = concatInt32(pieces.map((piece) => piece.outputIds!));
+    const logprobs = new Float32Array(ids.length);
+    let offset = 0;
+    for (const piece of pieces) {
+      logprobs.set(piece.outputLogprobs, offset);
+      offset += piece.outputLogprobs.length;
+    }
+    return {
+      text,
+      ids,
+      logprobs,
+      versionRuns,
+      chunks,
+      // A preempted last chunk means the budget ran out across continuations.
+      finishReason: chunks.at(-1)?.preempted ? 'length' : (chunks.at(-1)?.finishReason ?? null),
+      logprobsInvalid,
+      inputLogprobs,
+      routedExperts,
+    };
+  }
+}
+
+/** Concatenates int32 arrays into one. */
+export function concatInt32(parts: readonly Int32Array[]): Int32Array {
+  if (parts.length === 1) return parts[0]!;
+  let length = 0;
+  for (const part of parts) length += part.length;
+  const out = new Int32Array(length);
+  let offset = 0;
+  for (const part of parts) {
+    out.set(part, offset);
+    offset += part.length;
+  }
+  return out;
+}

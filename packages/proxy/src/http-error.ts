@@ -1,0 +1,82 @@
+import {
+  type ContextOverflowBody,
+  contextOverflowBody,
+  DressageError,
+  type ErrorCode,
+} from '@dressage/protocol';
+
+const codeByStatus: Readonly<Record<number, ErrorCode>> = {
+  400: 'invalid_argument',
+  401: 'unauthenticated',
+  404: 'not_found',
+  405: 'unimplemented',
+  409: 'already_exists',
+  413: 'resource_exhausted',
+  500: 'internal',
+  502: 'aborted',
+  503: 'unavailable',
+};
+
+/**
+ * An error that leaves the proxy as an HTTP response with an exact status and JSON body. Most bodies
+ * use FastAPI's `{"detail": ...}` envelope, as the reference does; context overflow is top-level.
+ */
+export class ProxyHttpError extends DressageError {
+  /** The HTTP status the proxy answers with. */
+  readonly status: number;
+  /** The JSON body the proxy answers with. */
+  readonly body: unknown;
+
+  constructor(status: number, body: unknown, message?: string, cause?: unknown) {
+    super({
+      message: message ?? describeBody(body) ?? `HTTP ${status}`,
+      code: codeByStatus[status] ?? (status >= 500 ? 'internal' : 'invalid_argument'),
+      details: { status },
+      cause,
+    });
+    this.name = 'ProxyHttpError';
+    this.status = status;
+    this.body = body;
+  }
+
+  override get httpStatus(): number {
+    return this.status;
+  }
+}
+
+function describeBody(body: unknown): string | undefined {
+  if (typeof body !== 'object' || body === null) return undefined;
+  const detail = (body as { detail?: unknown }).detail;
+  if (typeof detail === 'string') return detail;
+  if (typeof detail === 'object' && detail !== null) {
+    const record = detail as Record<string, unknown>;
+    const name = typeof record.error === 'string' ? record.error : (record.status as string | undefined);
+    const text = typeof record.message === 'string' ? record.message : undefined;
+    return [name, text].filter(Boolean).join(': ') || undefined;
+  }
+  const message = (body as { message?: unknown }).message;
+  return typeof message === 'string' ? message : undefined;
+}
+
+/** `{"detail": detail}` with `status`. */
+export function detailError(status: number, detail: string | Record<string, unknown>): ProxyHttpError {
+  return new ProxyHttpError(status, { detail });
+}
+
+/** The 413 context-overflow error (top-level body, not wrapped in `detail`). */
+export function contextOverflowError(details: ContextOverflowBody['details']): ProxyHttpError {
+  return new ProxyHttpError(413, contextOverflowBody(details));
+}
+
+/**
+ * Converts any thrown value into status and body. A DressageError keeps its code's status and names
+ * its message; anything else is a 500 `internal_error`.
+ */
+export function toHttpResponse(error: unknown): { status: number; body: unknown } {
+  if (error instanceof ProxyHttpError) return { status: error.status, body: error.body };
+  if (DressageError.isInstance(error)) {
+    return { status: error.httpStatus, body: { detail: error.message } };
+  }
+  const message = error instanceof Error ? error.message : String(error);
+  return { status: 500, body: { detail: { error: 'internal_error', message } } };
+}

@@ -1,0 +1,87 @@
+import { createHash } from 'node:crypto';
+import type { ChatMessage, Tool } from '@dressage/protocol';
+import {
+  type ChatRenderer,
+  createFixedRenderer,
+  createSnapshotRenderer,
+  loadTokenizer,
+  rendersNoToolsLikeEmptyTools,
+  TitoEncoder,
+  type TitoTokenizer,
+} from '@dressage/tito';
+import type { ProxyConfig } from './config.js';
+
+/**
+ * What the proxy needs from tokenization: rendering for routing, full and incremental (TITO)
+ * encoding, and plain text encoding. A thin seam over `@dressage/tito`.
+ */
+export interface PromptTokenizer {
+  /** A name for `/integration/capabilities` (`tokenizer_id`). */
+  readonly tokenizerId: string;
+  /** SHA-256 of the chat template used for rendering, or null. */
+  readonly chatTemplateFingerprint: string | null;
+  /** True when `tools: null` and `tools: []` render identically (then they are not a tools change). */
+  readonly noToolsEqualsEmptyTools: boolean;
+  /** Renders messages (routing compares these strings). */
+  render(
+    messages: readonly ChatMessage[],
+    tools: readonly Tool[] | null,
+    addGenerationPrompt: boolean,
+  ): string;
+  /** Renders with the generation prompt and encodes the whole prompt. */
+  encodeFull(messages: readonly ChatMessage[], tools: readonly Tool[] | null): Int32Array;
+  /**
+   * The context ids that extend `prefixIds` (covering `baseMessages`) to the prompt of `messages`.
+   * @throws when the request cannot be encoded incrementally.
+   */
+  encodeIncremental(
+    prefixIds: Int32Array,
+    baseMessages: readonly ChatMessage[],
+    messages: readonly ChatMessage[],
+  ): Int32Array;
+  /** Encodes plain text without special-token handling beyond the vocabulary. */
+  encodeText(text: string): Int32Array;
+}
+
+/** Builds a {@link PromptTokenizer} from a tito tokenizer and renderer. */
+export function createPromptTokenizer(options: {
+  tokenizer: TitoTokenizer;
+  renderer: ChatRenderer;
+  tokenizerId: string;
+  chatTemplate: string | null;
+}): PromptTokenizer {
+  const { tokenizer, renderer } = options;
+  const encoder = new TitoEncoder({ tokenizer, renderer });
+  return {
+    tokenizerId: options.tokenizerId,
+    chatTemplateFingerprint:
+      options.chatTemplate === null ? null : createHash('sha256').update(options.chatTemplate).digest('hex'),
+    noToolsEqualsEmptyTools: rendersNoToolsLikeEmptyTools(renderer),
+    render: (messages, tools, addGenerationPrompt) =>
+      renderer.render(messages, { tools, addGenerationPrompt }),
+    encodeFull: (messages, tools) => encoder.encodeFull(messages, { tools, addGenerationPrompt: true }),
+    encodeIncremental: (prefixIds, baseMessages, messages) =>
+      encoder.encodeIncremental({ prefixIds, baseMessages, messages }).ids,
+    encodeText: (text) => tokenizer.encode(text),
+  };
+}
+
+/**
+ * Loads the tokenizer of `config.tokenizerPath` and picks the renderer: in TITO mode the fixed
+ * `qwen3_5` renderer (or, for `qwen3_6`, the model's own template with `preserve_thinking`); in
+ * snapshot mode the model's own template.
+ */
+export async function loadPromptTokenizer(config: ProxyConfig): Promise<PromptTokenizer> {
+  const tokenizer = await loadTokenizer(config.tokenizerPath);
+  let renderer: ChatRenderer;
+  let chatTemplate: string | null = tokenizer.chatTemplate;
+  if (config.tokenBuildMode === 'tito' && config.titoModel === 'qwen3_5') {
+    renderer = createFixedRenderer('qwen3_5');
+    chatTemplate = `fixed:${renderer.name}`;
+  } else if (config.tokenBuildMode === 'tito') {
+    renderer = createSnapshotRenderer(tokenizer, { variables: { preserve_thinking: true } });
+  } else {
+    renderer = createSnapshotRenderer(tokenizer);
+  }
+  return createPromptTokenizer({ tokenizer, renderer, tokenizerId: config.tokenizerPath, chatTemplate });
+}

@@ -1,0 +1,205 @@
+import { DressageError } from '@dressage/protocol';
+
+/** Options of {@link ProxyClient}. */
+export interface ProxyClientOptions {
+  /** The proxy base URL, e.g. `http://127.0.0.1:8800`. */
+  baseUrl: string;
+  /** Bearer key; omit for a proxy started with `--api-key no-auth`. */
+  apiKey?: string;
+  /** Per-call timeout in milliseconds. Default 300 000. */
+  timeoutMs?: number;
+  /** Retries after a 503 or a connection error. Default 3. */
+  maxRetries?: number;
+  /** First backoff in milliseconds, doubled per retry. Default 200. */
+  backoffMs?: number;
+}
+
+/** A non-2xx answer of the proxy, with its status and parsed body. */
+export class ProxyClientError extends DressageError {
+  readonly status: number;
+  readonly body: unknown;
+
+  constructor(status: number, body: unknown, path: string) {
+    super({
+      code:
+        status === 503
+          ? 'unavailable'
+          : status === 404
+            ? 'not_found'
+            : status >= 500
+              ? 'internal'
+              : 'invalid_argument',
+      message: `${path} answered HTTP ${status}: ${typeof body === 'string' ? body : JSON.stringify(body)}`,
+      details: { status, path },
+    });
+    this.name = 'ProxyClientError';
+    this.status = status;
+    this.body = body;
+  }
+}
+
+/** Ids a chat completion is recorded under. */
+export interface CompletionIds {
+  sessionId: string;
+  instanceId?: string;
+  turnId?: string;
+  /** Pins the weight version (`X-Dressage-Expected-Version`). */
+  expectedVersion?: string;
+}
+
+/** Arguments of {@link ProxyClient.readTrajectory}. */
+export interface ReadTrajectoryOptions {
+  trajectoryId?: string;
+  sessionId?: string;
+  instanceId?: string;
+  maxGroups?: number;
+  segmentView?: 'lineage' | 'timeline';
+  drain?: boolean;
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/**
+ * The rollout-side client of the proxy (§1.12). Retries with exponential backoff on 503 and on
+ * connection errors only; every other error status is thrown at once as a {@link ProxyClientError}.
+ *
+ * @example
+ * ```ts
+ * const client = new ProxyClient({ baseUrl: 'http://127.0.0.1:8800' });
+ * await client.chatCompletions({ messages: [{ role: 'user', content: 'hi' }] }, { sessionId: 's1' });
+ * const finalized = await client.finalizeSession('s1');
+ * const { data } = await client.readTrajectory({ trajectoryId: 's1', drain: true });
+ * ```
+ */
+export class ProxyClient {
+  readonly baseUrl: string;
+  readonly #options: Required<Omit<ProxyClientOptions, 'apiKey' | 'baseUrl'>> & { apiKey?: string };
+
+  constructor(options: ProxyClientOptions) {
+    this.baseUrl = options.baseUrl.replace(/\/+$/, '');
+    this.#options = {
+      apiKey: options.apiKey,
+      timeoutMs: options.timeoutMs ?? 300_000,
+      maxRetries: options.maxRetries ?? 3,
+      backoffMs: options.backoffMs ?? 200,
+    };
+  }
+
+  /** `POST /v1/chat/completions` with the id headers. */
+  chatCompletions(body: Record<string, unknown>, ids: CompletionIds): Promise<Record<string, unknown>> {
+    const headers: Record<string, string> = { 'x-session-id': ids.sessionId };
+    if (ids.instanceId) headers['x-instance-id'] = ids.instanceId;
+    if (ids.turnId) headers['x-turn-id'] = ids.turnId;
+    if (ids.expectedVersion) headers['x-dressage-expected-version'] = ids.expectedVersion;
+    return this.#call('POST', '/v1/chat/completions', { ...body, stream: false }, headers);
+  }
+
+  /** `POST /session/finalize`. */
+  finalizeSession(
+    sessionId: string,
+    options: { instanceId?: string; label?: unknown } = {},
+  ): Promise<Record<string, unknown>> {
+    const body: Record<string, unknown> = { session_id: sessionId };
+    if (options.instanceId) body.instance_id = options.instanceId;
+    if (options.label !== undefined) body.label = options.label;
+    return this.#call('POST', '/session/finalize', body);
+  }
+
+  /** `POST /session/discard`. */
+  discardSession(sessionId: string): Promise<Record<string, unknown>> {
+    return this.#call('POST', '/session/discard', { session_id: sessionId });
+  }
+
+  /** `POST /trajectory/read`: by id, or batch mode without one. */
+  readTrajectory(options: ReadTrajectoryOptions = {}): Promise<{
+    success: boolean;
+    mode: 'trajectory' | 'batch';
+    data: unknown[];
+    meta_info: Record<string, unknown>;
+    drained?: boolean;
+  }> {
+    const body: Record<string, unknown> = { drain: options.drain ?? false };
+    if (options.trajectoryId) body.trajectory_id = options.trajectoryId;
+    if (options.sessionId) body.session_id = options.sessionId;
+    if (options.instanceId) body.instance_id = options.instanceId;
+    if (options.maxGroups) body.max_groups = options.maxGroups;
+    if (options.segmentView) body.segment_view = options.segmentView;
+    return this.#call('POST', '/trajectory/read', body) as never;
+  }
+
+  /** `GET /trajectory/stats`. */
+  trajectoryStats(): Promise<Record<string, unknown>> {
+    return this.#call('GET', '/trajectory/stats');
+  }
+
+  /** `POST /v1/rollout/pause`. */
+  pauseRollout(reason = 'weight_update', timeoutSeconds?: number): Promise<Record<string, unknown>> {
+    const body: Record<string, unknown> = { reason };
+    if (timeoutSeconds !== undefined) body.timeout_seconds = timeoutSeconds;
+    return this.#call('POST', '/v1/rollout/pause', body);
+  }
+
+  /** `POST /v1/rollout/resume`. */
+  resumeRollout(version?: string, reason = 'weight_update'): Promise<Record<string, unknown>> {
+    const body: Record<string, unknown> = { reason };
+    if (version !== undefined) body.version = version;
+    return this.#call('POST', '/v1/rollout/resume', body);
+  }
+
+  /** `GET /v1/rollout/pause_state`. */
+  pauseState(): Promise<Record<string, unknown>> {
+    return this.#call('GET', '/v1/rollout/pause_state');
+  }
+
+  /** `GET /integration/capabilities`. */
+  capabilities(): Promise<Record<string, unknown>> {
+    return this.#call('GET', '/integration/capabilities');
+  }
+
+  async #call(
+    method: 'GET' | 'POST',
+    path: string,
+    body?: unknown,
+    extraHeaders: Record<string, string> = {},
+  ): Promise<Record<string, unknown>> {
+    const headers: Record<string, string> = { ...extraHeaders };
+    if (body !== undefined) headers['content-type'] = 'application/json';
+    if (this.#options.apiKey) headers.authorization = `Bearer ${this.#options.apiKey}`;
+    for (let attempt = 0; ; attempt++) {
+      let response: Response;
+      try {
+        response = await fetch(`${this.baseUrl}${path}`, {
+          method,
+          headers,
+          body: body === undefined ? undefined : JSON.stringify(body),
+          signal: AbortSignal.timeout(this.#options.timeoutMs),
+        });
+      } catch (error) {
+        // Connection-level failures are retried; a timeout is not (the call may have run).
+        const timedOut = error instanceof Error && error.name === 'TimeoutError';
+        if (timedOut || attempt >= this.#options.maxRetries) {
+          throw new DressageError({
+            code: timedOut ? 'deadline_exceeded' : 'unavailable',
+            message: `${method} ${path} failed: ${(error as Error).message}`,
+            cause: error,
+          });
+        }
+        await sleep(this.#options.backoffMs * 2 ** attempt);
+        continue;
+      }
+      const text = await response.text();
+      let parsed: unknown = text;
+      try {
+        parsed = text === '' ? null : JSON.parse(text);
+      } catch {
+        parsed = text;
+      }
+      if (response.ok) return parsed as Record<string, unknown>;
+      if (response.status === 503 && attempt < this.#options.maxRetries) {
+        await sleep(this.#options.backoffMs * 2 ** attempt);
+        continue;
+      }
+      throw new ProxyClientError(response.status, parsed, path);
+    }
+  }
+}

@@ -1,0 +1,589 @@
+import { randomBytes, randomUUID } from 'node:crypto';
+import type { IncomingHttpHeaders } from 'node:http';
+import {
+  type ChatCompletionRequest,
+  type ChatMessage,
+  chatCompletionRequestSchema,
+  isRealVersion,
+  safeParseWire,
+  type Tool,
+} from '@dressage/protocol';
+import type { z } from 'zod';
+import type { ProxyConfig } from './config.js';
+import { EngineClient } from './engine-client.js';
+import { buildTrajectory, type FinalizeResult } from './finalize.js';
+import { GenerationController, type GenerationOutput } from './generation-controller.js';
+import { contextOverflowError, detailError } from './http-error.js';
+import { OutputParser, type ParsedOutput } from './parsers.js';
+import type { PromptTokenizer } from './prompt-tokenizer.js';
+import {
+  discardRequestSchema,
+  finalizeRequestSchema,
+  pauseRequestSchema,
+  readRequestSchema,
+  resumeRequestSchema,
+} from './request-bodies.js';
+import { commitStep, type PlanOptions, planStep, Session, type StepPlan } from './session.js';
+import type { CompletionBody } from './streaming.js';
+import { TrajectoryStore } from './trajectory-store.js';
+
+/** A finished chat completion and how to deliver it. */
+export interface CompletionOutcome {
+  completion: CompletionBody;
+  stream: boolean;
+  includeUsage: boolean;
+}
+
+function parseBody<TSchema extends z.ZodType>(
+  schema: TSchema,
+  body: unknown,
+  what: string,
+): z.output<TSchema> {
+  const result = safeParseWire(schema, body, what);
+  if (!result.success) throw detailError(400, result.error.message);
+  return result.data;
+}
+
+function header(headers: IncomingHttpHeaders, name: string): string | null {
+  const value = headers[name];
+  const text = Array.isArray(value) ? value[0] : value;
+  return text === undefined || text.trim() === '' ? null : text.trim();
+}
+
+function chatCompletionId(): string {
+  return `chatcmpl-${randomBytes(6).toString('hex')}`;
+}
+
+function stepLimit(): number {
+  const value = Number(process.env.DRESSAGE_PROXY_MAX_STEPS_PER_SESSION ?? '0');
+  return Number.isFinite(value) && value > 0 ? Math.floor(value) : 0;
+}
+
+/**
+ * The proxy's behaviour behind HTTP: sessions, the chat pipeline, finalize, read, discard, pause and
+ * resume. {@link createProxyServer} puts it on a socket.
+ */
+export class ProxyService {
+  readonly config: ProxyConfig;
+  readonly engine: EngineClient;
+  readonly controller: GenerationController;
+  readonly store: TrajectoryStore;
+  readonly tokenizer: PromptTokenizer;
+  readonly #parser: OutputParser;
+  readonly #sessions = new Map<string, Session>();
+  readonly #finalized = new Map<string, { at: number; result: FinalizeResult }>();
+  readonly #planOptions: PlanOptions;
+  #sweeper: NodeJS.Timeout | null = null;
+  #inFlight = 0;
+
+  private constructor(config: ProxyConfig, tokenizer: PromptTokenizer, store: TrajectoryStore) {
+    this.config = config;
+    this.tokenizer = tokenizer;
+    this.store = store;
+    this.engine = new EngineClient({
+      routerUrl: config.sglangRouterUrl,
+      generateTimeoutSeconds: config.engineRequestTimeoutSeconds,
+    });
+    this.controller = new GenerationController({
+      engine: this.engine,
+      partialRollout: config.partialRollout,
+      readinessTimeoutSeconds: config.resumeReadinessTimeoutSeconds,
+    });
+    this.#parser = new OutputParser({
+      engine: this.engine,
+      toolCallType: config.modelToolCallType,
+      toolCallBackend: config.toolCallParseBackend,
+      reasoningType: config.modelReasoningType,
+      reasoningBackend: config.reasoningParseBackend,
+    });
+    this.#planOptions = { tokenizer, mode: config.tokenBuildMode };
+    const sweepMs = Math.max(50, Math.min(60_000, (config.sessionTimeoutSeconds * 1000) / 4));
+    this.#sweeper = setInterval(() => this.expireIdle(), sweepMs);
+    this.#sweeper.unref();
+  }
+
+  /** Opens the trajectory store and builds the service. */
+  static async create(config: ProxyConfig, tokenizer: PromptTokenizer): Promise<ProxyService> {
+    const store = await TrajectoryStore.open({
+      directory: config.storeDirectory,
+      memoryLimitBytes: config.storeMemoryLimitBytes,
+    });
+    return new ProxyService(config, tokenizer, store);
+  }
+
+  /** Number of open sessions. */
+  get activeSessions(): number {
+    return this.#sessions.size;
+  }
+
+  /** Drops idle sessions and forgets old finalized ids (`--session-timeout`). */
+  expireIdle(now = Date.now()): void {
+    const timeoutMs = this.config.sessionTimeoutSeconds * 1000;
+    for (const [id, session] of this.#sessions) {
+      if (!session.lock.busy && now - session.lastActivity >= timeoutMs) {
+        session.closed = true;
+        this.#sessions.delete(id);
+      }
+    }
+    for (const [id, entry] of this.#finalized) if (now - entry.at >= timeoutMs) this.#finalized.delete(id);
+  }
+
+  /** `POST /v1/chat/completions` up to the finished completion (streaming is the server's job). */
+  async chatCompletion(
+    rawBody: unknown,
+    headers: IncomingHttpHeaders,
+    signal: AbortSignal,
+  ): Promise<CompletionOutcome> {
+    if (this.controller.shuttingDown) throw detailError(503, { error: 'proxy_shutting_down' });
+    const body = parseBody(chatCompletionRequestSchema, rawBody, 'chat completion request');
+    const sessionId =
+      header(headers, 'x-session-id') ??
+      header(headers, 'x-smg-routing-key') ??
+      body.session_id ??
+      randomUUID();
+    const instanceId = header(headers, 'x-instance-id') ?? body.instance_id ?? null;
+    const explicitTurn = header(headers, 'x-turn-id') ?? body.turn_id ?? null;
+    const expectedVersion = header(headers, 'x-dressage-expected-version');
+    if (this.#finalized.has(sessionId))
+      throw detailError(409, `Session ${sessionId} has already been finalized.`);
+    let session = this.#sessions.get(sessionId);
+    if (!session) {
+      session = new Session(sessionId, instanceId ?? randomUUID());
+      this.#sessions.set(sessionId, session);
+    } else if (instanceId !== null) {
+      session.instanceId = instanceId;
+    }
+    const current = session;
+    this.#inFlight += 1;
+    try {
+      return await current.lock.run(() =>
+        this.#runCompletion(current, body, explicitTurn, expectedVersion, signal),
+      );
+    } finally {
+      this.#inFlight -= 1;
+      current.lastActivity = Date.now();
+    }
+  }
+
+  async #runCompletion(
+    session: Session,
+    body: ChatCompletionRequest,
+    explicitTurn: string | null,
+    expectedVersion: string | null,
+    signal: AbortSignal,
+  ): Promise<CompletionOutcome> {
+    if (session.closed) {
+      throw detailError(
+        409,
+        this.#finalized.has(session.id)
+          ? `Session ${session.id} has already been finalized.`
+          : `Session ${session.id} is no longer active.`,
+      );
+    }
+    session.lastActivity = Date.now();
+    const turnId = session.resolveTurn(explicitTurn);
+    const partial = this.config.partialRollout;
+    const context = { session_id: session.id, instance_id: session.instanceId };
+    if (
+      !partial &&
+      session.steps.length > 0 &&
+      session.boundEpoch !== null &&
+      session.boundEpoch !== this.controller.rolloutEpoch
+    ) {
+      throw detailError(502, {
+        error: 'trajectory_version_changed',
+        message: 'The rollout epoch changed since this non-partial trajectory started.',
+        session_epoch: session.boundEpoch,
+        current_epoch: this.controller.rolloutEpoch,
+        ...context,
+      });
+    }
+    const messages = body.messages as ChatMessage[];
+    const tools = (body.tools ?? null) as Tool[] | null;
+    const plan = planStep(session, turnId, messages, tools, this.#planOptions);
+    const promptTokens = plan.promptIds.length;
+    const maxNewTokens = this.#maxNewTokens(body, promptTokens, session, turnId);
+    const limit = stepLimit();
+    if (limit > 0 && session.steps.length >= limit) {
+      throw detailError(
+        400,
+        `Session ${session.id} reached proxy step limit (${limit}). Refusing further inference.`,
+      );
+    }
+    if (!partial && session.realVersions.length > 0) {
+      const fresh = [expectedVersion, this.controller.currentVersion].filter(
+        (version): version is string => isRealVersion(version) && !session.realVersions.includes(version),
+      );
+      if (fresh.length > 0) throw this.#versionChanged(session, [...new Set(fresh)]);
+    }
+    const samplingParams: Record<string, unknown> = {
+      temperature: body.temperature ?? this.config.rolloutTemperature,
+      top_p: body.top_p ?? 1.0,
+      top_k: body.top_k ?? -1,
+      skip_special_tokens: false,
+      no_stop_trim: true,
+      spaces_between_special_tokens: false,
+    };
+    if (maxNewTokens !== null) samplingParams.max_new_tokens = maxNewTokens;
+    const requestVersion = this.controller.currentVersion;
+    const output = await this.controller.generate({
+      sessionId: session.id,
+      instanceId: session.instanceId,
+      turnId,
+      promptIds: plan.promptIds,
+      samplingParams,
+      maxNewTokens,
+      firstLogprobStartLen: this.config.tokenBuildMode === 'tito' ? -1 : 0,
+      returnRoutedExperts: this.config.useRolloutRoutingReplay,
+      expectedVersion,
+      boundEpoch: !partial && session.steps.length > 0 ? session.boundEpoch : null,
+      encodeText: (text) => this.tokenizer.encodeText(text),
+      signal,
+    });
+    this.#checkVersionsAfter(session, output);
+    const contextWindow = this.config.contextWindow;
+    if (contextWindow !== null && promptTokens + output.ids.length > contextWindow) {
+      // The engine ignored the clamp: drop its tokens, record an empty step, report the overflow.
+      const empty: GenerationOutput = {
+        ...output,
+        ids: new Int32Array(0),
+        logprobs: new Float32Array(0),
+        versionRuns: [],
+      };
+      this.#record(
+        session,
+        plan,
+        empty,
+        { content: '', reasoning: null, toolCalls: [] },
+        'length',
+        requestVersion,
+        '',
+      );
+      throw contextOverflowError({
+        phase: 'input_output',
+        context_window: contextWindow,
+        input_tokens: promptTokens,
+        output_tokens: output.ids.length,
+        total_tokens: promptTokens + output.ids.length,
+        max_tokens: maxNewTokens,
+        session_id: session.id,
+        turn_id: turnId,
+        last_proxy_step_recorded: true,
+      });
+    }
+    const parsed = await this.#parser.parse(output.text, tools);
+    const finishReason =
+      parsed.toolCalls.length > 0 ? 'tool_calls' : output.finishReason === 'length' ? 'length' : 'stop';
+    const message = this.#record(session, plan, output, parsed, finishReason, requestVersion, output.text);
+    const completion: CompletionBody = {
+      id: chatCompletionId(),
+      object: 'chat.completion',
+      created: Math.floor(Date.now() / 1000),
+      model: body.model ?? 'proxy-model',
+      choices: [{ index: 0, message, finish_reason: finishReason }],
+      usage: {
+        prompt_tokens: promptTokens,
+        completion_tokens: output.ids.length,
+        total_tokens: promptTokens + output.ids.length,
+      },
+    };
+    return {
+      completion,
+      stream: body.stream === true,
+      includeUsage: body.stream_options?.include_usage !== false,
+    };
+  }
+
+  #record(
+    session: Session,
+    plan: StepPlan,
+    output: GenerationOutput,
+    parsed: ParsedOutput,
+    finishReason: string,
+    requestVersion: string | null,
+    rawText: string,
+  ): CompletionBody['choices'][number]['message'] {
+    const message: CompletionBody['choices'][number]['message'] = {
+      role: 'assistant',
+      content: parsed.content ?? (parsed.toolCalls.length > 0 ? null : ''),
+    };
+    if (parsed.reasoning) message.reasoning_content = parsed.reasoning;
+    if (parsed.toolCalls.length > 0) message.tool_calls = parsed.toolCalls;
+    if (session.steps.length === 0) session.boundEpoch = this.controller.rolloutEpoch;
+    commitStep(
+      session,
+      plan,
+      {
+        ids: output.ids,
+        logprobs: output.logprobs,
+        versionRuns: output.versionRuns,
+        logprobsInvalid: output.logprobsInvalid,
+        finishReason,
+        assistantMessage: message as ChatMessage,
+        rawText,
+        requestVersion,
+      },
+      this.#planOptions,
+    );
+    return message;
+  }
+
+  #maxNewTokens(
+    body: ChatCompletionRequest,
+    promptTokens: number,
+    session: Session,
+    turnId: string,
+  ): number | null {
+    const requested = body.max_tokens ?? null;
+    const configured = this.config.maxOutputTokens;
+    const cap =
+      requested !== null && configured !== null ? Math.min(requested, configured) : (requested ?? configured);
+    const contextWindow = this.config.contextWindow;
+    if (contextWindow === null) return cap;
+    const overflow = (phase: 'input' | 'input_output') =>
+      contextOverflowError({
+        phase,
+        context_window: contextWindow,
+        input_tokens: promptTokens,
+        output_tokens: 0,
+        total_tokens: promptTokens,
+        max_tokens: cap,
+        session_id: session.id,
+        turn_id: turnId,
+        last_proxy_step_recorded: false,
+      });
+    if (promptTokens >= contextWindow) throw overflow('input');
+    if (!this.config.dynamicMaxTokens) return cap;
+    const remaining = contextWindow - promptTokens - 1;
+    if (remaining < 1) throw overflow('input_output');
+    return cap === null ? remaining : Math.min(cap, remaining);
+  }
+
+  #versionChanged(session: Session, fresh: string[]) {
+    return detailError(502, {
+      error: 'trajectory_version_changed',
+      message: 'This non-partial trajectory would mix weight versions.',
+      previous_versions: [...session.realVersions],
+      new_versions: fresh,
+      session_id: session.id,
+      instance_id: session.instanceId,
+    });
+  }
+
+  #checkVersionsAfter(session: Session, output: GenerationOutput): void {
+    const observed: string[] = [];
+    for (const run of output.versionRuns)
+      if (isRealVersion(run.version) && !observed.includes(run.version)) observed.push(run.version);
+    if (!this.config.partialRollout) {
+      if (session.realVersions.length === 0) return;
+      const fresh = observed.filter((version) => !session.realVersions.includes(version));
+      if (fresh.length > 0) throw this.#versionChanged(session, fresh);
+      return;
+    }
+    const limit = this.config.maxPartialRolloutPreempts;
+    if (limit === null) return;
+    const versions = [...session.realVersions];
+    for (const version of observed) if (!versions.includes(version)) versions.push(version);
+    const switches = versions.length - 1;
+    if (switches > limit) {
+      throw detailError(502, {
+        error: 'partial_rollout_staleness_exceeded',
+        message: `The trajectory spans ${versions.length} weight versions; at most ${limit + 1} are allowed.`,
+        versions,
+        version_span: versions.length,
+        version_switches: switches,
+        max_preempts: limit,
+        max_version_span: limit + 1,
+        session_id: session.id,
+        instance_id: session.instanceId,
+      });
+    }
+  }
+
+  /** `POST /session/finalize`. */
+  async finalize(rawBody: unknown): Promise<FinalizeResult> {
+    const body = parseBody(finalizeRequestSchema, rawBody, 'finalize request');
+    const cached = this.#finalized.get(body.session_id);
+    if (cached) return cached.result;
+    const session = this.#sessions.get(body.session_id);
+    if (!session) throw detailError(404, `Session ${body.session_id} not found`);
+    return session.lock.run(async () => {
+      const again = this.#finalized.get(session.id);
+      if (again) return again.result;
+      if (session.closed) throw detailError(404, `Session ${session.id} not found`);
+      if (session.steps.length === 0) throw detailError(400, 'Session has no turns');
+      if (body.instance_id) session.instanceId = body.instance_id;
+      const { trajectory, result } = buildTrajectory(session, this.config, body.label);
+      await this.store.put(trajectory);
+      session.closed = true;
+      this.#sessions.delete(session.id);
+      this.#finalized.set(session.id, { at: Date.now(), result });
+      return result;
+    });
+  }
+
+  /** `POST /session/discard`: idempotent. */
+  async discard(rawBody: unknown): Promise<Record<string, unknown>> {
+    const body = parseBody(discardRequestSchema, rawBody, 'discard request');
+    const session = this.#sessions.get(body.session_id);
+    let sessionRemoved = false;
+    if (session) {
+      await session.lock.run(async () => {
+        session.closed = true;
+      });
+      sessionRemoved = this.#sessions.delete(body.session_id);
+    }
+    this.#finalized.delete(body.session_id);
+    const segmentsRemoved = await this.store.discard(body.session_id);
+    return {
+      success: true,
+      session_id: body.session_id,
+      session_removed: sessionRemoved,
+      segments_removed: segmentsRemoved,
+      tool_call_hook_keys_purged: 0,
+    };
+  }
+
+  /** `POST /trajectory/read`. */
+  async read(rawBody: unknown): Promise<Record<string, unknown>> {
+    const body = parseBody(readRequestSchema, rawBody ?? {}, 'trajectory read request');
+    const id = body.trajectory_id ?? body.session_id ?? null;
+    if (id !== null) {
+      const { data, drained } = await this.store.read(id, {
+        instanceId: body.instance_id ?? null,
+        view: body.segment_view ?? null,
+        drain: body.drain === true,
+      });
+      return { success: data.length > 0, mode: 'trajectory', data, meta_info: this.stats(), drained };
+    }
+    const data = await this.store.readBatch({
+      minGroupSize: this.config.minGroupSize,
+      groupTimeoutMs: this.config.groupTimeoutSeconds * 1000,
+      maxGroups: body.max_groups ?? null,
+    });
+    return { success: data.length > 0, mode: 'batch', data, meta_info: this.stats() };
+  }
+
+  /** `GET /trajectory/stats`. */
+  stats(): Record<string, unknown> {
+    return { ...this.store.stats(this.config.minGroupSize, this.config.groupTimeoutSeconds * 1000) };
+  }
+
+  /** `POST /v1/rollout/pause`. */
+  async pause(rawBody: unknown): Promise<Record<string, unknown>> {
+    const body = parseBody(pauseRequestSchema, rawBody ?? {}, 'pause request');
+    return this.controller.pause({
+      session_id: body.session_id ?? null,
+      instance_id: body.instance_id ?? null,
+      reason: body.reason ?? 'weight_update',
+      mode: body.mode ?? 'preempt',
+      timeout_seconds: body.timeout_seconds ?? null,
+    });
+  }
+
+  /** `POST /v1/rollout/resume`. */
+  async resume(rawBody: unknown): Promise<Record<string, unknown>> {
+    const body = parseBody(resumeRequestSchema, rawBody ?? {}, 'resume request');
+    return this.controller.resume({
+      version: body.version === null || body.version === undefined ? null : String(body.version),
+      reason: body.reason ?? null,
+    });
+  }
+
+  /** `GET /integration/capabilities`: probes the workers' weight versions. */
+  async capabilities(): Promise<Record<string, unknown>> {
+    const controller = this.controller;
+    const cached = controller.currentVersion;
+    let source = 'unavailable';
+    let consistent = true;
+    let workerCount = 0;
+    let current = cached;
+    if (controller.paused || controller.activeCount > 0) {
+      source = 'controller_busy';
+    } else {
+      const versions = await this.engine.workerWeightVersions();
+      workerCount = versions.length;
+      const real = versions.filter((version): version is string => isRealVersion(version));
+      consistent = new Set(real).size <= 1 && real.length === versions.length;
+      if (real.length > 0 && consistent) {
+        source = 'worker_snapshot';
+        current = real[0]!;
+        // Idle and running: adopt the engines' version; a change opens a new epoch.
+        if (!controller.paused && controller.activeCount === 0 && current !== cached) {
+          if (isRealVersion(cached)) controller.rolloutEpoch += 1;
+          controller.currentVersion = current;
+        }
+      } else if (isRealVersion(cached)) {
+        source = 'generation_observation';
+      }
+    }
+    return {
+      schema_version: 'dressage.proxy.integration/v1',
+      token_build_mode: this.config.tokenBuildMode,
+      token_build_model: this.config.tokenBuildModel,
+      tokenizer_id: this.tokenizer.tokenizerId,
+      chat_template_fingerprint: this.tokenizer.chatTemplateFingerprint,
+      record_token_versions: this.config.recordTokenVersions,
+      mask_nonlast_version_tokens: this.config.maskNonlastVersionTokens,
+      max_output_tokens: this.config.maxOutputTokens,
+      partial_rollout: this.config.partialRollout,
+      max_partial_rollout_preempts: this.config.maxPartialRolloutPreempts,
+      current_weight_version: current,
+      cached_weight_version: cached,
+      weight_version_authoritative: source === 'worker_snapshot',
+      weight_versions_consistent: consistent,
+      weight_version_source: source,
+      weight_version_worker_count: workerCount,
+      supports_expected_version: true,
+    };
+  }
+
+  /** `GET /v1/models`: the router's list, or the fixed fallback. */
+  async models(): Promise<unknown> {
+    try {
+      const models = await this.engine.models();
+      if (models && typeof models === 'object') return models;
+    } catch {
+      // Fall through to the fallback the reference answers with.
+    }
+    return { object: 'list', data: [{ id: 'proxy-model', object: 'model', owned_by: 'proxy' }] };
+  }
+
+  /** `GET /health`. */
+  health(): Record<string, unknown> {
+    const config = this.config;
+    return {
+      status: 'ok',
+      active_sessions: this.#sessions.size,
+      store: this.stats(),
+      rollout_pause: this.controller.state(),
+      config: {
+        sglang_router_url: config.sglangRouterUrl,
+        token_build_mode: config.tokenBuildMode,
+        token_build_model: config.tokenBuildModel,
+        record_token_versions: config.recordTokenVersions,
+        mask_nonlast_version_tokens: config.maskNonlastVersionTokens,
+        max_output_tokens: config.maxOutputTokens,
+        rollout_temperature: config.rolloutTemperature,
+        context_window: config.contextWindow,
+        dynamic_max_tokens: config.dynamicMaxTokens,
+        use_rollout_routing_replay: config.useRolloutRoutingReplay,
+        partial_rollout: config.partialRollout,
+        max_partial_rollout_preempts: config.maxPartialRolloutPreempts,
+        stream_heartbeat_interval_seconds: config.streamHeartbeatIntervalSeconds,
+      },
+    };
+  }
+
+  /** Refuses new work, waits for running calls, closes the store and the engine pool. */
+  async close(): Promise<void> {
+    this.controller.shutdown();
+    if (this.#sweeper) clearInterval(this.#sweeper);
+    this.#sweeper = null;
+    const deadline = Date.now() + 10_000;
+    while (this.#inFlight > 0 && Date.now() < deadline)
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    await this.store.close();
+    await this.engine.close();
+  }
+}

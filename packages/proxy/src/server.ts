@@ -1,0 +1,240 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { ProxyConfig } from './config.js';
+import { detailError, ProxyHttpError, toHttpResponse } from './http-error.js';
+import { loadPromptTokenizer, type PromptTokenizer } from './prompt-tokenizer.js';
+import { type CompletionOutcome, ProxyService } from './proxy-service.js';
+import { completionToFrames, errorFrame, HEARTBEAT_FRAME, streamHeaders } from './streaming.js';
+
+type Handler = (request: IncomingMessage, body: unknown, response: ServerResponse) => Promise<unknown>;
+
+interface Route {
+  method: 'GET' | 'POST';
+  auth: boolean;
+  handler: Handler;
+}
+
+/** A running proxy. */
+export interface ProxyServer {
+  /** `http://host:port` of the listening socket. */
+  readonly url: string;
+  readonly port: number;
+  readonly service: ProxyService;
+  readonly server: Server;
+  /** Stops accepting connections, waits for running calls and closes the store. */
+  close(): Promise<void>;
+}
+
+/** Options of {@link startProxyServer}. */
+export interface StartProxyOptions {
+  /** Use this tokenizer instead of loading `config.tokenizerPath` (tests, embedding). */
+  tokenizer?: PromptTokenizer;
+}
+
+function sendJson(response: ServerResponse, status: number, body: unknown): void {
+  if (response.headersSent) {
+    response.end();
+    return;
+  }
+  const text = JSON.stringify(body);
+  response.writeHead(status, {
+    'content-type': 'application/json',
+    'content-length': Buffer.byteLength(text),
+  });
+  response.end(text);
+}
+
+function sendError(response: ServerResponse, error: unknown): void {
+  if (error instanceof Error && error.name === 'AbortError') {
+    response.destroy();
+    return;
+  }
+  const { status, body } = toHttpResponse(error);
+  sendJson(response, status, body);
+}
+
+function readBody(request: IncomingMessage, limit: number): Promise<Buffer> {
+  const declared = Number(request.headers['content-length'] ?? '0');
+  if (declared > limit) {
+    request.resume();
+    return Promise.reject(
+      detailError(413, `Request body of ${declared} bytes exceeds the limit of ${limit} bytes`),
+    );
+  }
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let failed = false;
+    request.on('data', (chunk: Buffer) => {
+      if (failed) return;
+      size += chunk.length;
+      if (size > limit) {
+        failed = true;
+        reject(detailError(413, `Request body exceeds the limit of ${limit} bytes`));
+        return;
+      }
+      chunks.push(chunk);
+    });
+    request.on('end', () => {
+      if (!failed) resolve(Buffer.concat(chunks));
+    });
+    request.on('error', reject);
+  });
+}
+
+function parseJson(buffer: Buffer): unknown {
+  if (buffer.length === 0) return undefined;
+  try {
+    return JSON.parse(buffer.toString('utf8'));
+  } catch (error) {
+    throw detailError(400, `Malformed JSON body: ${(error as Error).message}`);
+  }
+}
+
+function sendOutcome(response: ServerResponse, outcome: CompletionOutcome): void {
+  if (!outcome.stream) {
+    sendJson(response, 200, outcome.completion);
+    return;
+  }
+  response.writeHead(200, streamHeaders);
+  response.end(completionToFrames(outcome.completion, outcome.includeUsage).join(''));
+}
+
+/**
+ * Serves a {@link ProxyService} over HTTP (§1.1): bearer auth on everything but `/health`,
+ * FastAPI-shaped errors, bounded request bodies, pseudo-streams with heartbeats.
+ */
+export function createProxyHttpServer(service: ProxyService): Server {
+  const config = service.config;
+  const heartbeatMs = config.streamHeartbeatIntervalSeconds * 1000;
+
+  const chat: Handler = async (request, body, response) => {
+    const abort = new AbortController();
+    response.on('close', () => {
+      if (!response.writableFinished) abort.abort();
+    });
+    const task = service.chatCompletion(body, request.headers, abort.signal);
+    const wantsStream =
+      typeof body === 'object' && body !== null && (body as { stream?: unknown }).stream === true;
+    if (!wantsStream || heartbeatMs <= 0) {
+      sendOutcome(response, await task);
+      return;
+    }
+    let timer: NodeJS.Timeout | undefined;
+    const first = await Promise.race([
+      task.then(
+        (outcome) => ({ done: true as const, outcome }),
+        (error: unknown) => ({ done: true as const, error }),
+      ),
+      new Promise<{ done: false }>((resolve) => {
+        timer = setTimeout(() => resolve({ done: false }), heartbeatMs);
+      }),
+    ]);
+    clearTimeout(timer);
+    if (first.done) {
+      if ('error' in first) throw first.error;
+      sendOutcome(response, first.outcome);
+      return;
+    }
+    // Slow generation: answer 200 now and keep the connection alive with comment frames.
+    response.writeHead(200, streamHeaders);
+    response.write(HEARTBEAT_FRAME);
+    const beat = setInterval(() => response.write(HEARTBEAT_FRAME), heartbeatMs);
+    try {
+      const outcome = await task;
+      response.end(completionToFrames(outcome.completion, outcome.includeUsage).join(''));
+    } catch (error) {
+      if (abort.signal.aborted) return;
+      const { status, body: errorBody } = toHttpResponse(error);
+      response.end(`${errorFrame(status, errorBody)}data: [DONE]\n\n`);
+    } finally {
+      clearInterval(beat);
+    }
+  };
+
+  const routes = new Map<string, Route>([
+    ['/v1/models', { method: 'GET', auth: true, handler: () => service.models() }],
+    ['/v1/chat/completions', { method: 'POST', auth: true, handler: chat }],
+    ['/session/finalize', { method: 'POST', auth: true, handler: (_, body) => service.finalize(body) }],
+    ['/session/discard', { method: 'POST', auth: true, handler: (_, body) => service.discard(body) }],
+    ['/trajectory/read', { method: 'POST', auth: true, handler: (_, body) => service.read(body) }],
+    ['/trajectory/stats', { method: 'GET', auth: true, handler: async () => service.stats() }],
+    ['/v1/rollout/pause', { method: 'POST', auth: true, handler: (_, body) => service.pause(body) }],
+    ['/v1/rollout/resume', { method: 'POST', auth: true, handler: (_, body) => service.resume(body) }],
+    [
+      '/v1/rollout/pause_state',
+      { method: 'GET', auth: true, handler: async () => service.controller.state() },
+    ],
+    ['/integration/capabilities', { method: 'GET', auth: true, handler: () => service.capabilities() }],
+    ['/health', { method: 'GET', auth: false, handler: async () => service.health() }],
+  ]);
+
+  const server = createServer(async (request, response) => {
+    try {
+      const path = (request.url ?? '/').split('?')[0]!.replace(/\/+$/, '') || '/';
+      const route = routes.get(path);
+      if (!route) throw detailError(404, 'Not Found');
+      if (route.method !== request.method) throw detailError(405, 'Method Not Allowed');
+      if (route.auth && config.apiKey !== 'no-auth') {
+        const authorization = request.headers.authorization ?? '';
+        if (authorization !== `Bearer ${config.apiKey}`)
+          throw new ProxyHttpError(401, { detail: 'Unauthorized' });
+      }
+      const body =
+        route.method === 'POST' ? parseJson(await readBody(request, config.maxRequestBytes)) : undefined;
+      const result = await route.handler(request, body, response);
+      if (route.handler !== chat) sendJson(response, 200, result);
+    } catch (error) {
+      if (error instanceof ProxyHttpError && error.status === 413 && !request.complete) {
+        response.setHeader('connection', 'close');
+      }
+      sendError(response, error);
+    }
+  });
+  server.keepAliveTimeout = 75_000;
+  server.headersTimeout = 80_000;
+  server.requestTimeout = 0;
+  return server;
+}
+
+/**
+ * Loads the tokenizer, opens the store and listens on `config.host:config.port` (port 0 picks a
+ * free one).
+ *
+ * @example
+ * ```ts
+ * const proxy = await startProxyServer(createProxyConfig({ tokenizerPath: '/models/qwen', port: 8800 }));
+ * // point an OpenAI client at `${proxy.url}/v1`
+ * await proxy.close();
+ * ```
+ */
+export async function startProxyServer(
+  config: ProxyConfig,
+  options: StartProxyOptions = {},
+): Promise<ProxyServer> {
+  const tokenizer = options.tokenizer ?? (await loadPromptTokenizer(config));
+  const service = await ProxyService.create(config, tokenizer);
+  const server = createProxyHttpServer(service);
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(config.port, config.host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const port = (server.address() as AddressInfo).port;
+  const host = config.host === '0.0.0.0' || config.host === '::' ? '127.0.0.1' : config.host;
+  return {
+    url: `http://${host}:${port}`,
+    port,
+    service,
+    server,
+    async close() {
+      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+      server.closeIdleConnections();
+      await service.close();
+      server.closeAllConnections();
+      await closed;
+    },
+  };
+}

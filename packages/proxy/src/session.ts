@@ -1,0 +1,461 @@
+import { createHash, randomBytes } from 'node:crypto';
+import type { ChatMessage, RouteType, SegmentReason, Tool } from '@dressage/protocol';
+import { isRealVersion } from '@dressage/protocol';
+import { canonicalToolsJson, isMessagePrefix } from '@dressage/tito';
+import { detailError } from './http-error.js';
+import type { PromptTokenizer } from './prompt-tokenizer.js';
+import { TokenBuffer, type VersionRun } from './token-buffer.js';
+
+/** Prefix of synthetic turn ids in implicit turn mode. */
+export const IMPLICIT_TURN_PREFIX = '__implicit_turn__:';
+
+/** A lineage segment: one TITO training record's worth of steps, with its token buffer. */
+export interface LineageSegment {
+  buffer: TokenBuffer;
+  steps: Step[];
+  /** `initial` for the first segment of a lineage, else the lineage boundary reasons. */
+  reasons: SegmentReason[];
+  contextCount: number;
+  outputCount: number;
+  logprobsInvalid: boolean;
+  incrementalFailed: boolean;
+}
+
+/** A chain of steps that extend one another (§1.7). */
+export interface Lineage {
+  id: string;
+  index: number;
+  branchFromStepId: string | null;
+  steps: Step[];
+  segments: LineageSegment[];
+}
+
+/** One recorded generation call (the proxy's in-memory StepRecord). */
+export interface Step {
+  stepId: string;
+  index: number;
+  turnId: string;
+  lineage: Lineage;
+  segment: LineageSegment;
+  routeType: RouteType;
+  routeBaseStepId: string | null;
+  requestMessages: ChatMessage[];
+  messagesSnapshot: ChatMessage[];
+  tools: Tool[] | null;
+  toolsJson: string;
+  /** Rendered snapshot (no generation prompt), kept as length + hash: routing only tests prefixes. */
+  snapshotRenderedLength: number;
+  snapshotRenderedHash: string;
+  /** Token storage: the step's prompt is `[0, promptEnd)`, its response `[promptEnd, responseEnd)`. */
+  buffer: TokenBuffer;
+  promptEnd: number;
+  responseEnd: number;
+  contextDeltaCount: number;
+  lineageBoundaryBefore: boolean;
+  lineageReasonsBefore: SegmentReason[];
+  segmentBoundaryBefore: boolean;
+  segmentReasonsBefore: SegmentReason[];
+  finishReason: string;
+  logprobsInvalid: boolean;
+  incrementalFailed: boolean;
+  requestVersion: string | null;
+  responseVersion: string | null;
+  rawResponseText: string;
+  timestamp: number;
+}
+
+/** Where a request goes and what its prompt is, computed before generation and committed after. */
+export interface StepPlan {
+  turnId: string;
+  routeType: RouteType;
+  baseStep: Step | null;
+  /** Lineage to extend (append), or null for a new lineage. */
+  lineage: Lineage | null;
+  lineageBoundary: boolean;
+  lineageReasons: SegmentReason[];
+  segmentReasons: SegmentReason[];
+  historyRewrite: boolean;
+  promptIds: Int32Array;
+  /** Ids this step adds before its output in its lineage segment (the whole prompt for a new segment). */
+  contextDelta: Int32Array;
+  incrementalFailed: boolean;
+  messages: ChatMessage[];
+  tools: Tool[] | null;
+  toolsJson: string;
+}
+
+/** What generation produced for a step. */
+export interface StepOutput {
+  ids: Int32Array;
+  logprobs: Float32Array;
+  versionRuns: VersionRun[];
+  logprobsInvalid: boolean;
+  finishReason: string;
+  assistantMessage: ChatMessage;
+  rawText: string;
+  requestVersion: string | null;
+}
+
+function hashText(text: string): string {
+  return createHash('sha1').update(text).digest('base64');
+}
+
+const lineageReasonSet = new Set<SegmentReason>([
+  'tools_changed',
+  'tito_routing_render_failed',
+  'tito_incremental_tokenization_failed',
+]);
+
+const reasonOrder: SegmentReason[] = [
+  'history_rewrite',
+  'message_prefix_mismatch',
+  'tools_changed',
+  'tito_routing_render_failed',
+  'tito_incremental_tokenization_failed',
+];
+
+/** A FIFO mutex: requests of one session, finalize and discard run one at a time. */
+export class SessionLock {
+  #tail: Promise<void> = Promise.resolve();
+  #held = 0;
+
+  /** True while some caller holds or waits for the lock. */
+  get busy(): boolean {
+    return this.#held > 0;
+  }
+
+  /** Runs `task` once every earlier task finished. */
+  async run<T>(task: () => Promise<T>): Promise<T> {
+    this.#held += 1;
+    const previous = this.#tail;
+    let release!: () => void;
+    this.#tail = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    try {
+      await previous;
+      return await task();
+    } finally {
+      this.#held -= 1;
+      release();
+    }
+  }
+}
+
+/** One agent session: its turn mode, steps, lineages and lock. */
+export class Session {
+  readonly id: string;
+  instanceId: string;
+  readonly lock = new SessionLock();
+  turnMode: 'implicit' | 'explicit' | null = null;
+  implicitTurnId: string | null = null;
+  readonly turnIds: string[] = [];
+  readonly steps: Step[] = [];
+  readonly lineages: Lineage[] = [];
+  historyRewritten = false;
+  /** The rollout epoch this (non-partial) session is bound to, set by its first step. */
+  boundEpoch: number | null = null;
+  /** Distinct real versions of every response token so far, in order. */
+  readonly realVersions: string[] = [];
+  lastActivity = Date.now();
+  closed = false;
+
+  constructor(id: string, instanceId: string) {
+    this.id = id;
+    this.instanceId = instanceId;
+  }
+
+  /**
+   * Resolves the turn id of a request (§1.2).
+   * @throws ProxyHttpError 400 on a turn-mode violation.
+   */
+  resolveTurn(explicit: string | null): string {
+    if (explicit?.startsWith(IMPLICIT_TURN_PREFIX)) {
+      throw detailError(400, `turn_id must not start with the reserved prefix ${IMPLICIT_TURN_PREFIX}`);
+    }
+    if (this.turnMode === null) {
+      if (explicit === null) {
+        this.turnMode = 'implicit';
+        this.implicitTurnId = `${IMPLICIT_TURN_PREFIX}${randomBytes(16).toString('hex')}`;
+        this.turnIds.push(this.implicitTurnId);
+        return this.implicitTurnId;
+      }
+      this.turnMode = 'explicit';
+      this.turnIds.push(explicit);
+      return explicit;
+    }
+    if (this.turnMode === 'implicit') {
+      if (explicit !== null) {
+        throw detailError(
+          400,
+          `turn_id ${JSON.stringify(explicit)} was sent, but session ${this.id} started without turn ids (implicit turn mode)`,
+        );
+      }
+      return this.implicitTurnId!;
+    }
+    if (explicit === null) {
+      throw detailError(400, `turn_id is required: session ${this.id} started with explicit turn ids`);
+    }
+    const active = this.turnIds.at(-1);
+    if (explicit === active) return explicit;
+    if (this.turnIds.includes(explicit)) {
+      throw detailError(
+        400,
+        `turn_id ${JSON.stringify(explicit)} is an earlier turn of session ${this.id}; the active turn is ${JSON.stringify(active)}`,
+      );
+    }
+    this.turnIds.push(explicit);
+    return explicit;
+  }
+
+  /** Distinct turn ids over the recorded steps. */
+  get numTurns(): number {
+    return new Set(this.steps.map((step) => step.turnId)).size;
+  }
+
+  /** Records the real versions of a response (staleness and version checks read them). */
+  noteVersions(runs: readonly VersionRun[]): void {
+    for (const run of runs)
+      if (isRealVersion(run.version) && !this.realVersions.includes(run.version))
+        this.realVersions.push(run.version);
+  }
+}
+
+/** Tokenization settings a plan needs. */
+export interface PlanOptions {
+  tokenizer: PromptTokenizer;
+  mode: 'tito' | 'snapshot';
+}
+
+function toolsKey(tools: readonly Tool[] | null | undefined, noToolsEqualsEmpty: boolean): string {
+  if (tools === null || tools === undefined) return 'null';
+  if (tools.length === 0 && noToolsEqualsEmpty) return 'null';
+  return canonicalToolsJson(tools);
+}
+
+/**
+ * Routes a request to a lineage and builds its prompt ids (§1.7–1.9). Pure: nothing in the session
+ * changes until {@link commitStep}.
+ */
+export function planStep(
+  session: Session,
+  turnId: string,
+  messages: ChatMessage[],
+  tools: Tool[] | null,
+  options: PlanOptions,
+): StepPlan {
+  const { tokenizer, mode } = options;
+  const toolsJson = toolsKey(tools, tokenizer.noToolsEqualsEmptyTools);
+  const previous = session.steps.at(-1) ?? null;
+  const appendOnly = previous === null || isMessagePrefix(previous.messagesSnapshot, messages);
+  const historyRewrite = previous !== null && previous.turnId === turnId && !appendOnly;
+
+  let routeType: RouteType = 'create';
+  let baseStep: Step | null = null;
+  let renderFailed = false;
+  let rendered: string | null = null;
+  try {
+    rendered = tokenizer.render(messages, tools, true);
+  } catch {
+    renderFailed = true;
+  }
+  if (rendered !== null) {
+    const candidate = bestPrefixCandidate(session, rendered);
+    if (candidate) {
+      baseStep = candidate;
+      routeType = candidate.lineage.steps.at(-1) === candidate ? 'append' : 'branch';
+    } else {
+      // A tools change breaks the string prefix; the lineage still continues, split at a boundary.
+      for (let index = session.steps.length - 1; index >= 0; index--) {
+        const step = session.steps[index]!;
+        if (
+          step.lineage.steps.at(-1) === step &&
+          step.toolsJson !== toolsJson &&
+          isMessagePrefix(step.messagesSnapshot, messages)
+        ) {
+          baseStep = step;
+          routeType = 'append';
+          break;
+        }
+      }
+    }
+  } else if (previous !== null && appendOnly) {
+    baseStep = previous;
+    routeType = 'append';
+  }
+
+  const reasons = new Set<SegmentReason>();
+  if (historyRewrite) reasons.add('history_rewrite');
+  if (mode === 'tito' && previous !== null && routeType === 'create' && !historyRewrite) {
+    reasons.add('message_prefix_mismatch');
+  }
+  if (baseStep !== null && baseStep.toolsJson !== toolsJson) reasons.add('tools_changed');
+  if (renderFailed) reasons.add('tito_routing_render_failed');
+
+  let promptIds: Int32Array;
+  let contextDelta: Int32Array;
+  let incrementalFailed = false;
+  const lineageBoundaryPlanned =
+    routeType === 'append' && [...reasons].some((reason) => lineageReasonSet.has(reason));
+  if (mode === 'tito' && baseStep !== null && !lineageBoundaryPlanned) {
+    const prefix =
+      routeType === 'append'
+        ? baseStep.segment.buffer.ids.subarray(0, baseStep.segment.buffer.length)
+        : baseStep.buffer.ids.subarray(0, baseStep.responseEnd);
+    try {
+      const delta = tokenizer.encodeIncremental(prefix, baseStep.messagesSnapshot, messages);
+      promptIds = new Int32Array(prefix.length + delta.length);
+      promptIds.set(prefix);
+      promptIds.set(delta, prefix.length);
+      contextDelta = routeType === 'append' ? delta : promptIds;
+    } catch {
+      incrementalFailed = true;
+      reasons.add('tito_incremental_tokenization_failed');
+      promptIds = tokenizer.encodeFull(messages, tools);
+      contextDelta = promptIds;
+    }
+  } else {
+    promptIds = tokenizer.encodeFull(messages, tools);
+    contextDelta = promptIds;
+  }
+  const segmentReasons = reasonOrder.filter((reason) => reasons.has(reason));
+  const lineageReasons =
+    routeType === 'append' ? segmentReasons.filter((reason) => lineageReasonSet.has(reason)) : [];
+  return {
+    turnId,
+    routeType,
+    baseStep,
+    lineage: routeType === 'append' ? baseStep!.lineage : null,
+    lineageBoundary: lineageReasons.length > 0,
+    lineageReasons,
+    segmentReasons: previous === null ? [] : segmentReasons,
+    historyRewrite,
+    promptIds,
+    contextDelta,
+    incrementalFailed,
+    messages,
+    tools,
+    toolsJson,
+  };
+}
+
+// Sort order of §1.7: longest rendered snapshot, then latest of its lineage, then most recent,
+// then lineage index. The first candidate whose snapshot prefixes the request wins.
+function bestPrefixCandidate(session: Session, rendered: string): Step | null {
+  const ordered = [...session.steps].sort((left, right) => {
+    if (left.snapshotRenderedLength !== right.snapshotRenderedLength) {
+      return right.snapshotRenderedLength - left.snapshotRenderedLength;
+    }
+    const leftLatest = left.lineage.steps.at(-1) === left ? 1 : 0;
+    const rightLatest = right.lineage.steps.at(-1) === right ? 1 : 0;
+    if (leftLatest !== rightLatest) return rightLatest - leftLatest;
+    if (left.index !== right.index) return right.index - left.index;
+    return left.lineage.index - right.lineage.index;
+  });
+  const hashes = new Map<number, string>();
+  for (const step of ordered) {
+    if (step.snapshotRenderedLength < 0 || step.snapshotRenderedLength > rendered.length) continue;
+    let hash = hashes.get(step.snapshotRenderedLength);
+    if (hash === undefined) {
+      hash = hashText(rendered.slice(0, step.snapshotRenderedLength));
+      hashes.set(step.snapshotRenderedLength, hash);
+    }
+    if (hash === step.snapshotRenderedHash) return step;
+  }
+  return null;
+}
+
+function newSegment(reasons: SegmentReason[]): LineageSegment {
+  return {
+    buffer: new TokenBuffer(),
+    steps: [],
+    reasons,
+    contextCount: 0,
+    outputCount: 0,
+    logprobsInvalid: false,
+    incrementalFailed: false,
+  };
+}
+
+/** Records a generated step: attaches it to its lineage segment and appends its tokens. */
+export function commitStep(session: Session, plan: StepPlan, output: StepOutput, options: PlanOptions): Step {
+  let lineage = plan.lineage;
+  if (lineage === null) {
+    lineage = {
+      id: `lineage-${String(session.lineages.length + 1).padStart(6, '0')}`,
+      index: session.lineages.length,
+      branchFromStepId: plan.routeType === 'branch' ? plan.baseStep!.stepId : null,
+      steps: [],
+      segments: [newSegment(['initial'])],
+    };
+    session.lineages.push(lineage);
+  } else if (plan.lineageBoundary) {
+    lineage.segments.push(newSegment(plan.lineageReasons));
+  }
+  const segment = lineage.segments.at(-1)!;
+  let buffer = segment.buffer;
+  if (options.mode === 'snapshot') {
+    // Snapshot steps own their full prompt; the lineage buffer is not used for records.
+    buffer = new TokenBuffer(plan.promptIds.length + output.ids.length);
+  }
+  buffer.appendContext(options.mode === 'snapshot' ? plan.promptIds : plan.contextDelta);
+  const promptEnd = buffer.length;
+  buffer.appendResponse(output.ids, output.logprobs, output.versionRuns);
+  const responseEnd = buffer.length;
+  segment.contextCount += plan.contextDelta.length;
+  segment.outputCount += output.ids.length;
+  segment.logprobsInvalid ||= output.logprobsInvalid;
+  segment.incrementalFailed ||= plan.incrementalFailed;
+  const snapshot = [...plan.messages, output.assistantMessage];
+  const renderedSnapshot = safeRender(options.tokenizer, snapshot, plan.tools);
+  const index = session.steps.length;
+  const lastVersion = output.versionRuns.at(-1)?.version ?? null;
+  const step: Step = {
+    stepId: `step-${String(index + 1).padStart(6, '0')}`,
+    index,
+    turnId: plan.turnId,
+    lineage,
+    segment,
+    routeType: plan.routeType,
+    routeBaseStepId: plan.baseStep?.stepId ?? null,
+    requestMessages: plan.messages,
+    messagesSnapshot: snapshot,
+    tools: plan.tools,
+    toolsJson: plan.toolsJson,
+    snapshotRenderedLength: renderedSnapshot === null ? -1 : renderedSnapshot.length,
+    snapshotRenderedHash: renderedSnapshot === null ? '' : hashText(renderedSnapshot),
+    buffer,
+    promptEnd,
+    responseEnd,
+    contextDeltaCount: plan.contextDelta.length,
+    lineageBoundaryBefore: plan.lineageBoundary,
+    lineageReasonsBefore: plan.lineageReasons,
+    segmentBoundaryBefore: plan.segmentReasons.length > 0,
+    segmentReasonsBefore: plan.segmentReasons,
+    finishReason: output.finishReason,
+    logprobsInvalid: output.logprobsInvalid,
+    incrementalFailed: plan.incrementalFailed,
+    requestVersion: output.requestVersion,
+    responseVersion: lastVersion,
+    rawResponseText: output.rawText,
+    timestamp: Date.now() / 1000,
+  };
+  if (plan.historyRewrite) session.historyRewritten = true;
+  lineage.steps.push(step);
+  segment.steps.push(step);
+  session.steps.push(step);
+  session.noteVersions(output.versionRuns);
+  return step;
+}
+
+function safeRender(
+  tokenizer: PromptTokenizer,
+  messages: ChatMessage[],
+  tools: Tool[] | null,
+): string | null {
+  try {
+    return tokenizer.render(messages, tools, false);
+  } catch {
+    return null;
+  }
+}

@@ -1,0 +1,99 @@
+import { toStreamErrorFrame } from '@dressage/protocol';
+
+/** A finished, non-streamed completion the pseudo-stream is cut from. */
+export interface CompletionBody {
+  id: string;
+  object: 'chat.completion';
+  created: number;
+  model: string;
+  choices: Array<{
+    index: number;
+    message: {
+      role: 'assistant';
+      content: string | null;
+      reasoning_content?: string;
+      tool_calls?: Array<{
+        id: string;
+        type: 'function';
+        index: number;
+        function: { name: string; arguments: string };
+      }>;
+    };
+    finish_reason: string;
+  }>;
+  usage: { prompt_tokens: number; completion_tokens: number; total_tokens: number };
+}
+
+/** The comment frame a heartbeat stream sends while generation runs. */
+export const HEARTBEAT_FRAME = ': dressage-heartbeat\n\n';
+/** The last frame of every stream. */
+export const DONE_FRAME = 'data: [DONE]\n\n';
+
+/** Response headers of a pseudo-stream. */
+export const streamHeaders = {
+  'content-type': 'text/event-stream; charset=utf-8',
+  'cache-control': 'no-cache, no-transform',
+  'x-accel-buffering': 'no',
+} as const;
+
+const sliceLength = 8;
+
+function slices(text: string): string[] {
+  const parts: string[] = [];
+  const characters = Array.from(text);
+  for (let index = 0; index < characters.length; index += sliceLength) {
+    parts.push(characters.slice(index, index + sliceLength).join(''));
+  }
+  return parts;
+}
+
+/**
+ * The frames of a pseudo-stream (§1.3): role, reasoning and content in 8-character slices, one
+ * chunk per tool call, the finish chunk, the usage chunk (unless disabled) and `[DONE]`.
+ */
+export function completionToFrames(completion: CompletionBody, includeUsage: boolean): string[] {
+  const choice = completion.choices[0]!;
+  const base = {
+    id: completion.id,
+    object: 'chat.completion.chunk',
+    created: completion.created,
+    model: completion.model,
+  };
+  const frames: string[] = [];
+  const push = (delta: Record<string, unknown>, finishReason: string | null) => {
+    const chunk: Record<string, unknown> = {
+      ...base,
+      choices: [{ index: 0, delta, finish_reason: finishReason }],
+    };
+    if (includeUsage) chunk.usage = null;
+    frames.push(`data: ${JSON.stringify(chunk)}\n\n`);
+  };
+  push({ role: 'assistant' }, null);
+  for (const part of slices(choice.message.reasoning_content ?? '')) push({ reasoning_content: part }, null);
+  for (const part of slices(choice.message.content ?? '')) push({ content: part }, null);
+  for (const call of choice.message.tool_calls ?? []) {
+    push(
+      {
+        tool_calls: [
+          {
+            index: call.index,
+            id: call.id,
+            type: 'function',
+            function: { name: call.function.name, arguments: call.function.arguments },
+          },
+        ],
+      },
+      null,
+    );
+  }
+  push({}, choice.finish_reason);
+  if (includeUsage)
+    frames.push(`data: ${JSON.stringify({ ...base, choices: [], usage: completion.usage })}\n\n`);
+  frames.push(DONE_FRAME);
+  return frames;
+}
+
+/** The frame that reports a failure after a heartbeat stream already answered 200. */
+export function errorFrame(status: number, body: unknown): string {
+  return `data: ${JSON.stringify(toStreamErrorFrame(status, body))}\n\n`;
+}
