@@ -1,3 +1,4 @@
+import { setMaxListeners } from 'node:events';
 import { DressageError, type Sample } from '@dressage/protocol';
 import { consoleLogger, type MarkAbortedNoGrad } from './generate.js';
 import {
@@ -47,6 +48,8 @@ export class SyncRolloutScheduler implements RolloutScheduler {
     const signal = callOptions.signal
       ? AbortSignal.any([callOptions.signal, this.shutdownController.signal])
       : this.shutdownController.signal;
+    // Every group of the batch listens on this one signal; that is expected, not a leak.
+    setMaxListeners(0, signal);
     const groups = await this.dependencies.dataSource.getSamples(rolloutBatchSize);
     if (groups.length < rolloutBatchSize) {
       throw new DressageError({

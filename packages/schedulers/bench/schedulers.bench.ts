@@ -1,0 +1,263 @@
+// Benchmark: the three rollout schedulers driving one simulated training run each. A trainer takes
+// a fixed time per step (proportional to its batch); every agent rollout takes a lognormal time
+// (p99/p50 = 10, like agent episodes with a long tail). Time is simulated: a virtual clock jumps from
+// one pending timer to the next once all promise work has settled, so the real schedulers run
+// unchanged and a run of hours takes a second. Prints samples/s, trainer idle fraction and weight
+// staleness per mode, and speedups relative to sync. Last output line: one JSON object of headline figures.
+import { type Sample, SampleStatus } from '@dressage/protocol';
+import {
+  createRolloutScheduler,
+  createSeededRandom,
+  type GenerateFunction,
+  PromptDataSource,
+  type RolloutMode,
+  type SchedulerOptionsInput,
+} from '../src/index.js';
+
+const STEPS = 50;
+const ROLLOUT_BATCH_SIZE = 32; // prompt groups per step
+const SAMPLES_PER_PROMPT = 8;
+const MEDIAN_ROLLOUT_SECONDS = 60;
+const P99_OVER_P50 = 10;
+const TRAIN_SECONDS_PER_FULL_BATCH = 300; // one optimizer step over 32 × 8 samples
+const SIGMA = Math.log(P99_OVER_P50) / 2.326_347_874; // z of the 99th percentile
+// Partial-async settings: half-size steps, proxy rejects rollouts spanning > 1 weight update,
+// the batch keeps the newest 2 versions.
+const PARTIAL_GLOBAL_BATCH = (ROLLOUT_BATCH_SIZE * SAMPLES_PER_PROMPT) / 2;
+const PARTIAL_MAX_VERSION_SPAN = 1;
+const PARTIAL_KEEP_VERSIONS = 2;
+
+/** A clock that only moves when every task is waiting on it. */
+class VirtualClock {
+  now = 0;
+  private heap: { at: number; order: number; fire: () => void }[] = [];
+  private order = 0;
+
+  sleep(seconds: number, signal?: AbortSignal): Promise<void> {
+    return new Promise((resolve, reject) => {
+      if (signal?.aborted) {
+        reject(signal.reason);
+        return;
+      }
+      const entry = {
+        at: this.now + seconds,
+        order: this.order++,
+        fire: () => {
+          signal?.removeEventListener('abort', onAbort);
+          resolve();
+        },
+      };
+      const onAbort = () => {
+        entry.fire = () => {};
+        reject(signal?.reason);
+      };
+      signal?.addEventListener('abort', onAbort, { once: true });
+      this.push(entry);
+    });
+  }
+
+  /** Runs `main` to completion, advancing time whenever nothing else can happen. */
+  async run<T>(main: Promise<T>): Promise<T> {
+    let settled = false;
+    const result = main.finally(() => {
+      settled = true;
+    });
+    while (!settled) {
+      await new Promise((resolve) => setImmediate(resolve));
+      if (settled) break;
+      const next = this.pop();
+      if (next === undefined)
+        throw new Error('simulation stalled: nothing scheduled and the run is not done');
+      this.now = next.at;
+      next.fire();
+    }
+    return result;
+  }
+
+  private push(entry: { at: number; order: number; fire: () => void }): void {
+    const heap = this.heap;
+    heap.push(entry);
+    let i = heap.length - 1;
+    while (i > 0) {
+      const parent = (i - 1) >> 1;
+      if (!this.before(heap[i]!, heap[parent]!)) break;
+      [heap[i], heap[parent]] = [heap[parent]!, heap[i]!];
+      i = parent;
+    }
+  }
+
+  private pop(): { at: number; order: number; fire: () => void } | undefined {
+    const heap = this.heap;
+    const top = heap[0];
+    const last = heap.pop();
+    if (heap.length > 0 && last !== undefined) {
+      heap[0] = last;
+      let i = 0;
+      for (;;) {
+        const left = 2 * i + 1;
+        const right = left + 1;
+        let smallest = i;
+        if (left < heap.length && this.before(heap[left]!, heap[smallest]!)) smallest = left;
+        if (right < heap.length && this.before(heap[right]!, heap[smallest]!)) smallest = right;
+        if (smallest === i) break;
+        [heap[i], heap[smallest]] = [heap[smallest]!, heap[i]!];
+        i = smallest;
+      }
+    }
+    return top;
+  }
+
+  private before(a: { at: number; order: number }, b: { at: number; order: number }): boolean {
+    return a.at < b.at || (a.at === b.at && a.order < b.order);
+  }
+}
+
+interface ModeResult {
+  mode: RolloutMode;
+  simulatedSeconds: number;
+  trainedSamples: number;
+  samplesPerSecond: number;
+  trainerIdleFraction: number;
+  meanStaleness: number;
+  maxStaleness: number;
+  droppedStaleGroups: number;
+  retriedGroups: number;
+  wallSeconds: number;
+}
+
+async function simulate(mode: RolloutMode): Promise<ModeResult> {
+  const clock = new VirtualClock();
+  const random = createSeededRandom(2024);
+  const lognormal = () => {
+    const u = Math.max(random(), Number.EPSILON);
+    const normal = Math.sqrt(-2 * Math.log(u)) * Math.cos(2 * Math.PI * random());
+    return MEDIAN_ROLLOUT_SECONDS * Math.exp(SIGMA * normal);
+  };
+  let version = 0;
+  let session = 0;
+  const generate: GenerateFunction = async (sample, _params, { signal }) => {
+    const id = `sim-${session++}`;
+    const start = version;
+    await clock.sleep(lognormal(), signal);
+    const end = version;
+    if (mode === 'partial-async' && end - start > PARTIAL_MAX_VERSION_SPAN) {
+      throw new Error(`partial_rollout_staleness_exceeded: ${id} spans versions ${start}..${end}`);
+    }
+    const versions = Array.from({ length: end - start + 1 }, (_, i) => String(start + i));
+    return {
+      ...sample,
+      session_id: id,
+      tokens: [1, 2, 3, 4],
+      response_length: 2,
+      loss_mask: [1, 1],
+      status: SampleStatus.COMPLETED,
+      metadata: {
+        ...sample.metadata,
+        parent_traj_id: id,
+        dressage_start_token_version: String(start),
+        dressage_end_token_version: String(end),
+        full_versions: versions,
+      },
+    } satisfies Sample;
+  };
+  const records = Array.from({ length: 4096 }, (_, i) => ({ prompt: `task ${i}`, label: 'done' }));
+  const dataSource = PromptDataSource.fromRecords(records, { nSamplesPerPrompt: SAMPLES_PER_PROMPT });
+  const options: SchedulerOptionsInput = {
+    rolloutBatchSize: ROLLOUT_BATCH_SIZE,
+    nSamplesPerPrompt: SAMPLES_PER_PROMPT,
+    numRollout: STEPS,
+    maxRetries: 1_000,
+    ...(mode === 'partial-async'
+      ? { globalBatchSize: PARTIAL_GLOBAL_BATCH, stalenessKeepVersions: PARTIAL_KEEP_VERSIONS }
+      : {}),
+  };
+  const scheduler = createRolloutScheduler(
+    mode,
+    { dataSource, generate, logger: { warn: () => {} } },
+    options,
+    {},
+  );
+  const started = performance.now();
+  let idle = 0;
+  let trained = 0;
+  let dropped = 0;
+  let retried = 0;
+  const staleness: number[] = [];
+  await clock.run(
+    (async () => {
+      for (let step = 0; step < STEPS; step++) {
+        const waitFrom = clock.now;
+        const { samples, metrics } = await scheduler.generateRollout(step);
+        idle += clock.now - waitFrom;
+        dropped += metrics['staleness/dropped_groups'] ?? 0;
+        retried +=
+          metrics['dressage/partial_rollout_retried_groups'] ??
+          metrics['dressage/fully_async_retried_groups'] ??
+          0;
+        const batch = samples.flat();
+        // Weight versions behind: the policy being trained minus the version that wrote the first token.
+        for (const sample of batch)
+          staleness.push(version - Number(sample.metadata.dressage_start_token_version));
+        trained += batch.length;
+        await clock.sleep(
+          (TRAIN_SECONDS_PER_FULL_BATCH * batch.length) / (ROLLOUT_BATCH_SIZE * SAMPLES_PER_PROMPT),
+        );
+        version++;
+      }
+      await scheduler.shutdown();
+    })(),
+  );
+  return {
+    mode,
+    simulatedSeconds: clock.now,
+    trainedSamples: trained,
+    samplesPerSecond: trained / clock.now,
+    trainerIdleFraction: idle / clock.now,
+    meanStaleness: staleness.reduce((sum, value) => sum + value, 0) / staleness.length,
+    maxStaleness: Math.max(...staleness),
+    droppedStaleGroups: dropped,
+    retriedGroups: retried,
+    wallSeconds: (performance.now() - started) / 1000,
+  };
+}
+
+const round = (value: number, digits = 3) => Number(value.toFixed(digits));
+
+console.log(
+  `Simulated run: ${STEPS} steps, ${ROLLOUT_BATCH_SIZE} groups × ${SAMPLES_PER_PROMPT} samples, rollout latency ` +
+    `lognormal (median ${MEDIAN_ROLLOUT_SECONDS} s, p99/p50 ${P99_OVER_P50}), trainer ${TRAIN_SECONDS_PER_FULL_BATCH} s per ` +
+    `${ROLLOUT_BATCH_SIZE * SAMPLES_PER_PROMPT} samples. Partial-async: global batch ${PARTIAL_GLOBAL_BATCH}, ` +
+    `max version span ${PARTIAL_MAX_VERSION_SPAN}, keep ${PARTIAL_KEEP_VERSIONS} versions.`,
+);
+const results: ModeResult[] = [];
+for (const mode of ['sync', 'fully-async', 'partial-async'] as const) results.push(await simulate(mode));
+const sync = results[0] as ModeResult;
+console.log(
+  'mode           samples/s  speedup  trainer idle  staleness mean/max  stale drops  retries  wall s',
+);
+for (const result of results) {
+  console.log(
+    `${result.mode.padEnd(14)} ${result.samplesPerSecond.toFixed(3).padStart(9)}  ${(result.samplesPerSecond / sync.samplesPerSecond).toFixed(2).padStart(6)}×  ` +
+      `${(result.trainerIdleFraction * 100).toFixed(1).padStart(11)}%  ${result.meanStaleness.toFixed(2).padStart(9)} / ${String(result.maxStaleness).padEnd(6)}  ` +
+      `${String(result.droppedStaleGroups).padStart(11)}  ${String(result.retriedGroups).padStart(7)}  ${result.wallSeconds.toFixed(1).padStart(6)}`,
+  );
+}
+const [, fully, partial] = results as [ModeResult, ModeResult, ModeResult];
+console.log(
+  JSON.stringify({
+    bench: 'schedulers',
+    steps: STEPS,
+    sync_samples_per_s: round(sync.samplesPerSecond),
+    fully_async_samples_per_s: round(fully.samplesPerSecond),
+    partial_async_samples_per_s: round(partial.samplesPerSecond),
+    fully_async_speedup: round(fully.samplesPerSecond / sync.samplesPerSecond, 2),
+    partial_async_speedup: round(partial.samplesPerSecond / sync.samplesPerSecond, 2),
+    sync_trainer_idle: round(sync.trainerIdleFraction),
+    fully_async_trainer_idle: round(fully.trainerIdleFraction),
+    partial_async_trainer_idle: round(partial.trainerIdleFraction),
+    fully_async_staleness_mean: round(fully.meanStaleness, 2),
+    fully_async_staleness_max: fully.maxStaleness,
+    partial_async_staleness_mean: round(partial.meanStaleness, 2),
+    partial_async_staleness_max: partial.maxStaleness,
+  }),
+);
