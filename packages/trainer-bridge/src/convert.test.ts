@@ -151,6 +151,21 @@ describe('convertSamplesToTrainData: keys', () => {
     expect(batch.metadata).toBeUndefined();
   });
 
+  it('converts an empty batch to empty columns', () => {
+    const batch = convertSamplesToTrainData([], { globalBatchSize: 4 });
+    expect(batch.tokens).toEqual([]);
+    expect(batch.rollout_mask_sums).toEqual([]);
+    expect(convertSamplesToPackedTrainBatch([], { globalBatchSize: 4 }).sample_count).toBe(0);
+  });
+
+  it('shares the large per-token arrays with the samples instead of copying them', () => {
+    const sample = part([1, 0]);
+    const batch = convertSamplesToTrainData([sample], { globalBatchSize: 1 });
+    expect(batch.tokens[0]).toBe(sample.tokens);
+    expect(batch.loss_masks[0]).toBe(sample.loss_mask);
+    expect(batch.rollout_log_probs?.[0]).toBe(sample.rollout_log_probs);
+  });
+
   it('treats a missing loss mask as all ones', () => {
     const sample = part([1, 1, 1], { fields: { loss_mask: null } });
     const batch = convertSamplesToTrainData([sample], { globalBatchSize: 1 });
