@@ -1,0 +1,85 @@
+// Public surface of @dressage/embedded: the embedded default's tiny causal LM, its inference engine
+// and the SGLang-compatible HTTP server in front of it.
+
+export {
+  activeBackend,
+  type BackendName,
+  type BackendPreference,
+  type InitializeBackendOptions,
+  initializeBackend,
+} from './backend.js';
+export {
+  type Checkpoint,
+  checkpointManifestFile,
+  checkpointWeightsFile,
+  loadCheckpoint,
+  loadModel,
+  loadWeightsFor,
+  type SaveCheckpointOptions,
+  saveCheckpoint,
+  weightsEqual,
+} from './checkpoint.js';
+export {
+  defaultSampling,
+  type EngineStatistics,
+  type FinishReason,
+  type GenerationRequest,
+  type GenerationResult,
+  type GenerationSampling,
+  InferenceEngine,
+  type InferenceEngineOptions,
+  type PauseMode,
+  type WeightUpdate,
+} from './engine.js';
+export {
+  CausalLanguageModel,
+  type DecodeEntry,
+  disposeCache,
+  type ForwardOptions,
+  type NamedWeights,
+  type ParameterSpec,
+  type PreparedBatch,
+  parameterSpecs,
+  type SequenceCache,
+  scaleLogits,
+} from './model.js';
+export {
+  defaultModelConfig,
+  type ModelConfig,
+  modelConfigSchema,
+  resolveModelConfig,
+} from './model-config.js';
+export { hashSeed, SeededRandom } from './random.js';
+export {
+  greedyTemperature,
+  isGreedy,
+  logprobTemperature,
+  type SamplingSettings,
+  sampleClass,
+} from './sampling.js';
+export {
+  abortRequestSchema,
+  type GenerateRequestBody,
+  generateRequestSchema,
+  pauseRequestSchema,
+  samplingParamsSchema,
+  updateWeightsRequestSchema,
+} from './schemas.js';
+export {
+  type EngineServer,
+  type EngineServerOptions,
+  type ServerTokenizer,
+  startEngineServer,
+} from './server.js';
+export {
+  type SupervisedExample,
+  type SupervisedStepResult,
+  SupervisedTrainer,
+  type SupervisedTrainerOptions,
+} from './supervised-trainer.js';
+export {
+  type BuildVocabularyOptions,
+  buildVocabulary,
+  type TokenEncoder,
+  TokenVocabulary,
+} from './vocabulary.js';

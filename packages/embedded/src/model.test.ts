@@ -1,0 +1,137 @@
+import * as tf from '@tensorflow/tfjs';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { smallConfig, testVocabulary } from './__fixtures__/embedded-fixture.js';
+import { initializeBackend } from './backend.js';
+import { weightsEqual } from './checkpoint.js';
+import { CausalLanguageModel, disposeCache } from './model.js';
+import { SupervisedTrainer } from './supervised-trainer.js';
+import type { TokenVocabulary } from './vocabulary.js';
+
+let vocabulary: TokenVocabulary;
+
+beforeAll(async () => {
+  await initializeBackend();
+  vocabulary = await testVocabulary();
+});
+
+function sequence(length: number, offset: number): number[] {
+  return Array.from(
+    { length },
+    (_, index) => vocabulary.tokenIds[(index * 5 + offset) % vocabulary.outputCount]!,
+  );
+}
+
+function logprobRow(logits: tf.Tensor2D, row: number): Float32Array {
+  const values = tf.tidy(() => tf.logSoftmax(logits).dataSync() as Float32Array);
+  const outputs = vocabulary.outputCount;
+  return values.slice(row * outputs, (row + 1) * outputs);
+}
+
+describe('CausalLanguageModel', () => {
+  it('initializes deterministically from its seed', () => {
+    const first = CausalLanguageModel.create(vocabulary, smallConfig);
+    const second = CausalLanguageModel.create(vocabulary, smallConfig);
+    const other = CausalLanguageModel.create(vocabulary, { ...smallConfig, seed: 8 });
+    expect(weightsEqual(first.getWeights(), second.getWeights())).toBe(true);
+    expect(weightsEqual(first.getWeights(), other.getWeights())).toBe(false);
+    expect(first.parameterCount).toBeGreaterThan(10_000);
+    for (const model of [first, second, other]) model.dispose();
+  });
+
+  it('decodes with the KV cache to the logprobs of a full forward pass, batched over ragged rows', () => {
+    const model = CausalLanguageModel.create(vocabulary, smallConfig);
+    const rows = [sequence(40, 1), sequence(45, 3), sequence(33, 7)];
+    const reference = model.sequenceLogprobs(rows);
+    const before = tf.memory().numTensors;
+    const prompts = [5, 12, 1];
+    const caches = rows.map((row, index) => {
+      const { cache, logits } = model.prefill(vocabulary.slotsOf(row.slice(0, prompts[index])));
+      const first = logprobRow(logits, 0)[vocabulary.outputClassOf(row[prompts[index]!]!)]!;
+      expect(Math.abs(first - reference[index]![prompts[index]! - 1]!)).toBeLessThan(1e-5);
+      logits.dispose();
+      return cache;
+    });
+    let maxDiff = 0;
+    const positions = [...prompts];
+    for (let step = 0; step < 20; step++) {
+      const logits = model.decode(
+        rows.map((row, index) => ({
+          slot: vocabulary.slotOf(row[positions[index]!]!),
+          cache: caches[index]!,
+        })),
+      );
+      rows.forEach((row, index) => {
+        const position = positions[index]!;
+        const value = logprobRow(logits, index)[vocabulary.outputClassOf(row[position + 1]!)]!;
+        maxDiff = Math.max(maxDiff, Math.abs(value - reference[index]![position]!));
+        positions[index] = position + 1;
+      });
+      logits.dispose();
+    }
+    expect(maxDiff).toBeLessThan(1e-5);
+    for (const cache of caches) disposeCache(cache);
+    expect(tf.memory().numTensors).toBe(before);
+    model.dispose();
+  });
+
+  it('gives identical logits through the one-hot (differentiable) and gather embeddings', () => {
+    const model = CausalLanguageModel.create(vocabulary, smallConfig);
+    const batch = model.prepareBatch([sequence(20, 2), sequence(12, 4)]);
+    const [gathered, oneHot] = tf.tidy(() => {
+      const slots = tf.tensor2d(batch.inputSlots, [batch.batchSize, batch.length], 'int32');
+      return [model.forward(slots).dataSync(), model.forward(slots, { differentiable: true }).dataSync()];
+    });
+    expect(Array.from(oneHot!)).toEqual(Array.from(gathered!));
+    model.dispose();
+  });
+
+  it('reports NaN for targets outside the vocabulary and maps them to the unknown slot', () => {
+    const model = CausalLanguageModel.create(vocabulary, smallConfig);
+    const unknown = 7_000_000;
+    expect(vocabulary.slotOf(unknown)).toBe(0);
+    const [logprobs] = model.sequenceLogprobs([[vocabulary.tokenIds[0]!, unknown, vocabulary.tokenIds[1]!]]);
+    expect(Number.isNaN(logprobs![0]!)).toBe(true);
+    expect(Number.isFinite(logprobs![1]!)).toBe(true);
+    model.dispose();
+  });
+
+  it('swaps weights atomically and rejects weights that do not fit', () => {
+    const model = CausalLanguageModel.create(vocabulary, smallConfig);
+    const donor = CausalLanguageModel.create(vocabulary, { ...smallConfig, seed: 99 });
+    const original = model.getWeights();
+    const broken = new Map(donor.getWeights());
+    broken.set('output.bias', new Float32Array(3));
+    expect(() => model.setWeights(broken)).toThrow(expect.objectContaining({ code: 'invalid_argument' }));
+    expect(weightsEqual(model.getWeights(), original)).toBe(true);
+    model.setWeights(donor.getWeights());
+    expect(weightsEqual(model.getWeights(), donor.getWeights())).toBe(true);
+    model.dispose();
+    donor.dispose();
+  });
+});
+
+describe('SupervisedTrainer', () => {
+  it('lowers the masked cross-entropy with gradients reaching every parameter, without leaking tensors', () => {
+    const model = CausalLanguageModel.create(vocabulary, smallConfig);
+    const trainer = new SupervisedTrainer(model, { learningRate: 1e-2 });
+    const examples = [0, 1, 2, 3].map((offset) => {
+      const tokenIds = sequence(24, offset);
+      // Learn only the second half: the first is context.
+      return { tokenIds, lossMask: tokenIds.map((_, index) => (index >= 12 ? 1 : 0)) };
+    });
+    const initial = model.getWeights();
+    const first = trainer.step(examples);
+    expect(first.tokens).toBe(4 * 12);
+    expect(first.gradientNorm).toBeGreaterThan(0);
+    const after = model.getWeights();
+    for (const [name, values] of initial)
+      expect(weightsEqual(new Map([[name, values]]), new Map([[name, after.get(name)!]])), name).toBe(false);
+    const tensors = tf.memory().numTensors;
+    let last = first.loss;
+    for (let step = 0; step < 15; step++) last = trainer.step(examples).loss;
+    expect(tf.memory().numTensors).toBe(tensors);
+    expect(last).toBeLessThan(first.loss * 0.7);
+    trainer.dispose();
+    model.dispose();
+  });
+});

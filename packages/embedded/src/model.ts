@@ -1,0 +1,560 @@
+import { DressageError } from '@dressage/protocol';
+import * as tf from '@tensorflow/tfjs';
+import { type ModelConfig, resolveModelConfig } from './model-config.js';
+import { SeededRandom } from './random.js';
+import type { TokenVocabulary } from './vocabulary.js';
+
+/** Model weights by parameter name, as flat float32 arrays (row-major). */
+export type NamedWeights = ReadonlyMap<string, Float32Array>;
+
+/** Name and shape of one parameter. */
+export interface ParameterSpec {
+  name: string;
+  shape: number[];
+}
+
+/**
+ * Key/value cache of one sequence: per layer, keys and values of every position read so far, each
+ * `[heads, length, headDimension]`. Owned by the caller; free it with {@link disposeCache}.
+ */
+export interface SequenceCache {
+  keys: tf.Tensor3D[];
+  values: tf.Tensor3D[];
+  /** Positions held. */
+  length: number;
+}
+
+/** One row of a batched decode step. */
+export interface DecodeEntry {
+  /** Input slot of the token to read (see {@link TokenVocabulary.slotOf}). */
+  slot: number;
+  /** Its cache; extended by one position. */
+  cache: SequenceCache;
+}
+
+/** Options of {@link CausalLanguageModel.forward}. */
+export interface ForwardOptions {
+  /**
+   * Embeds through a one-hot matmul instead of a gather: the two give identical values, but only the
+   * matmul has a gradient on every backend. Set it inside functions being differentiated.
+   */
+  differentiable?: boolean;
+}
+
+/** Token sequences prepared for a batched forward pass (right-padded, targets shifted by one). */
+export interface PreparedBatch {
+  /** Batch rows. */
+  batchSize: number;
+  /** Padded length (the longest sequence minus one). */
+  length: number;
+  /** Input slots `[batchSize * length]`, row-major. */
+  inputSlots: Int32Array;
+  /** Output class of the next token at each position, -1 where none (padding or an id outside the table). */
+  targetClasses: Int32Array;
+}
+
+// Additive mask value: large enough that exp() underflows to exactly 0, small enough to stay finite.
+const maskValue = -1e9;
+const normEpsilon = 1e-5;
+// tfjs registers variables by name process-wide: each model prefixes its own.
+let modelCounter = 0;
+
+/** Every parameter of a model of this shape, in a fixed order (the checkpoint order). */
+export function parameterSpecs(config: ModelConfig, vocabulary: TokenVocabulary): ParameterSpec[] {
+  const { modelDimension: width, feedForwardDimension: hidden } = config;
+  const specs: ParameterSpec[] = [{ name: 'embedding.token', shape: [vocabulary.slotCount, width] }];
+  for (let layer = 0; layer < config.layerCount; layer++) {
+    const prefix = `layers.${layer}`;
+    specs.push(
+      { name: `${prefix}.attention_norm.scale`, shape: [width] },
+      { name: `${prefix}.attention_norm.bias`, shape: [width] },
+      { name: `${prefix}.attention.query`, shape: [width, width] },
+      { name: `${prefix}.attention.key`, shape: [width, width] },
+      { name: `${prefix}.attention.value`, shape: [width, width] },
+      { name: `${prefix}.attention.output`, shape: [width, width] },
+      { name: `${prefix}.feed_forward_norm.scale`, shape: [width] },
+      { name: `${prefix}.feed_forward_norm.bias`, shape: [width] },
+      { name: `${prefix}.feed_forward.up`, shape: [width, hidden] },
+      { name: `${prefix}.feed_forward.up_bias`, shape: [hidden] },
+      { name: `${prefix}.feed_forward.down`, shape: [hidden, width] },
+      { name: `${prefix}.feed_forward.down_bias`, shape: [width] },
+    );
+  }
+  specs.push(
+    { name: 'final_norm.scale', shape: [width] },
+    { name: 'final_norm.bias', shape: [width] },
+    { name: 'output.projection', shape: [width, vocabulary.outputCount] },
+    { name: 'output.bias', shape: [vocabulary.outputCount] },
+  );
+  return specs;
+}
+
+function elementCount(shape: readonly number[]): number {
+  return shape.reduce((product, size) => product * size, 1);
+}
+
+/** Seeded initialization: normal(0, 0.02), residual outputs scaled down by depth, norms at identity. */
+function initialWeights(config: ModelConfig, specs: ParameterSpec[]): Map<string, Float32Array> {
+  const random = new SeededRandom(config.seed);
+  const residualScale = 1 / Math.sqrt(2 * config.layerCount);
+  const weights = new Map<string, Float32Array>();
+  for (const spec of specs) {
+    const values = new Float32Array(elementCount(spec.shape));
+    if (spec.name.endsWith('norm.scale')) values.fill(1);
+    else if (!spec.name.endsWith('bias')) {
+      const scale =
+        spec.name.endsWith('attention.output') || spec.name.endsWith('feed_forward.down')
+          ? 0.02 * residualScale
+          : 0.02;
+      for (let index = 0; index < values.length; index++) values[index] = random.nextNormal() * scale;
+    }
+    weights.set(spec.name, values);
+  }
+  return weights;
+}
+
+function sinusoidalTable(contextLength: number, width: number): Float32Array {
+  const table = new Float32Array(contextLength * width);
+  for (let position = 0; position < contextLength; position++) {
+    for (let pair = 0; pair < width / 2; pair++) {
+      const angle = position / 10000 ** ((2 * pair) / width);
+      table[position * width + 2 * pair] = Math.sin(angle);
+      table[position * width + 2 * pair + 1] = Math.cos(angle);
+    }
+  }
+  return table;
+}
+
+/** Frees every tensor of a cache. */
+export function disposeCache(cache: SequenceCache): void {
+  for (const tensor of cache.keys) tensor.dispose();
+  for (const tensor of cache.values) tensor.dispose();
+  cache.keys = [];
+  cache.values = [];
+  cache.length = 0;
+}
+
+/**
+ * The embedded causal transformer: pre-norm blocks of multi-head attention and a ReLU feed-forward
+ * layer, sinusoidal positions, an untied output layer over the known ids of a {@link TokenVocabulary}.
+ *
+ * One set of numerics serves sampling and training: {@link CausalLanguageModel.prefill} and
+ * {@link CausalLanguageModel.decode} (the engine's KV-cache path) and
+ * {@link CausalLanguageModel.forward} (a full pass, differentiable) run the same operations, so
+ * logprobs reported at sampling time match a recomputation within float rounding.
+ */
+export class CausalLanguageModel {
+  readonly config: ModelConfig;
+  readonly vocabulary: TokenVocabulary;
+  readonly specs: readonly ParameterSpec[];
+  /** Trainable parameters by name (tfjs variables: an optimizer updates them in place). */
+  readonly parameters: ReadonlyMap<string, tf.Variable>;
+  readonly #positions: Float32Array;
+  readonly #headDimension: number;
+  readonly #attentionScale: number;
+  #disposed = false;
+
+  private constructor(config: ModelConfig, vocabulary: TokenVocabulary, weights: NamedWeights) {
+    this.config = config;
+    this.vocabulary = vocabulary;
+    this.specs = parameterSpecs(config, vocabulary);
+    checkWeights(this.specs, weights);
+    const parameters = new Map<string, tf.Variable>();
+    const scope = `embedded-model-${++modelCounter}`;
+    for (const spec of this.specs) {
+      const initial = tf.tensor(weights.get(spec.name)!, spec.shape);
+      parameters.set(spec.name, tf.variable(initial, true, `${scope}/${spec.name}`));
+      initial.dispose();
+    }
+    this.parameters = parameters;
+    this.#positions = sinusoidalTable(config.contextLength, config.modelDimension);
+    this.#headDimension = config.modelDimension / config.headCount;
+    this.#attentionScale = 1 / Math.sqrt(this.#headDimension);
+  }
+
+  /**
+   * A freshly initialized model. The same config (seed included) and vocabulary always give the same
+   * weights, on every backend.
+   */
+  static create(vocabulary: TokenVocabulary, config: Partial<ModelConfig> = {}): CausalLanguageModel {
+    const resolved = resolveModelConfig(config);
+    return new CausalLanguageModel(
+      resolved,
+      vocabulary,
+      initialWeights(resolved, parameterSpecs(resolved, vocabulary)),
+    );
+  }
+
+  /**
+   * A model with given weights (a checkpoint's).
+   * @throws DressageError `invalid_argument` when a weight is missing, unexpected or mis-shaped.
+   */
+  static fromWeights(
+    vocabulary: TokenVocabulary,
+    config: ModelConfig,
+    weights: NamedWeights,
+  ): CausalLanguageModel {
+    return new CausalLanguageModel(resolveModelConfig(config), vocabulary, weights);
+  }
+
+  /** Total parameter count. */
+  get parameterCount(): number {
+    return this.specs.reduce((sum, spec) => sum + elementCount(spec.shape), 0);
+  }
+
+  /** A copy of every weight, bit-exact. */
+  getWeights(): Map<string, Float32Array> {
+    this.#assertLive();
+    const weights = new Map<string, Float32Array>();
+    for (const [name, variable] of this.parameters) weights.set(name, Float32Array.from(variable.dataSync()));
+    return weights;
+  }
+
+  /**
+   * Replaces every weight at once. All names and shapes are checked before anything changes, and
+   * the assignment is synchronous, so no forward pass ever sees a mix of old and new weights.
+   * @throws DressageError `invalid_argument` when the weights do not fit this model.
+   */
+  setWeights(weights: NamedWeights): void {
+    this.#assertLive();
+    checkWeights(this.specs, weights);
+    const tensors = this.specs.map((spec) => tf.tensor(weights.get(spec.name)!, spec.shape));
+    this.specs.forEach((spec, index) => {
+      this.parameters.get(spec.name)!.assign(tensors[index]!);
+    });
+    for (const tensor of tensors) tensor.dispose();
+  }
+
+  /** Frees the parameters. */
+  dispose(): void {
+    if (this.#disposed) return;
+    this.#disposed = true;
+    for (const variable of this.parameters.values()) variable.dispose();
+  }
+
+  /**
+   * The full forward pass: logits `[batch, length, outputs]` for input slots `[batch, length]`
+   * (right padding is harmless: causal attention never looks ahead). Differentiable with
+   * `differentiable: true`. The caller owns the result (call it inside `tf.tidy` or dispose it).
+   */
+  forward(inputSlots: tf.Tensor2D, options: ForwardOptions = {}): tf.Tensor3D {
+    this.#assertLive();
+    return tf.tidy(() => this.#forwardPass(inputSlots, options.differentiable ?? false, null));
+  }
+
+  /**
+   * Log-probabilities `[batch, length]` of target classes under logits divided by `temperature`
+   * (SGLang reports logprobs of the temperature-scaled distribution, before top-k/top-p). Picks
+   * targets by a one-hot product, so it is differentiable; build `targetOneHot` (`[batch, length,
+   * outputs]`, zero rows for no target) outside the function being differentiated.
+   */
+  targetLogprobs(logits: tf.Tensor3D, targetOneHot: tf.Tensor3D, temperature = 1): tf.Tensor2D {
+    return tf.tidy(
+      () => tf.logSoftmax(scaleLogits(logits, temperature)).mul(targetOneHot).sum(-1) as tf.Tensor2D,
+    );
+  }
+
+  /**
+   * Per-token logprobs of whole sequences in one batched forward pass, with the numerics of
+   * sampling: entry `t` of row `i` is the logprob of `sequences[i][t + 1]` given the tokens before
+   * it (NaN where that id is outside the vocabulary). A trainer compares these to rollout logprobs.
+   */
+  sequenceLogprobs(sequences: ReadonlyArray<ArrayLike<number>>, temperature = 1): Float32Array[] {
+    this.#assertLive();
+    const batch = this.prepareBatch(sequences);
+    if (batch.length === 0) return sequences.map(() => new Float32Array(0));
+    const outputs = this.vocabulary.outputCount;
+    const values = tf.tidy(() => {
+      const slots = tf.tensor2d(batch.inputSlots, [batch.batchSize, batch.length], 'int32');
+      const logprobs = tf.logSoftmax(scaleLogits(this.#forwardPass(slots, false, null), temperature));
+      return logprobs.dataSync() as Float32Array;
+    });
+    return sequences.map((sequence, row) => {
+      const result = new Float32Array(Math.max(0, sequence.length - 1));
+      for (let position = 0; position < result.length; position++) {
+        const target = batch.targetClasses[row * batch.length + position]!;
+        result[position] =
+          target < 0 ? Number.NaN : values[(row * batch.length + position) * outputs + target]!;
+      }
+      return result;
+    });
+  }
+
+  /** Right-pads sequences of real ids into input slots and next-token target classes. */
+  prepareBatch(sequences: ReadonlyArray<ArrayLike<number>>): PreparedBatch {
+    const length = Math.max(0, ...sequences.map((sequence) => sequence.length - 1));
+    if (length > this.config.contextLength) {
+      throw new DressageError({
+        code: 'out_of_range',
+        message: `A sequence of ${length + 1} tokens exceeds the model's context length (${this.config.contextLength})`,
+      });
+    }
+    const inputSlots = new Int32Array(sequences.length * length);
+    const targetClasses = new Int32Array(sequences.length * length).fill(-1);
+    sequences.forEach((sequence, row) => {
+      for (let position = 0; position + 1 < sequence.length; position++) {
+        inputSlots[row * length + position] = this.vocabulary.slotOf(sequence[position]!);
+        targetClasses[row * length + position] = this.vocabulary.outputClassOf(sequence[position + 1]!);
+      }
+    });
+    return { batchSize: sequences.length, length, inputSlots, targetClasses };
+  }
+
+  /**
+   * Reads a prompt into a new cache. Returns the cache (caller-owned) and the logits of every
+   * position (`[length, outputs]`, caller-owned) or only of the last one (`[1, outputs]`).
+   */
+  prefill(
+    slots: Int32Array,
+    options: { allPositions?: boolean } = {},
+  ): { cache: SequenceCache; logits: tf.Tensor2D } {
+    this.#assertLive();
+    if (slots.length === 0 || slots.length > this.config.contextLength) {
+      throw new DressageError({
+        code: 'out_of_range',
+        message: `Cannot prefill ${slots.length} tokens with a context length of ${this.config.contextLength}`,
+      });
+    }
+    const cache: SequenceCache = { keys: [], values: [], length: slots.length };
+    const logits = tf.tidy(() => {
+      const input = tf.tensor2d(slots, [1, slots.length], 'int32');
+      const all = this.#forwardPass(input, false, cache).reshape([slots.length, this.vocabulary.outputCount]);
+      return (options.allPositions ? all : all.slice([slots.length - 1, 0], [1, -1])) as tf.Tensor2D;
+    });
+    return { cache, logits };
+  }
+
+  /**
+   * One batched decode step: reads one token per row at the position after its cache, extends each
+   * cache by that position, and returns next-token logits `[rows, outputs]` (caller-owned). Work per
+   * token is constant in the layers and linear in the cache only inside attention.
+   */
+  decode(entries: readonly DecodeEntry[]): tf.Tensor2D {
+    this.#assertLive();
+    const { modelDimension: width, headCount: heads, contextLength } = this.config;
+    const headDimension = this.#headDimension;
+    const rows = entries.length;
+    for (const entry of entries) {
+      if (entry.cache.length >= contextLength || entry.cache.keys.length !== this.config.layerCount) {
+        throw new DressageError({
+          code: 'out_of_range',
+          message: 'A decode entry has a full or empty cache',
+        });
+      }
+    }
+    const staleTensors: tf.Tensor[] = [];
+    const logits = tf.tidy(() => {
+      const positionRows = new Float32Array(rows * width);
+      entries.forEach((entry, row) => {
+        positionRows.set(
+          this.#positions.subarray(entry.cache.length * width, (entry.cache.length + 1) * width),
+          row * width,
+        );
+      });
+      const slots = tf.tensor1d(
+        entries.map((entry) => entry.slot),
+        'int32',
+      );
+      let hidden = tf
+        .gather(this.#parameter('embedding.token'), slots)
+        .add(tf.tensor2d(positionRows, [rows, width]));
+      const newLength = entries.map((entry) => entry.cache.length + 1);
+      const longest = Math.max(...newLength);
+      // Rows with shorter caches are padded up to the longest; the additive mask hides the padding.
+      const mask = new Float32Array(rows * longest);
+      newLength.forEach((length, row) => {
+        mask.fill(maskValue, row * longest + length, (row + 1) * longest);
+      });
+      const maskTensor = tf.tensor4d(mask, [rows, 1, 1, longest]);
+      for (let layer = 0; layer < this.config.layerCount; layer++) {
+        const prefix = `layers.${layer}`;
+        const normed = this.#layerNorm(hidden, `${prefix}.attention_norm`);
+        const query = normed
+          .matMul(this.#parameter(`${prefix}.attention.query`))
+          .reshape([rows, heads, 1, headDimension]);
+        const newKeys = tf.unstack(
+          normed.matMul(this.#parameter(`${prefix}.attention.key`)).reshape([rows, heads, headDimension]),
+        );
+        const newValues = tf.unstack(
+          normed.matMul(this.#parameter(`${prefix}.attention.value`)).reshape([rows, heads, headDimension]),
+        );
+        const keys: tf.Tensor3D[] = [];
+        const values: tf.Tensor3D[] = [];
+        entries.forEach((entry, row) => {
+          const key = tf.concat([entry.cache.keys[layer]!, newKeys[row]!.expandDims(1)], 1) as tf.Tensor3D;
+          const value = tf.concat(
+            [entry.cache.values[layer]!, newValues[row]!.expandDims(1)],
+            1,
+          ) as tf.Tensor3D;
+          staleTensors.push(entry.cache.keys[layer]!, entry.cache.values[layer]!);
+          entry.cache.keys[layer] = tf.keep(key);
+          entry.cache.values[layer] = tf.keep(value);
+          keys.push(key);
+          values.push(value);
+        });
+        const stackedKeys = stackPadded(keys, longest);
+        const stackedValues = stackPadded(values, longest);
+        const scores = tf.matMul(query, stackedKeys, false, true).mul(this.#attentionScale).add(maskTensor);
+        const attended = tf.matMul(tf.softmax(scores), stackedValues).reshape([rows, width]);
+        hidden = hidden.add(attended.matMul(this.#parameter(`${prefix}.attention.output`)));
+        hidden = hidden.add(
+          this.#feedForward(this.#layerNorm(hidden, `${prefix}.feed_forward_norm`), prefix),
+        );
+      }
+      return this.#outputLogits(hidden) as tf.Tensor2D;
+    });
+    for (const tensor of staleTensors) tensor.dispose();
+    for (const entry of entries) entry.cache.length += 1;
+    return logits;
+  }
+
+  /**
+   * Next-token logits `[batch, outputs]` by recomputing the whole prefix (equal-length rows). The
+   * no-cache baseline of the benchmark.
+   */
+  lastLogitsWithoutCache(slots: tf.Tensor2D): tf.Tensor2D {
+    this.#assertLive();
+    return tf.tidy(() => {
+      const [batch, length] = slots.shape;
+      const all = this.#forwardPass(slots, false, null);
+      return all
+        .slice([0, length - 1, 0], [batch, 1, -1])
+        .reshape([batch, this.vocabulary.outputCount]) as tf.Tensor2D;
+    });
+  }
+
+  #forwardPass(inputSlots: tf.Tensor2D, differentiable: boolean, cache: SequenceCache | null): tf.Tensor3D {
+    const { modelDimension: width, headCount: heads } = this.config;
+    const headDimension = this.#headDimension;
+    const [batch, length] = inputSlots.shape;
+    if (length > this.config.contextLength) {
+      throw new DressageError({
+        code: 'out_of_range',
+        message: `${length} positions exceed the context length (${this.config.contextLength})`,
+      });
+    }
+    const flatSlots = inputSlots.reshape([batch * length]) as tf.Tensor1D;
+    const embedding = this.#parameter('embedding.token');
+    const embedded = differentiable
+      ? tf.oneHot(flatSlots, this.vocabulary.slotCount).matMul(embedding)
+      : tf.gather(embedding, flatSlots);
+    const positions = tf.tensor2d(this.#positions.subarray(0, length * width), [length, width]);
+    let hidden = embedded
+      .reshape([batch, length, width])
+      .add(positions)
+      .reshape([batch * length, width]);
+    const causalMask = tf.tensor2d(causalMaskValues(length), [length, length]);
+    const splitHeads = (tensor: tf.Tensor) =>
+      tensor.reshape([batch, length, heads, headDimension]).transpose([0, 2, 1, 3]) as tf.Tensor4D;
+    for (let layer = 0; layer < this.config.layerCount; layer++) {
+      const prefix = `layers.${layer}`;
+      const normed = this.#layerNorm(hidden, `${prefix}.attention_norm`);
+      const query = splitHeads(normed.matMul(this.#parameter(`${prefix}.attention.query`)));
+      const key = splitHeads(normed.matMul(this.#parameter(`${prefix}.attention.key`)));
+      const value = splitHeads(normed.matMul(this.#parameter(`${prefix}.attention.value`)));
+      if (cache !== null) {
+        cache.keys.push(tf.keep(key.reshape([heads, length, headDimension]) as tf.Tensor3D));
+        cache.values.push(tf.keep(value.reshape([heads, length, headDimension]) as tf.Tensor3D));
+      }
+      const scores = tf.matMul(query, key, false, true).mul(this.#attentionScale).add(causalMask);
+      const attended = tf
+        .matMul(tf.softmax(scores), value)
+        .transpose([0, 2, 1, 3])
+        .reshape([batch * length, width]);
+      hidden = hidden.add(attended.matMul(this.#parameter(`${prefix}.attention.output`)));
+      hidden = hidden.add(this.#feedForward(this.#layerNorm(hidden, `${prefix}.feed_forward_norm`), prefix));
+    }
+    return this.#outputLogits(hidden).reshape([batch, length, this.vocabulary.outputCount]);
+  }
+
+  #layerNorm(input: tf.Tensor, prefix: string): tf.Tensor2D {
+    const { mean, variance } = tf.moments(input, -1, true);
+    return input
+      .sub(mean)
+      .mul(tf.rsqrt(variance.add(normEpsilon)))
+      .mul(this.#parameter(`${prefix}.scale`))
+      .add(this.#parameter(`${prefix}.bias`)) as tf.Tensor2D;
+  }
+
+  #feedForward(input: tf.Tensor, prefix: string): tf.Tensor2D {
+    const up = tf.relu(
+      input
+        .matMul(this.#parameter(`${prefix}.feed_forward.up`))
+        .add(this.#parameter(`${prefix}.feed_forward.up_bias`)),
+    );
+    return (up as tf.Tensor2D)
+      .matMul(this.#parameter(`${prefix}.feed_forward.down`))
+      .add(this.#parameter(`${prefix}.feed_forward.down_bias`));
+  }
+
+  #outputLogits(hidden: tf.Tensor): tf.Tensor2D {
+    return this.#layerNorm(hidden, 'final_norm')
+      .matMul(this.#parameter('output.projection'))
+      .add(this.#parameter('output.bias'));
+  }
+
+  #parameter(name: string): tf.Tensor2D {
+    return this.parameters.get(name)! as unknown as tf.Tensor2D;
+  }
+
+  #assertLive(): void {
+    if (this.#disposed)
+      throw new DressageError({ code: 'failed_precondition', message: 'The model was disposed' });
+  }
+}
+
+/** Divides logits by a temperature (a number, or a `[rows, 1]` tensor of per-row temperatures). */
+export function scaleLogits<T extends tf.Tensor>(logits: T, temperature: number | tf.Tensor): T {
+  if (typeof temperature === 'number' && temperature === 1) return logits;
+  return logits.div(temperature) as T;
+}
+
+function causalMaskValues(length: number): Float32Array {
+  const values = new Float32Array(length * length);
+  for (let row = 0; row < length; row++) values.fill(maskValue, row * length + row + 1, (row + 1) * length);
+  return values;
+}
+
+function stackPadded(tensors: tf.Tensor3D[], length: number): tf.Tensor4D {
+  if (tensors.length === 1) return tensors[0]!.expandDims(0) as tf.Tensor4D;
+  const padded = tensors.map((tensor) =>
+    tensor.shape[1] === length
+      ? tensor
+      : tf.pad(tensor, [
+          [0, 0],
+          [0, length - tensor.shape[1]],
+          [0, 0],
+        ]),
+  );
+  return tf.stack(padded) as tf.Tensor4D;
+}
+
+function checkWeights(specs: readonly ParameterSpec[], weights: NamedWeights): void {
+  const expected = new Set(specs.map((spec) => spec.name));
+  for (const name of weights.keys()) {
+    if (!expected.has(name)) {
+      throw new DressageError({
+        code: 'invalid_argument',
+        message: `Unexpected weight ${name}`,
+        details: { name },
+      });
+    }
+  }
+  for (const spec of specs) {
+    const values = weights.get(spec.name);
+    if (values === undefined) {
+      throw new DressageError({
+        code: 'invalid_argument',
+        message: `Missing weight ${spec.name}`,
+        details: { name: spec.name },
+      });
+    }
+    if (values.length !== elementCount(spec.shape)) {
+      throw new DressageError({
+        code: 'invalid_argument',
+        message: `Weight ${spec.name} has ${values.length} values; shape [${spec.shape.join(', ')}] needs ${elementCount(spec.shape)}`,
+        details: { name: spec.name, shape: spec.shape },
+      });
+    }
+  }
+}

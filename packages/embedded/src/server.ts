@@ -1,0 +1,439 @@
+import { randomUUID } from 'node:crypto';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { DressageError, safeParseWire } from '@dressage/protocol';
+import type { z } from 'zod';
+import { loadWeightsFor } from './checkpoint.js';
+import {
+  defaultSampling,
+  type GenerationRequest,
+  type GenerationResult,
+  type InferenceEngine,
+} from './engine.js';
+import {
+  abortRequestSchema,
+  type GenerateRequestBody,
+  generateRequestSchema,
+  pauseRequestSchema,
+  updateWeightsRequestSchema,
+} from './schemas.js';
+
+/** What the server needs of a tokenizer (a `TitoTokenizer` fits). */
+export interface ServerTokenizer {
+  encode(text: string): ArrayLike<number>;
+  decode(ids: ArrayLike<number>): string;
+  readonly specialTokens: ReadonlyMap<string, number>;
+}
+
+/** Options of {@link startEngineServer}. */
+export interface EngineServerOptions {
+  engine: InferenceEngine;
+  /** Decodes `text` of responses and encodes `text` prompts. Without it, `text` is empty. */
+  tokenizer?: ServerTokenizer;
+  /** The served model's name (`/v1/models`, `/workers`). Default `dressage-embedded`. */
+  modelName?: string;
+  /** Default 127.0.0.1. */
+  host?: string;
+  /** Default 0 (any free port). */
+  port?: number;
+  /** The URL `/workers` advertises; default `http://host:port` as bound. */
+  advertisedUrl?: string;
+  /** Largest request body in bytes. Default 64 MiB. */
+  maxBodyBytes?: number;
+}
+
+/** A running engine server. */
+export interface EngineServer {
+  /** Base URL, e.g. `http://127.0.0.1:30000`. */
+  readonly url: string;
+  readonly server: Server;
+  /** Aborts held requests, stops listening and closes connections. The engine stays open. */
+  close(): Promise<void>;
+}
+
+type Handler = (context: RequestContext) => Promise<void> | void;
+
+interface RequestContext {
+  request: IncomingMessage;
+  response: ServerResponse;
+  body: () => Promise<unknown>;
+}
+
+function sendJson(response: ServerResponse, status: number, payload: unknown): void {
+  if (response.headersSent || response.destroyed) return;
+  const text = payload === undefined ? '' : JSON.stringify(payload);
+  response.writeHead(status, {
+    'content-type': 'application/json',
+    'content-length': Buffer.byteLength(text),
+  });
+  response.end(text);
+}
+
+function sendError(response: ServerResponse, error: unknown): void {
+  const failure = DressageError.from(error, 'internal');
+  sendJson(response, failure.httpStatus, {
+    error: {
+      message: failure.message,
+      type: failure.code,
+      code: failure.httpStatus,
+      details: failure.details,
+    },
+  });
+}
+
+function readBody(request: IncomingMessage, limit: number): Promise<unknown> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    request.on('data', (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > limit) {
+        reject(
+          new DressageError({ code: 'resource_exhausted', message: `Request body exceeds ${limit} bytes` }),
+        );
+        request.destroy();
+        return;
+      }
+      chunks.push(chunk);
+    });
+    request.on('error', reject);
+    request.on('end', () => {
+      const text = Buffer.concat(chunks).toString('utf8').trim();
+      if (text === '') {
+        resolve({});
+        return;
+      }
+      try {
+        resolve(JSON.parse(text));
+      } catch (error) {
+        reject(
+          new DressageError({
+            code: 'invalid_argument',
+            message: `Request body is not valid JSON: ${(error as Error).message}`,
+            cause: error,
+          }),
+        );
+      }
+    });
+  });
+}
+
+function parse<TSchema extends z.ZodType>(schema: TSchema, value: unknown, what: string): z.infer<TSchema> {
+  const result = safeParseWire(schema, value, what);
+  if (!result.success) throw result.error;
+  return result.data as z.infer<TSchema>;
+}
+
+function logprobEntries(
+  logprobs: Float32Array,
+  ids: ArrayLike<number>,
+  tokenizer: ServerTokenizer | undefined,
+  withText: boolean,
+): Array<[number | null, number, string | null]> {
+  const entries: Array<[number | null, number, string | null]> = [];
+  for (let index = 0; index < logprobs.length; index++) {
+    const value = logprobs[index]!;
+    const id = ids[index]!;
+    entries.push([
+      Number.isNaN(value) ? null : value,
+      id,
+      withText && tokenizer !== undefined ? tokenizer.decode([id]) : null,
+    ]);
+  }
+  return entries;
+}
+
+/**
+ * Starts the SGLang-compatible HTTP server of an {@link InferenceEngine}: `/generate`,
+ * `/abort_request`, `/pause_generation`, `/continue_generation`, `/update_weights_from_disk`,
+ * `/get_weight_version`, `/flush_cache`, `/health`, `/health_generate`, `/v1/models`, `/v1/loads`,
+ * `/get_server_info`, and the router's `/workers` listing (the engine lists itself, so a client's
+ * abort-by-worker path works without a router).
+ *
+ * @example
+ * ```ts
+ * const server = await startEngineServer({ engine, tokenizer, port: 30000 });
+ * const response = await fetch(`${server.url}/generate`, {
+ *   method: 'POST',
+ *   body: JSON.stringify({ input_ids: [9707, 1879], sampling_params: { max_new_tokens: 8 }, return_logprob: true }),
+ * });
+ * ```
+ */
+export async function startEngineServer(options: EngineServerOptions): Promise<EngineServer> {
+  const { engine, tokenizer } = options;
+  const modelName = options.modelName ?? 'dressage-embedded';
+  const maxBodyBytes = options.maxBodyBytes ?? 64 * 1024 * 1024;
+  const workerId = randomUUID();
+  const createdAt = Math.floor(Date.now() / 1000);
+  const specialIds = new Set(tokenizer?.specialTokens.values() ?? []);
+  let advertisedUrl = options.advertisedUrl ?? '';
+
+  const responseText = (result: GenerationResult, skipSpecial: boolean, noStopTrim: boolean): string => {
+    if (tokenizer === undefined) return '';
+    let ids = Array.from(result.outputIds);
+    const { finishReason } = result;
+    if (!noStopTrim && finishReason.type === 'stop' && typeof finishReason.matched === 'number')
+      ids = ids.slice(0, -1);
+    if (skipSpecial) ids = ids.filter((id) => !specialIds.has(id));
+    let text = tokenizer.decode(ids);
+    if (!noStopTrim && finishReason.type === 'stop' && typeof finishReason.matched === 'string') {
+      const at = text.indexOf(finishReason.matched);
+      if (at >= 0) text = text.slice(0, at);
+    }
+    return text;
+  };
+
+  const toGenerationRequest = (body: GenerateRequestBody): GenerationRequest => {
+    const sampling = body.sampling_params ?? {};
+    let inputIds: ArrayLike<number>;
+    if (body.input_ids !== undefined) inputIds = body.input_ids;
+    else if (tokenizer !== undefined) inputIds = tokenizer.encode(body.text ?? '');
+    else
+      throw new DressageError({
+        code: 'invalid_argument',
+        message: 'text prompts need an engine with a tokenizer',
+      });
+    const stop = sampling.stop ?? [];
+    return {
+      rid: body.rid ?? randomUUID().replaceAll('-', ''),
+      inputIds,
+      sampling: {
+        temperature: sampling.temperature ?? defaultSampling.temperature,
+        topP: sampling.top_p ?? defaultSampling.topP,
+        topK: sampling.top_k ?? defaultSampling.topK,
+        maxNewTokens: sampling.max_new_tokens ?? defaultSampling.maxNewTokens,
+        stopTokenIds: sampling.stop_token_ids ?? [],
+        stop: typeof stop === 'string' ? [stop] : stop,
+        ignoreEos: sampling.ignore_eos ?? false,
+        seed: sampling.sampling_seed ?? null,
+      },
+      logprobStartLength: body.return_logprob ? (body.logprob_start_len ?? -1) : -1,
+    };
+  };
+
+  const routes: Record<string, Partial<Record<string, Handler>>> = {
+    '/generate': {
+      POST: async ({ response, body }) => {
+        const parsed = parse(generateRequestSchema, await body(), 'generate request');
+        const generation = toGenerationRequest(parsed);
+        const pending = engine.generate(generation);
+        // A client that hangs up cancels its generation at the next token boundary.
+        const onClose = () => {
+          if (!response.writableFinished) engine.abort(generation.rid, 'Client disconnected');
+        };
+        response.on('close', onClose);
+        const result = await pending;
+        response.off('close', onClose);
+        const sampling = parsed.sampling_params ?? {};
+        const withText = parsed.return_text_in_logprobs ?? false;
+        const metaInfo: Record<string, unknown> = {
+          id: result.rid,
+          finish_reason: result.finishReason,
+          prompt_tokens: result.promptTokens,
+          completion_tokens: result.outputIds.length,
+          cached_tokens: 0,
+          weight_version: result.weightVersion,
+          e2e_latency: result.latencySeconds,
+        };
+        if (parsed.return_logprob) {
+          metaInfo.output_token_logprobs = logprobEntries(
+            result.outputLogprobs,
+            result.outputIds,
+            tokenizer,
+            withText,
+          );
+          if (result.inputLogprobs !== null) {
+            const start = generation.logprobStartLength;
+            const ids = Array.from(generation.inputIds).slice(start);
+            metaInfo.input_token_logprobs = logprobEntries(result.inputLogprobs, ids, tokenizer, withText);
+          }
+        }
+        sendJson(response, 200, {
+          text: responseText(result, sampling.skip_special_tokens ?? true, sampling.no_stop_trim ?? false),
+          output_ids: Array.from(result.outputIds),
+          meta_info: metaInfo,
+        });
+      },
+    },
+    '/abort_request': {
+      POST: async ({ response, body }) => {
+        const parsed = parse(abortRequestSchema, await body(), 'abort request');
+        if (parsed.abort_all) engine.abortAll();
+        else engine.abort(parsed.rid!);
+        sendJson(response, 200, undefined);
+      },
+    },
+    '/pause_generation': {
+      POST: async ({ response, body }) => {
+        const parsed = parse(pauseRequestSchema, await body(), 'pause request');
+        engine.pause(parsed.mode ?? 'abort');
+        sendJson(response, 200, { message: 'Generation paused successfully.', status: 'ok' });
+      },
+    },
+    '/continue_generation': {
+      POST: async ({ response, body }) => {
+        await body();
+        engine.resume();
+        sendJson(response, 200, { message: 'Generation continued successfully.', status: 'ok' });
+      },
+    },
+    '/update_weights_from_disk': {
+      POST: async ({ response, body }) => {
+        const parsed = parse(updateWeightsRequestSchema, await body(), 'update_weights_from_disk request');
+        try {
+          const requested = parsed.weight_version;
+          const { pausedRequests } = await engine.updateWeights(
+            async () => {
+              const checkpoint = await loadWeightsFor(engine.model, parsed.model_path);
+              const weightVersion =
+                requested === undefined || requested === null ? checkpoint.weightVersion : String(requested);
+              return { weights: checkpoint.weights, weightVersion };
+            },
+            { abortAllRequests: parsed.abort_all_requests ?? false },
+          );
+          sendJson(response, 200, {
+            success: true,
+            message: 'Succeeded to update model weights.',
+            num_paused_requests: pausedRequests,
+          });
+        } catch (error) {
+          const failure = DressageError.from(error);
+          sendJson(response, 400, { success: false, message: failure.message, num_paused_requests: 0 });
+        }
+      },
+    },
+    '/get_weight_version': {
+      GET: ({ response }) => sendJson(response, 200, { weight_version: engine.weightVersion }),
+    },
+    '/weight_version': {
+      GET: ({ response }) => sendJson(response, 200, { weight_version: engine.weightVersion }),
+    },
+    '/flush_cache': {
+      GET: ({ response }) => flushCache(response),
+      POST: ({ response }) => flushCache(response),
+    },
+    '/health': { GET: ({ response }) => sendJson(response, 200, undefined) },
+    '/health_generate': {
+      GET: ({ response }) => {
+        // A one-token forward pass proves the model computes; a running batch proves it already.
+        if (engine.runningCount === 0) {
+          const { cache, logits } = engine.model.prefill(Int32Array.of(0));
+          logits.dispose();
+          for (const tensor of [...cache.keys, ...cache.values]) tensor.dispose();
+        }
+        sendJson(response, 200, undefined);
+      },
+    },
+    '/v1/models': {
+      GET: ({ response }) =>
+        sendJson(response, 200, {
+          object: 'list',
+          data: [
+            {
+              id: modelName,
+              object: 'model',
+              created: createdAt,
+              owned_by: 'dressage',
+              root: modelName,
+              max_model_len: engine.model.config.contextLength,
+            },
+          ],
+        }),
+    },
+    '/v1/loads': {
+      GET: ({ response }) =>
+        sendJson(response, 200, {
+          num_running_reqs: engine.runningCount,
+          num_waiting_reqs: engine.waitingCount,
+          num_total_reqs: engine.runningCount + engine.waitingCount,
+        }),
+    },
+    '/get_server_info': {
+      GET: ({ response }) =>
+        sendJson(response, 200, {
+          model_path: modelName,
+          served_model_name: modelName,
+          context_length: engine.model.config.contextLength,
+          max_running_requests: engine.maxBatchSize,
+          weight_version: engine.weightVersion,
+          paused: engine.paused,
+          statistics: engine.statistics,
+        }),
+    },
+    '/workers': {
+      GET: ({ response }) =>
+        sendJson(response, 200, {
+          workers: [
+            {
+              id: workerId,
+              url: advertisedUrl,
+              model_id: modelName,
+              worker_type: 'regular',
+              connection_mode: 'http',
+              is_healthy: true,
+              load: engine.runningCount + engine.waitingCount,
+              priority: 50,
+              cost: 1,
+            },
+          ],
+          total: 1,
+          stats: { prefill_count: 0, decode_count: 0, regular_count: 1 },
+        }),
+    },
+  };
+
+  function flushCache(response: ServerResponse): void {
+    if (engine.flushCache()) sendJson(response, 200, { message: 'Cache flushed.', success: true });
+    else
+      sendJson(response, 400, {
+        message: 'Cannot flush the cache while requests are running or waiting.',
+        success: false,
+      });
+  }
+
+  const server = createServer((request, response) => {
+    const path = (request.url ?? '/').split('?')[0]!.replace(/\/+$/, '') || '/';
+    const route = routes[path];
+    const handler = route?.[request.method ?? 'GET'];
+    if (route === undefined || handler === undefined) {
+      request.resume();
+      sendError(
+        response,
+        new DressageError({
+          code: route === undefined ? 'not_found' : 'unimplemented',
+          message: route === undefined ? `No route ${path}` : `${request.method} is not allowed on ${path}`,
+        }),
+      );
+      return;
+    }
+    const context: RequestContext = { request, response, body: () => readBody(request, maxBodyBytes) };
+    Promise.resolve()
+      .then(() => handler(context))
+      .catch((error: unknown) => sendError(response, error));
+  });
+  server.keepAliveTimeout = 65_000;
+
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(options.port ?? 0, options.host ?? '127.0.0.1', () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const address = server.address() as AddressInfo;
+  const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+  const url = `http://${host}:${address.port}`;
+  if (advertisedUrl === '') advertisedUrl = url;
+
+  return {
+    url,
+    server,
+    close: async () => {
+      engine.abortAll('Server shutting down');
+      await new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      });
+    },
+  };
+}
