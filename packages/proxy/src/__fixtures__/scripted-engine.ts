@@ -39,6 +39,7 @@ export interface SeenRequest {
 
 interface Running {
   abort: () => void;
+  emitted: () => number;
 }
 
 /**
@@ -94,6 +95,13 @@ export class ScriptedEngine {
   /** Resolves when a `/generate` with at least `count` requests seen is running. */
   async waitForRunning(count = 1): Promise<void> {
     while (this.#running.size < count) await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+
+  /** Resolves when a running request has emitted at least `count` tokens. */
+  async waitForTokens(count: number): Promise<void> {
+    while (![...this.#running.values()].some((running) => running.emitted() >= count)) {
+      await new Promise((resolve) => setTimeout(resolve, 2));
+    }
   }
 
   async #handle(request: IncomingMessage, response: ServerResponse): Promise<void> {
@@ -161,7 +169,7 @@ export class ScriptedEngine {
           this.#running.delete(body.rid);
           resolve(value);
         };
-        this.#running.set(body.rid, { abort: () => finishWith(true) });
+        this.#running.set(body.rid, { abort: () => finishWith(true), emitted: () => emitted });
         request.socket.once('close', () => finishWith(true));
         if (!reply.hang) {
           timer = setInterval(() => {
