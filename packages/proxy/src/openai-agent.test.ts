@@ -81,7 +81,7 @@ describe('the OpenAI SDK as the agent', () => {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ trajectory_id: 'agent-1', drain: true }),
-    }).then((response) => response.json());
+    }).then((response) => response.json() as Promise<{ data: unknown[]; drained: boolean }>);
     const segment = segmentSchema.parse(read.data[0]);
     expect(read.drained).toBe(true);
     expect(segment.tokens.slice(0, secondPrompt.length)).toEqual(secondPrompt);
