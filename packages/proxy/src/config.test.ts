@@ -1,0 +1,87 @@
+import { describe, expect, it } from 'vitest';
+import { parseProxyArguments } from './config.js';
+
+describe('dressage-proxy flags (§1.11)', () => {
+  it('applies the reference defaults', () => {
+    const parsed = parseProxyArguments(['--tokenizer-path', '/m', '--store-dir', 'none'], {
+      SGLANG_ROUTER_HOST: 'router',
+    });
+    if (parsed.help) throw new Error('unexpected help');
+    expect(parsed.config).toMatchObject({
+      sglangRouterUrl: 'http://router:8000',
+      host: '0.0.0.0',
+      port: 8800,
+      maxOutputTokens: null,
+      contextWindow: null,
+      dynamicMaxTokens: true,
+      rolloutTemperature: 1,
+      apiKey: 'no-auth',
+      minGroupSize: 1,
+      sessionTimeoutSeconds: 3200,
+      groupTimeoutSeconds: 300,
+      tokenBuildMode: 'tito',
+      tokenBuildModel: 'qwen3_5',
+      titoModel: 'qwen3_5',
+      toolCallParseBackend: 'sglang_api',
+      reasoningParseBackend: 'sglang_api',
+      streamHeartbeatIntervalSeconds: 15,
+      storeDirectory: null,
+    });
+  });
+
+  it('reads every flag and SGLANG_ROUTER_URL', () => {
+    const parsed = parseProxyArguments(
+      [
+        '--tokenizer-path=/m',
+        '--port',
+        '9000',
+        '--context-window',
+        '4096',
+        '--max-output-tokens',
+        '512',
+        '--no-dynamic-max-tokens',
+        '--token-build-mode',
+        'snapshot',
+        '--dressage-partial-rollout',
+        '--max-partial-rollout-preempts',
+        '0',
+        '--stream-heartbeat-interval-seconds',
+        '0',
+        '--api-key',
+        'k',
+        '--store-dir',
+        '/tmp/s',
+      ],
+      { SGLANG_ROUTER_URL: 'http://r:1' },
+    );
+    if (parsed.help) throw new Error('unexpected help');
+    expect(parsed.config).toMatchObject({
+      sglangRouterUrl: 'http://r:1',
+      port: 9000,
+      contextWindow: 4096,
+      maxOutputTokens: 512,
+      dynamicMaxTokens: false,
+      tokenBuildMode: 'snapshot',
+      partialRollout: true,
+      maxPartialRolloutPreempts: 0,
+      streamHeartbeatIntervalSeconds: 0,
+      apiKey: 'k',
+      storeDirectory: '/tmp/s',
+    });
+  });
+
+  it('names the bad flag', () => {
+    expect(() => parseProxyArguments([])).toThrow(/--tokenizer-path/);
+    expect(() => parseProxyArguments(['--tokenizer-path', 'm', '--context-window', '0'])).toThrow(
+      /--context-window: must be > 0/,
+    );
+    expect(() => parseProxyArguments(['--tokenizer-path', 'm', '--token-build-mode', 'x'])).toThrow(
+      /--token-build-mode/,
+    );
+    expect(() =>
+      parseProxyArguments(['--tokenizer-path', 'm', '--stream-heartbeat-interval-seconds', 'inf']),
+    ).toThrow(/heartbeat/);
+    expect(() => parseProxyArguments(['--tokenizer-path', 'm', '--bogus'])).toThrow(/bogus/);
+    expect(parseProxyArguments(['--help'])).toEqual({ help: true });
+  });
+});

@@ -1,0 +1,65 @@
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { describe, expect, it } from 'vitest';
+import { ProxyClient, ProxyClientError } from './proxy-client.js';
+
+async function serve(statuses: number[]) {
+  const seen: Array<{ path: string; headers: Record<string, unknown>; body: string }> = [];
+  const server = createServer(async (request, response) => {
+    let body = '';
+    for await (const chunk of request) body += chunk;
+    seen.push({ path: request.url ?? '', headers: request.headers, body });
+    const status = statuses[Math.min(seen.length - 1, statuses.length - 1)]!;
+    response.writeHead(status, { 'content-type': 'application/json' });
+    response.end(JSON.stringify(status === 200 ? { ok: true } : { detail: 'nope' }));
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  return { url, seen, close: () => new Promise<void>((resolve) => server.close(() => resolve())) };
+}
+
+describe('ProxyClient (§1.12)', () => {
+  it('retries 503 with backoff and sends the id headers', async () => {
+    const server = await serve([503, 503, 200]);
+    try {
+      const client = new ProxyClient({ baseUrl: server.url, backoffMs: 1, apiKey: 'k' });
+      const result = await client.chatCompletions(
+        { messages: [] },
+        { sessionId: 's', instanceId: 'i', turnId: 't', expectedVersion: 'v9' },
+      );
+      expect(result).toEqual({ ok: true });
+      expect(server.seen).toHaveLength(3);
+      expect(server.seen[0]!.headers).toMatchObject({
+        'x-session-id': 's',
+        'x-instance-id': 'i',
+        'x-turn-id': 't',
+        'x-dressage-expected-version': 'v9',
+        authorization: 'Bearer k',
+      });
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('does not retry other errors', async () => {
+    const server = await serve([500, 200]);
+    try {
+      const client = new ProxyClient({ baseUrl: server.url, backoffMs: 1 });
+      const error = await client.finalizeSession('s').catch((caught: unknown) => caught);
+      expect(error).toBeInstanceOf(ProxyClientError);
+      expect((error as ProxyClientError).status).toBe(500);
+      expect(server.seen).toHaveLength(1);
+      expect(JSON.parse(server.seen[0]!.body)).toEqual({ session_id: 's' });
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('retries connection errors, then gives up with unavailable', async () => {
+    const server = await serve([200]);
+    await server.close();
+    const client = new ProxyClient({ baseUrl: server.url, backoffMs: 1, maxRetries: 2 });
+    const error = await client.capabilities().catch((caught: unknown) => caught);
+    expect((error as { code: string }).code).toBe('unavailable');
+  });
+});
