@@ -4,6 +4,10 @@
 // one pending timer to the next once all promise work has settled, so the real schedulers run
 // unchanged and a run of hours takes a second. Prints samples/s, trainer idle fraction and weight
 // staleness per mode, and speedups relative to sync. Last output line: one JSON object of headline figures.
+import { createWriteStream } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { type Sample, SampleStatus } from '@dressage/protocol';
 import {
   createRolloutScheduler,
@@ -223,6 +227,37 @@ async function simulate(mode: RolloutMode): Promise<ModeResult> {
 
 const round = (value: number, digits = 3) => Number(value.toFixed(digits));
 
+// The data source on a prompt file of a million lines: index time, heap held, first shuffled batch.
+async function largeFile(
+  lines: number,
+): Promise<{ indexSeconds: number; heapMiB: number; fileMiB: number; batchMs: number }> {
+  const directory = await mkdtemp(join(tmpdir(), 'dressage-bench-'));
+  try {
+    const file = join(directory, 'prompts.jsonl');
+    const out = createWriteStream(file);
+    let bytes = 0;
+    for (let i = 0; i < lines; i++) {
+      const line = `{"prompt":"Solve task ${i}: make the failing test in module_${i % 997}.py pass","label":"${i % 7}","metadata":{"instance_id":"inst-${i}","reward_fn":"contains_label"}}\n`;
+      bytes += line.length;
+      if (!out.write(line)) await new Promise<void>((resolve) => out.once('drain', () => resolve()));
+    }
+    await new Promise<void>((resolve) => out.end(() => resolve()));
+    globalThis.gc?.();
+    const heapBefore = process.memoryUsage().heapUsed + process.memoryUsage().arrayBuffers;
+    const started = performance.now();
+    const source = await PromptDataSource.fromJsonl(file, { shuffle: true, seed: 1, nSamplesPerPrompt: 8 });
+    const indexSeconds = (performance.now() - started) / 1000;
+    const batchStarted = performance.now();
+    await source.getSamples(32);
+    const batchMs = performance.now() - batchStarted;
+    globalThis.gc?.();
+    const heapAfter = process.memoryUsage().heapUsed + process.memoryUsage().arrayBuffers;
+    return { indexSeconds, heapMiB: (heapAfter - heapBefore) / 2 ** 20, fileMiB: bytes / 2 ** 20, batchMs };
+  } finally {
+    await rm(directory, { recursive: true, force: true });
+  }
+}
+
 console.log(
   `Simulated run: ${STEPS} steps, ${ROLLOUT_BATCH_SIZE} groups × ${SAMPLES_PER_PROMPT} samples, rollout latency ` +
     `lognormal (median ${MEDIAN_ROLLOUT_SECONDS} s, p99/p50 ${P99_OVER_P50}), trainer ${TRAIN_SECONDS_PER_FULL_BATCH} s per ` +
@@ -243,6 +278,12 @@ for (const result of results) {
   );
 }
 const [, fully, partial] = results as [ModeResult, ModeResult, ModeResult];
+const LARGE_FILE_LINES = 1_000_000;
+const large = await largeFile(LARGE_FILE_LINES);
+console.log(
+  `Data source: ${LARGE_FILE_LINES} lines (${large.fileMiB.toFixed(0)} MiB) indexed in ${large.indexSeconds.toFixed(2)} s, ` +
+    `≈${large.heapMiB.toFixed(1)} MiB held (index + shuffle order), first 32 groups × 8 in ${large.batchMs.toFixed(1)} ms`,
+);
 console.log(
   JSON.stringify({
     bench: 'schedulers',
@@ -259,5 +300,7 @@ console.log(
     fully_async_staleness_max: fully.maxStaleness,
     partial_async_staleness_mean: round(partial.meanStaleness, 2),
     partial_async_staleness_max: partial.maxStaleness,
+    jsonl_million_lines_index_s: round(large.indexSeconds, 2),
+    jsonl_million_lines_held_mib: round(large.heapMiB, 1),
   }),
 );

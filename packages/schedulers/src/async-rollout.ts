@@ -126,7 +126,7 @@ export class AsyncRolloutScheduler implements RolloutScheduler {
       rejectedSamples: 0,
     };
     let batch: CompletedGroup[] = [];
-    const extras: CompletedGroup[] = [];
+    let unprocessed: CompletedGroup[] = [];
 
     this.worker.start(rolloutId);
     const warnAfterMs = this.options.asyncNoProgressWarnSec * 1000;
@@ -147,18 +147,28 @@ export class AsyncRolloutScheduler implements RolloutScheduler {
     try {
       while (batch.length < target.groups) {
         this.worker.throwIfFailed();
-        const completed = this.worker.take();
+        // Take only what the batch still needs; the rest stays queued (and counts for backpressure).
+        const completed = this.worker.take(target.groups - batch.length);
         if (completed.length === 0) {
           await this.worker.waitForChange(signal);
           continue;
         }
         lastProgress = Date.now();
         arm();
-        for (const entry of completed) {
-          if (batch.length >= target.groups) {
-            extras.push(entry);
-            continue;
-          }
+        // A pass observes every completed group (also those left queued), so the batch is judged
+        // against the newest weights known; groups that failed say nothing final and are skipped.
+        let advanced = false;
+        for (const entry of [...completed, ...this.worker.peek()]) {
+          if (!entry.outcome.failed) advanced = this.tracker.observe(entry.outcome.samples) || advanced;
+        }
+        if (advanced) {
+          const kept = batch.filter((pending) => !this.tracker.isStale(pending.outcome.samples));
+          counters.staleDropped += batch.length - kept.length;
+          batch = kept;
+        }
+        unprocessed = completed;
+        while (unprocessed.length > 0) {
+          const entry = unprocessed.shift() as CompletedGroup;
           if (entry.outcome.failed) {
             this.handleFailure(entry, counters);
             if (counters.dropped > maxDropped) {
@@ -173,11 +183,6 @@ export class AsyncRolloutScheduler implements RolloutScheduler {
             }
             continue;
           }
-          if (this.tracker.observe(entry.outcome.samples)) {
-            const kept = batch.filter((pending) => !this.tracker.isStale(pending.outcome.samples));
-            counters.staleDropped += batch.length - kept.length;
-            batch = kept;
-          }
           if (this.tracker.isStale(entry.outcome.samples)) {
             counters.staleDropped++;
             continue;
@@ -187,12 +192,11 @@ export class AsyncRolloutScheduler implements RolloutScheduler {
       }
     } catch (error) {
       // Nothing collected is wasted: a cancelled or failed call leaves its groups for the next one.
-      this.worker.putBack([...batch, ...extras]);
+      this.worker.putBack([...batch, ...unprocessed]);
       throw error;
     } finally {
       clearTimeout(timer);
     }
-    this.worker.putBack(extras);
     this.tracker.droppedGroups += counters.staleDropped;
 
     const isFinal = this.options.numRollout !== undefined && rolloutId + 1 >= this.options.numRollout;

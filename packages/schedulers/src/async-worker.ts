@@ -76,12 +76,16 @@ export class AsyncRolloutWorker {
     if (this.hasFailure) throw this.failure;
   }
 
-  /** Takes every completed group, oldest first, and tops the pipeline up. */
-  take(): CompletedGroup[] {
-    const taken = this.queue;
-    this.queue = [];
+  /** Takes up to `limit` completed groups, oldest first, and tops the pipeline up. */
+  take(limit = Number.POSITIVE_INFINITY): CompletedGroup[] {
+    const taken = this.queue.splice(0, limit);
     this.pump();
     return taken;
+  }
+
+  /** The completed groups waiting, oldest first, without taking them. */
+  peek(): readonly CompletedGroup[] {
+    return this.queue;
   }
 
   /** Puts completed groups back at the front of the queue (collected but not returned). */
