@@ -175,7 +175,7 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
     if (!noStopTrim && finishReason.type === 'stop' && typeof finishReason.matched === 'number')
       ids = ids.slice(0, -1);
     if (skipSpecial) ids = ids.filter((id) => !specialIds.has(id));
-    let text = tokenizer.decode(ids);
+    let text = ids.length === 0 ? '' : tokenizer.decode(ids);
     if (!noStopTrim && finishReason.type === 'stop' && typeof finishReason.matched === 'string') {
       const at = text.indexOf(finishReason.matched);
       if (at >= 0) text = text.slice(0, at);
