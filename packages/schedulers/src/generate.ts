@@ -1,4 +1,4 @@
-import type { Sample } from '@dressage/protocol';
+import { DressageError, type Sample } from '@dressage/protocol';
 
 /** Sampling parameters handed to every generate call unchanged (temperature, max_new_tokens, ...). */
 export type SamplingParams = Record<string, unknown>;
@@ -70,3 +70,27 @@ export const consoleLogger: SchedulerLogger = {
     else console.warn(`[dressage/schedulers] ${message}`, details);
   },
 };
+
+/**
+ * A generate function that honours each sample's `generate_function_path` (set by the data source
+ * from the prompt record): samples naming a path use `byPath[path]`, the others `fallback`. A path
+ * with no function fails the sample with `not_found`, listing the known paths.
+ */
+export function routeGenerateByPath(
+  byPath: Readonly<Record<string, GenerateFunction>>,
+  fallback: GenerateFunction,
+): GenerateFunction {
+  return (sample, samplingParams, context) => {
+    const path = sample.generate_function_path;
+    if (path === null || path === '') return fallback(sample, samplingParams, context);
+    const generate = byPath[path];
+    if (generate === undefined) {
+      throw new DressageError({
+        code: 'not_found',
+        message: `no generate function registered for generate_function_path "${path}" (known: ${Object.keys(byPath).join(', ') || 'none'})`,
+        details: { path, known: Object.keys(byPath) },
+      });
+    }
+    return generate(sample, samplingParams, context);
+  };
+}

@@ -1,5 +1,6 @@
 import { createSample, SampleStatus } from '@dressage/protocol';
 import { describe, expect, it } from 'vitest';
+import { routeGenerateByPath } from './generate.js';
 import {
   defaultMarkAbortedNoGrad,
   incrementRetry,
@@ -78,5 +79,24 @@ describe('runGroup', () => {
     );
     expect(outcome.samples.map((sample) => sample.index)).toEqual([0, 9]);
     expect(outcome.failed).toBe(false);
+  });
+});
+
+describe('routeGenerateByPath', () => {
+  it('sends samples to the generate function their record names', async () => {
+    const generate = routeGenerateByPath(
+      { 'agents.swe': (sample) => ({ ...sample, response: 'swe' }) },
+      (sample) => ({ ...sample, response: 'default' }),
+    );
+    const context = { rolloutId: 0, attempt: 0, mode: 'sync' as const, signal: new AbortController().signal };
+    const routed = await generate(createSample({ generate_function_path: 'agents.swe' }), {}, context);
+    const plain = await generate(createSample(), {}, context);
+    expect([(routed as { response: string }).response, (plain as { response: string }).response]).toEqual([
+      'swe',
+      'default',
+    ]);
+    expect(() => generate(createSample({ generate_function_path: 'agents.nope' }), {}, context)).toThrow(
+      /no generate function registered for generate_function_path "agents.nope" \(known: agents.swe\)/,
+    );
   });
 });

@@ -25,6 +25,7 @@ export {
   type MarkAbortedNoGrad,
   type MarkAbortedNoGradOptions,
   type RolloutMode,
+  routeGenerateByPath,
   type SamplingParams,
   type SchedulerLogger,
   type SessionDiscarder,
