@@ -1,0 +1,111 @@
+import { mkdtemp, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { DressageError, type ValidationIssue } from '@dressage/protocol';
+import { describe, expect, it } from 'vitest';
+import { loadRecipe, parseRecipe } from './recipe.js';
+
+const minimal = `
+name: calculator
+output_dir: runs/calculator
+data:
+  path: prompts.jsonl
+engine:
+  kind: embedded
+trainer:
+  kind: embedded
+training:
+  steps: 40
+`;
+
+function issuePaths(run: () => unknown): string[] {
+  try {
+    run();
+  } catch (error) {
+    if (!DressageError.isInstance(error)) throw error;
+    return (
+      (error.details.issues as ValidationIssue[] | undefined)?.map((issue) => issue.path) ?? [error.message]
+    );
+  }
+  throw new Error('expected an error');
+}
+
+describe('recipes', () => {
+  it('fills every default of a minimal recipe', () => {
+    const recipe = parseRecipe(minimal);
+    expect(recipe.data).toMatchObject({
+      n_samples_per_prompt: 8,
+      rollout_batch_size: 8,
+      input_key: 'prompt',
+    });
+    expect(recipe.rollout).toMatchObject({ mode: 'sync', temperature: 1, max_retries: 2 });
+    expect(recipe.loss).toMatchObject({ advantage_estimator: 'grpo', eps_clip: 0.2, kl_loss_type: 'k1' });
+    expect(recipe.proxy).toMatchObject({
+      token_build_mode: 'tito',
+      api_key: 'no-auth',
+      record_token_versions: true,
+    });
+    expect(recipe.engine.kind === 'embedded' && recipe.engine.model).toMatchObject({
+      layers: 2,
+      d_model: 64,
+    });
+    expect(recipe.warm_start.steps).toBe(0);
+    expect(recipe.hooks.reward_modules).toEqual([]);
+  });
+
+  it('accepts a cluster recipe with hooks', () => {
+    const recipe = parseRecipe(`
+name: swe
+output_dir: /runs/swe
+data: { path: /data/swe.jsonl, n_samples_per_prompt: 16 }
+rollout: { mode: partial-async, keep_versions: 2 }
+proxy: { url: "http://10.0.0.5:8800", partial_rollout: true, max_partial_rollout_preempts: 2 }
+engine: { kind: sglang, router_url: "http://10.0.0.5:8000" }
+trainer: { kind: grpc, address: "10.0.0.6:50051" }
+loss: { use_tis: true, eps_clip_high: 0.28 }
+training: { steps: 200, global_batch_size: 128 }
+hooks:
+  generate: "@dressage/paddock#blackboxGenerate"
+  reward_modules: [./rewards.ts]
+`);
+    expect(recipe.engine).toEqual({ kind: 'sglang', router_url: 'http://10.0.0.5:8000' });
+    expect(recipe.trainer).toMatchObject({ kind: 'grpc', deadline_seconds: 3600 });
+    expect(recipe.hooks.generate).toBe('@dressage/paddock#blackboxGenerate');
+  });
+
+  it('names the bad field', () => {
+    expect(issuePaths(() => parseRecipe(minimal.replace('steps: 40', 'steps: 0')))).toEqual([
+      'training.steps',
+    ]);
+    expect(
+      issuePaths(() => parseRecipe(minimal.replace('kind: embedded\ntrainer', 'kind: vllm\ntrainer'))),
+    ).toEqual(['engine.kind']);
+    expect(issuePaths(() => parseRecipe(`${minimal}rollout: { mode: eventually }\n`))).toEqual([
+      'rollout.mode',
+    ]);
+    expect(issuePaths(() => parseRecipe(`${minimal}loss: { eps_clp: 0.2 }\n`))).toEqual(['loss']);
+    expect(issuePaths(() => parseRecipe(`${minimal}hooks: { generate: "a#b#c" }\n`))).toEqual([
+      'hooks.generate',
+    ]);
+    expect(issuePaths(() => parseRecipe('name: x\n'))).toEqual([
+      'output_dir',
+      'data',
+      'engine',
+      'trainer',
+      'training',
+    ]);
+  });
+
+  it('reports YAML syntax errors and missing files clearly', async () => {
+    expect(() => parseRecipe('name: [unclosed', 'r.yaml')).toThrow(/r\.yaml: not valid YAML/);
+    await expect(loadRecipe('/nonexistent/recipe.yaml')).rejects.toMatchObject({ code: 'not_found' });
+  });
+
+  it('resolves relative paths against the recipe file', async () => {
+    const directory = await mkdtemp(join(tmpdir(), 'dressage-recipe-'));
+    await writeFile(join(directory, 'recipe.yaml'), minimal);
+    const loaded = await loadRecipe(join(directory, 'recipe.yaml'));
+    expect(loaded.resolvePath(loaded.recipe.data.path)).toBe(join(directory, 'prompts.jsonl'));
+    expect(loaded.resolvePath('/abs/file')).toBe('/abs/file');
+  });
+});

@@ -1,0 +1,196 @@
+import { readFile } from 'node:fs/promises';
+import { dirname, isAbsolute, resolve } from 'node:path';
+import { DressageError, parseWire } from '@dressage/protocol';
+import { parse as parseYaml } from 'yaml';
+import { z } from 'zod';
+
+/** A hook given by module path: `./file.ts#exportName`, `package/subpath#exportName`, or a bare module (default export). */
+export const hookReferenceSchema = z
+  .string()
+  .min(1)
+  .regex(/^[^#]+(#[A-Za-z_$][\w$]*)?$/, 'must be "module" or "module#export"');
+
+const positiveInteger = z.int().positive();
+
+/** How rollouts are scheduled against training. */
+export const rolloutModeSchema = z.enum(['sync', 'fully-async', 'partial-async']);
+
+/** The policy-loss settings passed to the trainer with every batch. */
+export const lossSchema = z.strictObject({
+  advantage_estimator: z
+    .enum(['grpo', 'gspo', 'reinforce_plus_plus', 'reinforce_plus_plus_baseline'])
+    .default('grpo'),
+  eps_clip: z.number().positive().default(0.2),
+  eps_clip_high: z.number().positive().optional(),
+  eps_clip_c: z.number().gt(1).optional(),
+  use_tis: z.boolean().default(false),
+  tis_clip: z.number().positive().default(2),
+  tis_clip_low: z.number().nonnegative().default(0),
+  use_kl_loss: z.boolean().default(false),
+  kl_loss_coef: z.number().nonnegative().default(0),
+  kl_loss_type: z.enum(['k1', 'k2', 'k3', 'low_var_kl']).default('k1'),
+  entropy_coef: z.number().nonnegative().default(0),
+  calculate_per_token_loss: z.boolean().default(false),
+  learning_rate: z.number().positive().default(1e-6),
+});
+
+/** The embedded tfjs model's shape. */
+export const embeddedModelSchema = z.strictObject({
+  layers: positiveInteger.default(2),
+  d_model: positiveInteger.default(64),
+  heads: positiveInteger.default(4),
+  ffn: positiveInteger.optional(),
+  context: positiveInteger.default(512),
+  seed: z.int().default(1),
+});
+
+/** Where generation runs: the embedded engine, or SGLang behind a router. */
+export const engineSchema = z.discriminatedUnion('kind', [
+  z.strictObject({
+    kind: z.literal('embedded'),
+    model: embeddedModelSchema.prefault({}),
+    /** Texts whose token ids make up the compact vocabulary, besides the prompts and the template. */
+    vocabulary_texts: z.array(z.string()).default([]),
+    port: z.int().min(0).max(65535).default(0),
+  }),
+  z.strictObject({
+    kind: z.literal('sglang'),
+    router_url: z.url(),
+  }),
+]);
+
+/** Where training runs: the embedded trainer in process, or a TrainerService at an address. */
+export const trainerSchema = z.discriminatedUnion('kind', [
+  z.strictObject({ kind: z.literal('embedded') }),
+  z.strictObject({
+    kind: z.literal('grpc'),
+    address: z.string().min(1),
+    deadline_seconds: z.number().positive().default(3600),
+  }),
+]);
+
+/** A supervised warm-start before RL, through the same TrainerService. */
+export const warmStartSchema = z.strictObject({
+  steps: z.int().nonnegative().default(0),
+  learning_rate: z.number().positive().default(3e-3),
+  batch_size: positiveInteger.default(64),
+  /** Stop early once accuracy on the warm-start batch reaches this fraction. */
+  stop_at_accuracy: z.number().min(0).max(1).optional(),
+});
+
+/** The recorded proxy in front of the engine. */
+export const proxySchema = z.strictObject({
+  /** Use a running proxy instead of starting one. */
+  url: z.url().optional(),
+  api_key: z.string().default('no-auth'),
+  token_build_mode: z.enum(['tito', 'snapshot']).default('tito'),
+  token_build_model: z.enum(['qwen3_5', 'qwen3_6']).default('qwen3_5'),
+  context_window: positiveInteger.optional(),
+  max_output_tokens: positiveInteger.optional(),
+  partial_rollout: z.boolean().default(false),
+  max_partial_rollout_preempts: z.int().nonnegative().optional(),
+  record_token_versions: z.boolean().default(true),
+  port: z.int().min(0).max(65535).default(0),
+});
+
+/** Every pluggable hook, by module path. */
+export const hooksSchema = z.strictObject({
+  generate: hookReferenceSchema.optional(),
+  rollout_scheduler: hookReferenceSchema.optional(),
+  data_source: hookReferenceSchema.optional(),
+  convert: hookReferenceSchema.optional(),
+  reward_post_process: hookReferenceSchema.optional(),
+  rollout_log_function: hookReferenceSchema.optional(),
+  reward_modules: z.array(z.string().min(1)).default([]),
+});
+
+/** A training recipe, as written in YAML. Relative paths resolve against the recipe file. */
+export const recipeSchema = z.strictObject({
+  name: z.string().min(1),
+  seed: z.int().default(1),
+  output_dir: z.string().min(1),
+  tokenizer_path: z.string().min(1).optional(),
+  data: z.strictObject({
+    path: z.string().min(1),
+    input_key: z.string().default('prompt'),
+    label_key: z.string().default('label'),
+    metadata_key: z.string().default('metadata'),
+    n_samples_per_prompt: positiveInteger.default(8),
+    rollout_batch_size: positiveInteger.default(8),
+    shuffle: z.boolean().default(true),
+  }),
+  rollout: z
+    .strictObject({
+      mode: rolloutModeSchema.default('sync'),
+      temperature: z.number().min(0).default(1),
+      top_p: z.number().gt(0).max(1).default(1),
+      max_new_tokens: positiveInteger.default(64),
+      max_turns: positiveInteger.default(4),
+      max_retries: z.int().nonnegative().default(2),
+      keep_versions: positiveInteger.optional(),
+      update_weights_interval: positiveInteger.default(1),
+    })
+    .prefault({}),
+  agent: z.strictObject({ module: hookReferenceSchema }).optional(),
+  proxy: proxySchema.prefault({}),
+  engine: engineSchema,
+  trainer: trainerSchema,
+  loss: lossSchema.prefault({}),
+  warm_start: warmStartSchema.prefault({}),
+  training: z.strictObject({
+    steps: positiveInteger,
+    global_batch_size: positiveInteger.optional(),
+    checkpoint_interval: positiveInteger.default(10),
+    report_interval: positiveInteger.default(10),
+  }),
+  hooks: hooksSchema.prefault({}),
+});
+
+/** A validated recipe with defaults filled in. */
+export type Recipe = z.output<typeof recipeSchema>;
+
+/** A recipe together with the file it came from (for resolving relative paths). */
+export interface LoadedRecipe {
+  recipe: Recipe;
+  /** Absolute path of the recipe file. */
+  path: string;
+  /** Resolves a path written in the recipe against the recipe's directory. */
+  resolvePath(path: string): string;
+}
+
+/** Parses recipe YAML text; errors name the bad field's path. */
+export function parseRecipe(text: string, source = 'recipe'): Recipe {
+  let document: unknown;
+  try {
+    document = parseYaml(text);
+  } catch (error) {
+    throw new DressageError({
+      code: 'invalid_argument',
+      message: `${source}: not valid YAML: ${(error as Error).message}`,
+      cause: error,
+    });
+  }
+  return parseWire(recipeSchema, document, source);
+}
+
+/** Reads and validates a recipe file. */
+export async function loadRecipe(path: string): Promise<LoadedRecipe> {
+  const absolute = resolve(path);
+  let text: string;
+  try {
+    text = await readFile(absolute, 'utf8');
+  } catch (error) {
+    throw new DressageError({
+      code: 'not_found',
+      message: `Cannot read recipe ${absolute}: ${(error as Error).message}`,
+      cause: error,
+    });
+  }
+  const recipe = parseRecipe(text, absolute);
+  const base = dirname(absolute);
+  return {
+    recipe,
+    path: absolute,
+    resolvePath: (value) => (isAbsolute(value) ? value : resolve(base, value)),
+  };
+}

@@ -1,0 +1,152 @@
+import type { MetricsRecord } from './metrics-log.js';
+
+/** One plot of the report: a metric over steps. */
+export interface ReportPlot {
+  title: string;
+  /** Metric names drawn as lines on this plot. */
+  metrics: readonly string[];
+  /** Shown under the title. */
+  description?: string;
+}
+
+/** The plots every training report shows. */
+export const defaultReportPlots: readonly ReportPlot[] = [
+  {
+    title: 'Reward',
+    metrics: ['rollout/raw_reward_trajectory_mean'],
+    description: 'Mean trajectory reward (anchor segment) per step.',
+  },
+  {
+    title: 'Train / rollout logprob difference',
+    metrics: ['train/train_rollout_logprob_abs_diff', 'train/train_rollout_logprob_abs_diff_max'],
+    description: 'Mean and max |trainer logprob − rollout logprob| over trainable tokens.',
+  },
+  {
+    title: 'Segments per trajectory',
+    metrics: ['rollout/segments_per_trajectory_mean', 'rollout/segments_per_trajectory_max'],
+  },
+  { title: 'Throughput', metrics: ['perf/tokens_per_second'], description: 'Trained tokens per second.' },
+  {
+    title: 'Trainer idle',
+    metrics: ['perf/trainer_idle_fraction'],
+    description: 'Fraction of wall time the trainer waited for rollouts.',
+  },
+];
+
+const palette = ['#2563eb', '#dc2626', '#16a34a', '#9333ea'];
+
+function escapeHtml(text: string): string {
+  return text.replace(/[&<>"']/g, (character) => `&#${character.charCodeAt(0)};`);
+}
+
+function formatNumber(value: number): string {
+  if (value === 0) return '0';
+  const magnitude = Math.abs(value);
+  if (magnitude >= 1000 || magnitude < 0.001) return value.toExponential(2);
+  return Number(value.toPrecision(3)).toString();
+}
+
+/** Renders one plot as an inline SVG line chart (no script, no external resources). */
+export function renderPlotSvg(plot: ReportPlot, records: readonly MetricsRecord[]): string {
+  const width = 560;
+  const height = 220;
+  const margin = { left: 64, right: 16, top: 12, bottom: 32 };
+  const series = plot.metrics.map((name) => ({
+    name,
+    points: records
+      .filter((record) => Number.isFinite(record.metrics[name]))
+      .map((record) => [record.step, record.metrics[name] as number] as const),
+  }));
+  const all = series.flatMap((line) => line.points);
+  if (all.length === 0) {
+    return `<svg viewBox="0 0 ${width} ${height}" role="img" aria-label="${escapeHtml(plot.title)}: no data"><text x="${width / 2}" y="${height / 2}" text-anchor="middle" fill="#6b7280">no data</text></svg>`;
+  }
+  const minimumX = Math.min(...all.map(([x]) => x));
+  let maximumX = Math.max(...all.map(([x]) => x));
+  let minimumY = Math.min(...all.map(([, y]) => y));
+  let maximumY = Math.max(...all.map(([, y]) => y));
+  if (maximumX === minimumX) maximumX = minimumX + 1;
+  if (maximumY === minimumY) {
+    minimumY -= Math.abs(minimumY) * 0.1 || 1;
+    maximumY += Math.abs(maximumY) * 0.1 || 1;
+  }
+  const innerWidth = width - margin.left - margin.right;
+  const innerHeight = height - margin.top - margin.bottom;
+  const x = (value: number) => margin.left + ((value - minimumX) / (maximumX - minimumX)) * innerWidth;
+  const y = (value: number) => margin.top + (1 - (value - minimumY) / (maximumY - minimumY)) * innerHeight;
+  const parts: string[] = [
+    `<svg viewBox="0 0 ${width} ${height}" role="img" aria-label="${escapeHtml(plot.title)}">`,
+    `<rect x="${margin.left}" y="${margin.top}" width="${innerWidth}" height="${innerHeight}" fill="#f9fafb" stroke="#e5e7eb"/>`,
+  ];
+  for (let tick = 0; tick <= 4; tick++) {
+    const value = minimumY + ((maximumY - minimumY) * tick) / 4;
+    parts.push(
+      `<text x="${margin.left - 6}" y="${y(value) + 4}" text-anchor="end" font-size="11" fill="#374151">${formatNumber(value)}</text>`,
+    );
+    parts.push(
+      `<line x1="${margin.left}" x2="${width - margin.right}" y1="${y(value)}" y2="${y(value)}" stroke="#e5e7eb"/>`,
+    );
+  }
+  parts.push(
+    `<text x="${margin.left}" y="${height - 8}" font-size="11" fill="#374151">step ${formatNumber(minimumX)}</text>`,
+    `<text x="${width - margin.right}" y="${height - 8}" text-anchor="end" font-size="11" fill="#374151">step ${formatNumber(maximumX)}</text>`,
+  );
+  series.forEach((line, index) => {
+    if (line.points.length === 0) return;
+    const color = palette[index % palette.length];
+    const path = line.points.map(
+      ([px, py], point) => `${point === 0 ? 'M' : 'L'}${x(px).toFixed(1)},${y(py).toFixed(1)}`,
+    );
+    parts.push(
+      `<path d="${path.join(' ')}" fill="none" stroke="${color}" stroke-width="1.8"><title>${escapeHtml(line.name)}</title></path>`,
+    );
+  });
+  parts.push('</svg>');
+  return parts.join('');
+}
+
+/** Summary figures shown above the plots. */
+export interface ReportSummary {
+  name: string;
+  generatedAt: string;
+  facts: Record<string, string | number>;
+}
+
+/** A self-contained HTML report: summary table, one SVG plot per metric group, legends. */
+export function renderReportHtml(
+  summary: ReportSummary,
+  records: readonly MetricsRecord[],
+  plots: readonly ReportPlot[] = defaultReportPlots,
+): string {
+  const rows = Object.entries(summary.facts)
+    .map(([key, value]) => `<tr><th>${escapeHtml(key)}</th><td>${escapeHtml(String(value))}</td></tr>`)
+    .join('');
+  const sections = plots
+    .map((plot) => {
+      const legend = plot.metrics
+        .map(
+          (name, index) =>
+            `<span class="legend"><i style="background:${palette[index % palette.length]}"></i>${escapeHtml(name)}</span>`,
+        )
+        .join('');
+      const description = plot.description ? `<p>${escapeHtml(plot.description)}</p>` : '';
+      return `<section><h2>${escapeHtml(plot.title)}</h2>${description}${renderPlotSvg(plot, records)}<div>${legend}</div></section>`;
+    })
+    .join('\n');
+  return `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>${escapeHtml(summary.name)} — Dressage training report</title>
+<style>
+body{font-family:system-ui,sans-serif;margin:24px;color:#111827;max-width:1200px}
+table{border-collapse:collapse;margin-bottom:16px}th,td{text-align:left;padding:2px 12px 2px 0;font-size:14px}
+main{display:grid;grid-template-columns:repeat(auto-fill,minmax(560px,1fr));gap:16px}
+section{border:1px solid #e5e7eb;border-radius:6px;padding:8px 12px}h2{font-size:16px;margin:4px 0}
+p{font-size:12px;color:#4b5563;margin:2px 0 6px}svg{width:100%;height:auto}
+.legend{font-size:12px;margin-right:12px}.legend i{display:inline-block;width:10px;height:10px;margin-right:4px}
+</style></head>
+<body><h1>${escapeHtml(summary.name)}</h1><p>Generated ${escapeHtml(summary.generatedAt)}; ${records.length} steps.</p>
+<table>${rows}</table>
+<main>
+${sections}
+</main></body></html>
+`;
+}

@@ -1,0 +1,5 @@
+import { defineConfig } from 'tsup';
+
+export default defineConfig([
+  { entry: ['src/index.ts'], format: ['esm'], dts: true, sourcemap: true, target: 'node20' },
+]);
