@@ -195,6 +195,13 @@ describe('fully-async scheduler', () => {
     expect(groupIndexes(samples)).toEqual([0, 1, 2, 3]);
   });
 
+  it('refuses a second call while one is collecting', async () => {
+    const { scheduler } = setup('fully-async', () => ({ delay: 5 }));
+    const first = scheduler.generateRollout(0);
+    await expect(scheduler.generateRollout(1)).rejects.toMatchObject({ code: 'failed_precondition' });
+    await expect(first).resolves.toMatchObject({ samples: expect.any(Array) });
+  });
+
   it('propagates a bad prompt line from the data source', async () => {
     const dataSource = PromptDataSource.fromRecords([{ prompt: 'ok' }, { label: 'no prompt' }]);
     const { scheduler } = setup('fully-async', () => ({}), { nSamplesPerPrompt: 1 }, dataSource);

@@ -63,6 +63,7 @@ export class AsyncRolloutScheduler implements RolloutScheduler {
   private readonly logger: SchedulerLogger;
   private readonly shutdownController = new AbortController();
   private warnedTarget = false;
+  private collecting = false;
 
   constructor(
     readonly mode: 'fully-async' | 'partial-async',
@@ -112,6 +113,22 @@ export class AsyncRolloutScheduler implements RolloutScheduler {
 
   async generateRollout(rolloutId: number, callOptions: RolloutCallOptions = {}): Promise<RolloutResult> {
     if (this.shutdownController.signal.aborted) throw cancelledError(`the ${this.mode} scheduler`);
+    // Two collectors would split the worker's output between them; one call at a time.
+    if (this.collecting) {
+      throw new DressageError({
+        code: 'failed_precondition',
+        message: `the ${this.mode} scheduler is already collecting a rollout; await it before the next call`,
+      });
+    }
+    this.collecting = true;
+    try {
+      return await this.collect(rolloutId, callOptions);
+    } finally {
+      this.collecting = false;
+    }
+  }
+
+  private async collect(rolloutId: number, callOptions: RolloutCallOptions): Promise<RolloutResult> {
     const signal = callOptions.signal
       ? AbortSignal.any([callOptions.signal, this.shutdownController.signal])
       : this.shutdownController.signal;

@@ -5,6 +5,7 @@ import { DressageError } from '@dressage/protocol';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { promptRecords } from './__fixtures__/generators.js';
 import { dataSourceStateFile, PromptDataSource } from './data-source.js';
+import { JsonlPromptStore } from './prompt-store.js';
 
 let directory: string;
 
@@ -191,7 +192,10 @@ describe('PromptDataSource over JSONL', () => {
     const lines: string[] = [];
     for (let i = 0; i < count; i++) lines.push(`{"prompt":"prompt number ${i}","label":"${i % 10}"}`);
     await writeFile(file, `${lines.join('\n')}\n`);
-    const source = await PromptDataSource.fromJsonl(file, { shuffle: true, seed: 1 });
+    const store = await JsonlPromptStore.open(file);
+    // 16 bytes of index per line, however long the lines are.
+    expect(store.indexBytes).toBe(16 * count);
+    const source = new PromptDataSource(store, { shuffle: true, seed: 1 });
     expect(source.size).toBe(count);
     const groups = await source.getSamples(3);
     for (const group of groups) {

@@ -46,6 +46,17 @@ class GrowableIndex {
     this.lines[this.size] = line;
     this.size++;
   }
+
+  // Drops the growth slack once the file is indexed.
+  trim(): void {
+    this.starts = this.starts.slice(0, this.size);
+    this.lengths = this.lengths.slice(0, this.size);
+    this.lines = this.lines.slice(0, this.size);
+  }
+
+  get bytes(): number {
+    return this.starts.byteLength + this.lengths.byteLength + this.lines.byteLength;
+  }
 }
 
 const NEWLINE = 0x0a;
@@ -95,11 +106,17 @@ export class JsonlPromptStore implements PromptStore {
       offset += chunk.length;
     }
     if (!blank) index.push(lineStart, offset - lineStart, line);
+    index.trim();
     return new JsonlPromptStore(path, index);
   }
 
   get size(): number {
     return this.index.size;
+  }
+
+  /** Bytes the line index holds (16 per record), whatever the file's size. */
+  get indexBytes(): number {
+    return this.index.bytes;
   }
 
   async read(positions: readonly number[]): Promise<StoredRecord[]> {

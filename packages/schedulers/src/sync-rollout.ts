@@ -72,9 +72,9 @@ export class SyncRolloutScheduler implements RolloutScheduler {
             { rolloutId, attempt, mode: this.mode },
             signal,
           );
-          if (outcome.cancelled) throw cancelledError(`rollout ${rolloutId}`, signal.reason);
           if (!outcome.failed) return outcome.samples;
           this.janitor.discard(sessionIdsOf(outcome));
+          if (outcome.cancelled) throw cancelledError(`rollout ${rolloutId}`, signal.reason);
           if (attempt < this.options.maxRetries) {
             retriedGroups++;
             group = outcome.group.map(incrementRetry);
