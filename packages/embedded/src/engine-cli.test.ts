@@ -64,6 +64,7 @@ describe('dressage-engine', () => {
     const prompt = Array.from(tokenizer.encode(question));
     expect(prompt.every((id) => checkpoint.vocabulary.has(id))).toBe(true);
     expect(checkpoint.vocabulary.has(151645)).toBe(true);
+    expect(checkpoint.vocabulary.has(151657)).toBe(true);
 
     const server = await runEngineCli(
       ['serve', '--model', output, '--port', '0', '--weight-version', 'w0'],

@@ -14,7 +14,7 @@ const usage = `Usage:
   dressage-engine init --tokenizer DIR --output DIR [--text TEXT]... [--text-file FILE]...
                        [--layers N] [--model-dimension N] [--heads N] [--feed-forward N]
                        [--context-length N] [--seed N] [--weight-version V]
-      Creates a seeded model whose vocabulary is the ids of the texts plus the special tokens,
+      Creates a seeded model whose vocabulary is the ids of the texts plus the added tokens,
       and saves it (with the tokenizer files) as a checkpoint directory.
   dressage-engine serve --model DIR [--tokenizer DIR] [--host 127.0.0.1] [--port 30000]
                         [--backend auto|wasm|cpu] [--max-batch-size 32] [--seed N]
@@ -65,6 +65,16 @@ export function defaultEosTokenIds(tokenizer: TitoTokenizer): number[] {
   return [...ids];
 }
 
+/** Every added token of a tokenizer (special or not: `<tool_call>` and `<think>` are not special in Qwen3). */
+export function addedTokenIds(tokenizer: TitoTokenizer): number[] {
+  const added = tokenizer.files.tokenizerJson.added_tokens;
+  const ids = new Set<number>(tokenizer.specialTokens.values());
+  if (Array.isArray(added)) {
+    for (const token of added as Array<{ id?: unknown }>) if (typeof token.id === 'number') ids.add(token.id);
+  }
+  return [...ids];
+}
+
 async function initCommand(args: string[], io: CliIo): Promise<void> {
   const { values } = parseArgs({
     args,
@@ -89,7 +99,7 @@ async function initCommand(args: string[], io: CliIo): Promise<void> {
   const tokenizer = await loadTokenizer(tokenizerDirectory);
   const texts = [...(values.text ?? [])];
   for (const file of values['text-file'] ?? []) texts.push(await readFile(file, 'utf8'));
-  const vocabulary = buildVocabulary({ tokenizer, texts, tokenIds: tokenizer.specialTokens.values() });
+  const vocabulary = buildVocabulary({ tokenizer, texts, tokenIds: addedTokenIds(tokenizer) });
   const config = Object.fromEntries(
     Object.entries({
       layerCount: integer(values.layers, 'layers'),

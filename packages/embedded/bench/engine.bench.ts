@@ -1,0 +1,187 @@
+// Decode throughput of the embedded model: KV cache against recomputing the whole prefix per token,
+// at batch 1, 8 and 32, on the wasm and cpu backends; plus logprob parity and a training step.
+// The last output line is one JSON object of headline figures.
+import * as tf from '@tensorflow/tfjs';
+import {
+  type BackendName,
+  CausalLanguageModel,
+  disposeCache,
+  initializeBackend,
+  type SequenceCache,
+  SupervisedTrainer,
+  TokenVocabulary,
+} from '../src/index.js';
+
+// A vocabulary of the size a tool-call recipe over the Qwen3 tokenizer needs (ids seen plus specials).
+const vocabulary = new TokenVocabulary([
+  ...Array.from({ length: 1000 }, (_, index) => index * 97),
+  ...Array.from({ length: 26 }, (_, index) => 151643 + index),
+]);
+const config = {
+  modelDimension: 64,
+  layerCount: 2,
+  headCount: 4,
+  feedForwardDimension: 256,
+  contextLength: 512,
+  seed: 1,
+};
+
+interface Plan {
+  promptLength: number;
+  newTokens: number;
+  batches: number[];
+}
+
+// The pure-JS cpu backend is an order of magnitude slower: fewer tokens keep the run short.
+const plans: Record<BackendName, Plan> = {
+  wasm: { promptLength: 64, newTokens: 32, batches: [1, 8, 32] },
+  cpu: { promptLength: 32, newTokens: 8, batches: [1, 8, 32] },
+};
+
+function prompts(batch: number, length: number): number[][] {
+  return Array.from({ length: batch }, (_, row) =>
+    Array.from(
+      { length },
+      (_, position) => vocabulary.tokenIds[(row * 31 + position * 7) % vocabulary.outputCount]!,
+    ),
+  );
+}
+
+function argmaxRows(logprobs: Float32Array, rows: number): number[] {
+  const outputs = vocabulary.outputCount;
+  return Array.from({ length: rows }, (_, row) => {
+    let best = 0;
+    for (let index = 1; index < outputs; index++) {
+      if (logprobs[row * outputs + index]! > logprobs[row * outputs + best]!) best = index;
+    }
+    return best;
+  });
+}
+
+/** Greedy decoding with the KV cache; returns tokens/s and every sequence with its logprobs. */
+function decodeWithCache(model: CausalLanguageModel, rows: number[][], newTokens: number) {
+  const sequences = rows.map((row) => [...row]);
+  const logprobs: number[][] = rows.map(() => []);
+  const caches: SequenceCache[] = [];
+  const outputs = vocabulary.outputCount;
+  const next: number[] = [];
+  for (const row of rows) {
+    const { cache, logits } = model.prefill(vocabulary.slotsOf(row));
+    const values = tf.tidy(() => tf.logSoftmax(logits).dataSync() as Float32Array);
+    logits.dispose();
+    caches.push(cache);
+    next.push(argmaxRows(values, 1)[0]!);
+    logprobs[caches.length - 1]!.push(values[next.at(-1)!]!);
+  }
+  sequences.forEach((sequence, row) => {
+    sequence.push(vocabulary.tokenIdOfOutputClass(next[row]!));
+  });
+  const started = performance.now();
+  for (let step = 1; step < newTokens; step++) {
+    const values = tf.tidy(() => {
+      const logits = model.decode(
+        sequences.map((sequence, row) => ({
+          slot: vocabulary.slotOf(sequence.at(-1)!),
+          cache: caches[row]!,
+        })),
+      );
+      return tf.logSoftmax(logits).dataSync() as Float32Array;
+    });
+    argmaxRows(values, rows.length).forEach((chosen, row) => {
+      sequences[row]!.push(vocabulary.tokenIdOfOutputClass(chosen));
+      logprobs[row]!.push(values[row * outputs + chosen]!);
+    });
+  }
+  const seconds = (performance.now() - started) / 1000;
+  for (const cache of caches) disposeCache(cache);
+  return { tokensPerSecond: ((newTokens - 1) * rows.length) / seconds, sequences, logprobs };
+}
+
+/** Greedy decoding that re-reads the whole prefix for every token (no cache). */
+function decodeWithoutCache(model: CausalLanguageModel, rows: number[][], newTokens: number): number {
+  const sequences = rows.map((row) => [...row]);
+  const step = () => {
+    const values = tf.tidy(() => {
+      const slots = tf.tensor2d(
+        sequences.flatMap((sequence) => Array.from(vocabulary.slotsOf(sequence))),
+        [sequences.length, sequences[0]!.length],
+        'int32',
+      );
+      return tf.logSoftmax(model.lastLogitsWithoutCache(slots)).dataSync() as Float32Array;
+    });
+    argmaxRows(values, rows.length).forEach((chosen, row) => {
+      sequences[row]!.push(vocabulary.tokenIdOfOutputClass(chosen));
+    });
+  };
+  step();
+  const started = performance.now();
+  for (let index = 1; index < newTokens; index++) step();
+  return ((newTokens - 1) * rows.length) / ((performance.now() - started) / 1000);
+}
+
+function trainTokensPerSecond(model: CausalLanguageModel, steps: number): number {
+  const trainer = new SupervisedTrainer(model);
+  const examples = prompts(8, 128).map((tokenIds) => ({ tokenIds }));
+  trainer.step(examples);
+  const started = performance.now();
+  for (let step = 0; step < steps; step++) trainer.step(examples);
+  const seconds = (performance.now() - started) / 1000;
+  trainer.dispose();
+  return (steps * 8 * 127) / seconds;
+}
+
+const round = (value: number, digits = 1) => Number(value.toFixed(digits));
+const headline: Record<string, unknown> = { model: { ...config, outputs: vocabulary.outputCount } };
+
+for (const backend of ['wasm', 'cpu'] as const) {
+  await initializeBackend({ backend, log: (line) => console.log(line) });
+  const model = CausalLanguageModel.create(vocabulary, config);
+  const plan = plans[backend];
+  const results: Record<string, unknown> = {};
+  console.log(
+    `${backend}: ${model.parameterCount} parameters, prompt ${plan.promptLength}, ${plan.newTokens} new tokens per row`,
+  );
+  decodeWithCache(model, prompts(2, 8), 3);
+  for (const batch of plan.batches) {
+    const rows = prompts(batch, plan.promptLength);
+    const cached = decodeWithCache(model, rows, plan.newTokens);
+    const recomputed = decodeWithoutCache(model, rows, plan.newTokens);
+    const speedup = cached.tokensPerSecond / recomputed;
+    results[`batch${batch}`] = {
+      kv_cache_tokens_per_second: round(cached.tokensPerSecond),
+      recompute_tokens_per_second: round(recomputed),
+      kv_cache_speedup: round(speedup, 2),
+    };
+    console.log(
+      `  batch ${String(batch).padStart(2)}: KV cache ${cached.tokensPerSecond.toFixed(0).padStart(6)} tokens/s, ` +
+        `recompute ${recomputed.toFixed(0).padStart(6)} tokens/s, speedup ${speedup.toFixed(2)}x`,
+    );
+    if (batch === 8) {
+      // Logprobs taken while decoding against one full forward pass over the finished sequences.
+      const reference = model.sequenceLogprobs(cached.sequences);
+      let maxDiff = 0;
+      cached.logprobs.forEach((row, index) => {
+        row.forEach((value, step) => {
+          const position = plan.promptLength - 1 + step;
+          maxDiff = Math.max(maxDiff, Math.abs(value - reference[index]![position]!));
+        });
+      });
+      results.parity_max_abs_diff = maxDiff;
+      console.log(`  parity: max |sampling-time logprob - full forward| = ${maxDiff.toExponential(2)}`);
+    }
+  }
+  const trainRate = trainTokensPerSecond(model, backend === 'wasm' ? 3 : 1);
+  results.train_tokens_per_second = round(trainRate);
+  console.log(`  supervised Adam step (8 x 128 tokens): ${trainRate.toFixed(0)} tokens/s`);
+  model.dispose();
+  headline[backend] = results;
+}
+
+const wasm = headline.wasm as Record<string, { kv_cache_tokens_per_second: number }>;
+const cpu = headline.cpu as Record<string, { kv_cache_tokens_per_second: number }>;
+headline.wasm_over_cpu_batch8 = round(
+  wasm.batch8!.kv_cache_tokens_per_second / cpu.batch8!.kv_cache_tokens_per_second,
+  2,
+);
+console.log(`wasm / cpu decode at batch 8: ${headline.wasm_over_cpu_batch8}x`);
+console.log(JSON.stringify(headline));
