@@ -88,6 +88,9 @@ async function main(): Promise<void> {
   }
 }
 
+// A clean exit on SIGINT lets profilers (--cpu-prof) write their output.
+process.on('SIGINT', () => process.exit(0));
+
 main().catch((error: unknown) => {
   process.stderr.write(`${String(error)}\n`);
   process.exit(1);

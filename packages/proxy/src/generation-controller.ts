@@ -1,4 +1,4 @@
-import { randomBytes } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import { isRealVersion, UNKNOWN_TOKEN_VERSION } from '@dressage/protocol';
 import type { EngineClient, GenerateResult } from './engine-client.js';
 import { detailError } from './http-error.js';
@@ -317,7 +317,8 @@ export class GenerationController {
           remaining === null
             ? request.samplingParams
             : { ...request.samplingParams, max_new_tokens: remaining };
-        const rid = `dressage-${request.sessionId}-${request.turnId}-${randomBytes(16).toString('hex')}`;
+        // randomUUID draws from a cached entropy pool: cheaper than randomBytes on the hot path.
+        const rid = `dressage-${request.sessionId}-${request.turnId}-${randomUUID().replaceAll('-', '')}`;
         let settle!: () => void;
         const generation: ActiveGeneration = {
           rid,

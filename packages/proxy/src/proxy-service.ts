@@ -1,4 +1,4 @@
-import { randomBytes, randomUUID } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import type { IncomingHttpHeaders } from 'node:http';
 import {
   type ChatCompletionRequest,
@@ -51,7 +51,7 @@ function header(headers: IncomingHttpHeaders, name: string): string | null {
 }
 
 function chatCompletionId(): string {
-  return `chatcmpl-${randomBytes(6).toString('hex')}`;
+  return `chatcmpl-${randomUUID().replaceAll('-', '').slice(0, 12)}`;
 }
 
 function stepLimit(): number {
