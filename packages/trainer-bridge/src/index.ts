@@ -1,5 +1,5 @@
-// Public surface of @dressage/trainer-bridge (first part): reward post-processing and the
-// conversion of samples into slime's train_data, plain or packed.
+// Public surface of @dressage/trainer-bridge: reward post-processing, conversion of samples into
+// slime's train_data (plain or packed), the TrainerService gRPC client and server, and the policy loss.
 
 export {
   assignRolloutIds,
@@ -9,10 +9,35 @@ export {
   convertSamplesToTrainData,
 } from './convert.js';
 export {
+  type CallContext,
+  ERROR_DETAILS_METADATA_KEY,
+  errorCodeOfGrpcStatus,
+  errorFromGrpc,
+  errorToGrpcStatus,
+} from './grpc-errors.js';
+export { DEFAULT_MAX_CHUNK_BYTES, DEFAULT_MAX_MESSAGE_BYTES, messageLimitOptions } from './grpc-limits.js';
+export {
   type PostProcessedRewards,
   rewardPostProcess,
   STANDARD_DEVIATION_EPSILON,
 } from './reward-post-process.js';
+export { createSyntheticTrainBatch, type SyntheticTrainBatchOptions } from './synthetic-batch.js';
+export {
+  createTrainerClient,
+  type TrainerCallOptions,
+  TrainerClient,
+  type TrainerClientOptions,
+  type TrainHeaderInput,
+  type TrainOptions,
+} from './trainer-client.js';
+export {
+  createTrainerServiceHandlers,
+  type RunningTrainerServer,
+  type StartTrainerServerOptions,
+  startTrainerServer,
+  type TrainerImplementation,
+  type TrainerServerOptions,
+} from './trainer-server.js';
 export {
   type AdvantageEstimator,
   advantageEstimators,
