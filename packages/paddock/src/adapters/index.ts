@@ -1,0 +1,12 @@
+import type { AdapterFactory } from '../blackbox/adapter.js';
+import { OpencodeAdapter } from './opencode.js';
+import { QwenCodeAdapter } from './qwen-code.js';
+
+/** The adapters `dressage-blackbox-server` ships with, by `blackbox_type`. */
+export const builtinAdapters: Record<string, AdapterFactory> = {
+  opencode: (options) => new OpencodeAdapter(options),
+  qwen_code: (options) => new QwenCodeAdapter(options),
+};
+
+export { OpencodeAdapter, opencodeMessagesToChat, opencodeOptionsSchema } from './opencode.js';
+export { QwenCodeAdapter, qwenCodeOptionsSchema, qwenStreamToChat } from './qwen-code.js';

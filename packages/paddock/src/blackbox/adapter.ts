@@ -1,0 +1,101 @@
+import type { BlackboxMessage, ProxyOptions } from './schemas.js';
+
+/** What the server tells an agent adapter at registration. */
+export interface AdapterContext {
+  /** Absolute directory the adapter may write (configs, logs, the agent's HOME). */
+  runtimeDir: string;
+  /** Where the agent works (its cwd): the sandbox work dir. */
+  workDir: string;
+  /** Origin of the in-process LLM proxy, e.g. `http://127.0.0.1:41234`; point the agent here. */
+  proxyOrigin: string;
+  /** API path prefix of the model API, e.g. `/v1`. */
+  apiPath: string;
+  /** The system prompt file's content, when one was registered. */
+  systemPrompt: string | null;
+  /** Milliseconds the agent may wait on one model request. */
+  routerTimeoutMs: number;
+  /** The session the server is bound to. */
+  sessionId: string;
+  instanceId: string;
+  /** Resolves once no model request is in flight through the LLM proxy. */
+  drainModelRequests(): Promise<void>;
+}
+
+/** One turn handed to an adapter. */
+export interface AdapterTurn {
+  turnId: string;
+  /** The user's message text. */
+  text: string;
+  /** Aborted when the turn is cancelled, aborted, timed out or hits max steps: stop the agent. */
+  signal: AbortSignal;
+}
+
+/** What an agent produced in a turn. */
+export interface AdapterTurnResult {
+  /** New messages of the turn (assistant replies, tool calls and tool results). */
+  outputs: BlackboxMessage[];
+  /** The agent's own session id, when it has one. */
+  backendSessionId: string | null;
+}
+
+/** Capabilities the server advertises for a backend. */
+export interface AdapterCapabilities {
+  chat: boolean;
+  abort: boolean;
+  pause_resume: boolean;
+  stream: boolean;
+  multi_message_input: boolean;
+  system_message: boolean;
+  history_injection: boolean;
+}
+
+/** The capabilities of every built-in adapter. */
+export const defaultCapabilities: AdapterCapabilities = {
+  chat: true,
+  abort: true,
+  pause_resume: true,
+  stream: false,
+  multi_message_input: false,
+  system_message: true,
+  history_injection: false,
+};
+
+/**
+ * Drives one agent (a CLI, a server) for the BlackboxServer. An adapter never talks to the model
+ * directly: it points the agent at the LLM proxy in {@link AdapterContext.proxyOrigin}.
+ */
+export interface BlackboxAdapter {
+  readonly type: string;
+  readonly capabilities: AdapterCapabilities;
+  /** Writes configs and starts long-lived processes. Throws {@link AdapterOptionsError} for bad options. */
+  init(context: AdapterContext): Promise<void>;
+  /** True when the agent can take a turn. */
+  health(): Promise<boolean>;
+  runTurn(turn: AdapterTurn): Promise<AdapterTurnResult>;
+  /** Stops whatever the agent is doing (best effort); the session is not reused afterwards. */
+  abort(): Promise<void>;
+  /** Stops every process the adapter started. */
+  close(): Promise<void>;
+}
+
+/** Builds an adapter from `backend_options` (without `proxy`). */
+export type AdapterFactory = (options: Record<string, unknown>) => BlackboxAdapter;
+
+/** Bad backend options or an agent protocol problem: the register call answers 400. */
+export class AdapterOptionsError extends Error {
+  constructor(
+    message: string,
+    readonly errors: unknown[] = [],
+  ) {
+    super(message);
+    this.name = 'AdapterOptionsError';
+  }
+}
+
+/** Options every adapter receives besides its own. */
+export interface AdapterProxySettings {
+  proxy: ProxyOptions;
+}
+
+/** Backend types the BlackboxServer knows of (some may not be implemented). */
+export const knownBackends = ['opencode', 'openclaw', 'claude_code', 'codex', 'qwen_code'] as const;

@@ -1,0 +1,58 @@
+/** Settings of a BlackboxServer. Durations are in seconds, as on the wire. */
+export interface BlackboxServerConfig {
+  host: string;
+  port: number;
+  runtime_root: string;
+  max_sessions: number;
+  max_turns: number;
+  backend_timeout: number;
+  execute_cmd_timeout: number;
+  /** Milliseconds, as the reference spells it. */
+  router_timeout: number;
+  shutdown_timeout: number;
+  runtime_health_check_interval: number;
+  runtime_health_check_retries: number;
+  runtime_health_check_retry_delay: number;
+}
+
+/** Class defaults (the CLI reads the environment instead, see {@link blackboxConfigFromEnv}). */
+export const defaultBlackboxConfig: BlackboxServerConfig = {
+  host: '0.0.0.0',
+  port: 8080,
+  runtime_root: '/tmp/blackbox_server',
+  max_sessions: 1,
+  max_turns: 200,
+  backend_timeout: 960,
+  execute_cmd_timeout: 600,
+  router_timeout: 600_000,
+  shutdown_timeout: 30,
+  runtime_health_check_interval: 10,
+  runtime_health_check_retries: 5,
+  runtime_health_check_retry_delay: 1,
+};
+
+function number(env: NodeJS.ProcessEnv, key: string, fallback: number): number {
+  const raw = env[key];
+  if (raw === undefined || raw === '') return fallback;
+  const value = Number(raw);
+  if (!Number.isFinite(value)) throw new Error(`${key}=${raw} is not a number`);
+  return value;
+}
+
+/** Reads the `BBS_*` environment variables (with the CLI defaults: port 23456, 3 retries, 0.5 s delay). */
+export function blackboxConfigFromEnv(env: NodeJS.ProcessEnv = process.env): BlackboxServerConfig {
+  return {
+    host: env.BBS_HOST ?? '0.0.0.0',
+    port: number(env, 'BBS_PORT', 23456),
+    runtime_root: env.BBS_RUNTIME_ROOT ?? '/tmp/blackbox_server',
+    max_sessions: number(env, 'BBS_MAX_SESSIONS', 1),
+    max_turns: number(env, 'BBS_MAX_TURNS', 200),
+    backend_timeout: number(env, 'BBS_BACKEND_TIMEOUT', 960),
+    execute_cmd_timeout: number(env, 'BBS_EXECUTE_CMD_TIMEOUT', 600),
+    router_timeout: number(env, 'BBS_ROUTER_TIMEOUT', 600_000),
+    shutdown_timeout: number(env, 'BBS_SHUTDOWN_TIMEOUT', 30),
+    runtime_health_check_interval: number(env, 'BBS_RUNTIME_HEALTH_CHECK_INTERVAL', 10),
+    runtime_health_check_retries: number(env, 'BBS_RUNTIME_HEALTH_CHECK_RETRIES', 3),
+    runtime_health_check_retry_delay: number(env, 'BBS_RUNTIME_HEALTH_CHECK_RETRY_DELAY', 0.5),
+  };
+}

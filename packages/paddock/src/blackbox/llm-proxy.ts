@@ -1,0 +1,588 @@
+import {
+  createServer,
+  type IncomingHttpHeaders,
+  type IncomingMessage,
+  type Server,
+  type ServerResponse,
+} from 'node:http';
+import type { AddressInfo } from 'node:net';
+import {
+  anthropicErrorBody,
+  anthropicRequestToChat,
+  chatToAnthropicResponse,
+  chatToResponsesResponse,
+  responsesRequestToChat,
+  writeAnthropicStream,
+  writeResponsesStream,
+} from './bridges.js';
+import type { ProxyOptions } from './schemas.js';
+
+/** Proxy errors of the Dressage proxy that invalidate the rollout in flight. */
+export const invalidatingErrors = new Set([
+  'generation_preempted',
+  'partial_rollout_staleness_exceeded',
+  'trajectory_version_changed',
+]);
+
+/** A model-request failure the adapter must turn into a turn outcome. */
+export type ProxyIncident =
+  | { kind: 'max_steps'; maxSteps: number; attemptedStep: number }
+  | { kind: 'context_overflow'; body: Record<string, unknown> }
+  | { kind: 'rollout_invalidated'; error: string; message: string; body: unknown };
+
+/** Options of {@link RolloutLlmProxy}. */
+export interface RolloutLlmProxyOptions {
+  /** Origin of the Dressage proxy (or any OpenAI-compatible server), e.g. `http://10.0.0.2:8800`. */
+  upstreamOrigin: string;
+  /** API path of the upstream, e.g. `/v1`. */
+  apiPath: string;
+  sessionId: string;
+  instanceId: string;
+  sandboxId?: string | null;
+  proxy: ProxyOptions;
+  /** Milliseconds before an upstream request is abandoned. */
+  timeoutMs?: number;
+  /** Replaces `model` in every request. */
+  modelOverride?: string | null;
+  /** Called on max steps, context overflow or an invalidated rollout (the adapter aborts the agent). */
+  onIncident?: (incident: ProxyIncident) => void;
+}
+
+/** Counters of the turn currently open on the proxy. */
+export interface TurnCounters {
+  turnId: string;
+  steps: number;
+  inputTokens: number;
+  outputTokens: number;
+  reasoningTokens: number;
+  incident: ProxyIncident | null;
+}
+
+const strippedHeaders = new Set([
+  'host',
+  'content-length',
+  'transfer-encoding',
+  'accept-encoding',
+  'connection',
+  'keep-alive',
+  'x-session-id',
+  'x-instance-id',
+  'x-turn-id',
+  'authorization',
+  'x-api-key',
+  'anthropic-version',
+  'anthropic-beta',
+]);
+
+function readBody(request: IncomingMessage): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    request.on('data', (chunk: Buffer) => chunks.push(chunk));
+    request.on('end', () => resolve(Buffer.concat(chunks)));
+    request.on('error', reject);
+  });
+}
+
+function errorCodeOf(body: unknown): string | null {
+  if (body === null || typeof body !== 'object') return null;
+  const record = body as Record<string, unknown>;
+  if (typeof record.error === 'string') return record.error;
+  if (typeof record.code === 'string') return record.code;
+  for (const nested of [record.error, record.detail]) {
+    if (nested !== null && typeof nested === 'object') {
+      const inner = nested as Record<string, unknown>;
+      if (typeof inner.error === 'string') return inner.error;
+      if (typeof inner.code === 'string') return inner.code;
+    }
+  }
+  return null;
+}
+
+function messageOf(body: unknown): string {
+  if (body !== null && typeof body === 'object') {
+    const record = body as Record<string, unknown>;
+    for (const candidate of [record.detail, record.error, record]) {
+      if (candidate !== null && typeof candidate === 'object') {
+        const message = (candidate as Record<string, unknown>).message;
+        if (typeof message === 'string') return message;
+      }
+    }
+  }
+  return typeof body === 'string' ? body : JSON.stringify(body);
+}
+
+function sendJson(response: ServerResponse, status: number, body: unknown): void {
+  const text = JSON.stringify(body);
+  response.writeHead(status, {
+    'content-type': 'application/json',
+    'content-length': Buffer.byteLength(text),
+  });
+  response.end(text);
+}
+
+type ModelApi = 'chat' | 'anthropic' | 'responses';
+
+function modelApiOf(method: string | undefined, path: string): ModelApi | null {
+  if (method !== 'POST') return null;
+  const bare = path.split('?')[0] ?? '';
+  if (bare.endsWith('/chat/completions')) return 'chat';
+  if (bare.endsWith('/messages')) return 'anthropic';
+  if (bare.endsWith('/responses')) return 'responses';
+  return null;
+}
+
+/** An empty assistant completion, sent to an agent whose rollout was invalidated so that it stops. */
+export function syntheticEmptyCompletion(model: string): Record<string, unknown> {
+  return {
+    id: 'chatcmpl-rollout-invalidated',
+    object: 'chat.completion',
+    created: Math.floor(Date.now() / 1000),
+    model,
+    choices: [{ index: 0, message: { role: 'assistant', content: '' }, finish_reason: 'stop' }],
+    usage: { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 },
+  };
+}
+
+/**
+ * The in-process LLM proxy of a BlackboxServer: the one endpoint an agent may call for its model.
+ * It pins every request to the bound session and open turn (Dressage headers), counts steps and
+ * enforces max steps, blocks while paused, drains the Dressage stream heartbeats, bridges the
+ * Anthropic Messages and OpenAI Responses APIs onto chat completions, and turns Dressage proxy
+ * errors into incidents the server maps to turn outcomes.
+ */
+export class RolloutLlmProxy {
+  private server: Server | null = null;
+  private origin = '';
+  private paused = false;
+  private resumeWaiters: (() => void)[] = [];
+  private drainWaiters: (() => void)[] = [];
+  private inflight = 0;
+  private turn: TurnCounters | null = null;
+  private expectedVersion: string | null = null;
+
+  constructor(private readonly options: RolloutLlmProxyOptions) {}
+
+  /** `http://127.0.0.1:<port>` once started. */
+  get url(): string {
+    return this.origin;
+  }
+
+  /** Model requests in flight. */
+  get inflightRequests(): number {
+    return this.inflight;
+  }
+
+  get isPaused(): boolean {
+    return this.paused;
+  }
+
+  get version(): string | null {
+    return this.expectedVersion;
+  }
+
+  async start(): Promise<string> {
+    const server = createServer((request, response) => {
+      this.handle(request, response).catch((error: unknown) => {
+        if (!response.headersSent) {
+          sendJson(response, 502, {
+            error: { message: `LLM proxy failure: ${String(error)}`, type: 'proxy_error' },
+          });
+        } else response.destroy();
+      });
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    this.server = server;
+    this.origin = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    return this.origin;
+  }
+
+  async close(): Promise<void> {
+    this.resume(null);
+    const server = this.server;
+    this.server = null;
+    if (!server) return;
+    server.closeAllConnections();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+  }
+
+  /** Starts counting steps for a turn; the previous turn's counters are returned and dropped. */
+  openTurn(turnId: string): void {
+    this.turn = { turnId, steps: 0, inputTokens: 0, outputTokens: 0, reasoningTokens: 0, incident: null };
+  }
+
+  /** Ends the open turn and returns its counters. */
+  closeTurn(): TurnCounters | null {
+    const turn = this.turn;
+    this.turn = null;
+    return turn;
+  }
+
+  /** The open turn's counters. */
+  get currentTurn(): TurnCounters | null {
+    return this.turn;
+  }
+
+  /** Blocks new model requests until {@link resume}. */
+  pause(): void {
+    this.paused = true;
+  }
+
+  /** Lets blocked model requests go; a version learned here is pinned on later requests. */
+  resume(version: string | number | null | undefined): void {
+    if (version !== null && version !== undefined) this.expectedVersion = String(version);
+    this.paused = false;
+    const waiters = this.resumeWaiters;
+    this.resumeWaiters = [];
+    for (const wake of waiters) wake();
+  }
+
+  /** Resolves when no model request is in flight (or after `timeoutMs`, with false). */
+  drain(timeoutMs = Number.POSITIVE_INFINITY): Promise<boolean> {
+    if (this.inflight === 0) return Promise.resolve(true);
+    return new Promise((resolve) => {
+      const timer = Number.isFinite(timeoutMs) ? setTimeout(() => resolve(false), timeoutMs) : undefined;
+      this.drainWaiters.push(() => {
+        if (timer) clearTimeout(timer);
+        resolve(true);
+      });
+    });
+  }
+
+  /** Sends the rollout pause to the Dressage proxy upstream (its pause is global). */
+  async pauseUpstream(reason: string, timeoutSeconds: number | null): Promise<unknown> {
+    return this.postUpstream('/rollout/pause', {
+      session_id: this.options.sessionId,
+      instance_id: this.options.instanceId,
+      reason,
+      mode: 'preempt',
+      ...(timeoutSeconds === null ? {} : { timeout_seconds: timeoutSeconds }),
+    });
+  }
+
+  /** Sends the rollout resume to the Dressage proxy upstream. */
+  async resumeUpstream(reason: string, version: string | number | null): Promise<unknown> {
+    return this.postUpstream('/rollout/resume', {
+      session_id: this.options.sessionId,
+      instance_id: this.options.instanceId,
+      reason,
+      version,
+    });
+  }
+
+  private async postUpstream(path: string, body: unknown): Promise<unknown> {
+    const response = await fetch(`${this.options.upstreamOrigin}${this.options.apiPath}${path}`, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        'x-session-id': this.options.sessionId,
+        'x-instance-id': this.options.instanceId,
+      },
+      body: JSON.stringify(body),
+      signal: AbortSignal.timeout(30_000),
+    });
+    const text = await response.text();
+    let parsed: unknown = text;
+    try {
+      parsed = JSON.parse(text);
+    } catch {
+      // Not JSON: keep the text.
+    }
+    if (!response.ok) throw new Error(`upstream ${path} answered ${response.status}: ${text.slice(0, 300)}`);
+    return parsed;
+  }
+
+  private forwardHeaders(incoming: IncomingHttpHeaders): Record<string, string> {
+    const sticky = this.options.proxy.sticky_header_name.toLowerCase();
+    const headers: Record<string, string> = {};
+    for (const [name, value] of Object.entries(incoming)) {
+      const lower = name.toLowerCase();
+      if (value === undefined || strippedHeaders.has(lower) || lower === sticky) continue;
+      if (lower.startsWith('x-dressage-') || lower.startsWith('x-stainless-')) continue;
+      headers[lower] = Array.isArray(value) ? value.join(', ') : value;
+    }
+    headers[sticky] = this.options.sessionId;
+    headers['x-session-id'] = this.options.sessionId;
+    headers['x-instance-id'] = this.options.instanceId;
+    if (this.turn) headers['x-turn-id'] = this.turn.turnId;
+    if (this.options.sandboxId) headers['x-dressage-sandbox-id'] = this.options.sandboxId;
+    headers['x-dressage-partial-rollout'] = '1';
+    if (this.expectedVersion !== null) headers['x-dressage-expected-version'] = this.expectedVersion;
+    headers['accept-encoding'] = 'identity';
+    return headers;
+  }
+
+  private async handle(request: IncomingMessage, response: ServerResponse): Promise<void> {
+    const path = request.url ?? '/';
+    if (request.method === 'GET' && path === '/__proxy_health') return sendJson(response, 200, { ok: true });
+    const body = await readBody(request);
+    const api = modelApiOf(request.method, path);
+    if (api === null) return this.passThrough(request, response, path, body);
+
+    while (this.paused) await new Promise<void>((resolve) => this.resumeWaiters.push(resolve));
+    const turn = this.turn;
+    const maxSteps = this.options.proxy.max_steps;
+    if (turn && maxSteps !== null && turn.steps >= maxSteps) {
+      const incident: ProxyIncident = { kind: 'max_steps', maxSteps, attemptedStep: turn.steps + 1 };
+      turn.incident ??= incident;
+      this.options.onIncident?.(incident);
+      const error = {
+        message: 'Turn exceeded max_steps.',
+        type: 'rate_limit_error',
+        code: 'max_steps_exceeded',
+        details: { max_steps: maxSteps, attempted_step: turn.steps + 1 },
+      };
+      return sendJson(response, 429, api === 'anthropic' ? { type: 'error', error } : { error });
+    }
+    if (turn) turn.steps += 1;
+
+    let parsed: Record<string, unknown>;
+    try {
+      parsed = JSON.parse(body.toString('utf8')) as Record<string, unknown>;
+    } catch {
+      return sendJson(response, 400, {
+        error: { message: 'request body is not JSON', type: 'invalid_request_error' },
+      });
+    }
+    const clientStream = parsed.stream === true;
+    const chat =
+      api === 'chat'
+        ? parsed
+        : api === 'anthropic'
+          ? anthropicRequestToChat(parsed)
+          : responsesRequestToChat(parsed);
+    this.prepareChatBody(chat, api === 'chat' && clientStream);
+    const target =
+      api === 'chat'
+        ? `${this.options.upstreamOrigin}${path}`
+        : `${this.options.upstreamOrigin}${this.options.apiPath}/chat/completions`;
+
+    this.inflight += 1;
+    try {
+      const upstream = await fetch(target, {
+        method: 'POST',
+        headers: { ...this.forwardHeaders(request.headers), 'content-type': 'application/json' },
+        body: JSON.stringify(chat),
+        signal: AbortSignal.timeout(this.options.timeoutMs ?? 600_000),
+      });
+      if (api === 'chat' && clientStream && upstream.ok) {
+        await this.relayStream(upstream, response, String(chat.model ?? 'proxy-model'));
+        return;
+      }
+      const text = await upstream.text();
+      let json: unknown = text;
+      try {
+        json = JSON.parse(text);
+      } catch {
+        // Non-JSON bodies are relayed as they are.
+      }
+      if (!upstream.ok) {
+        if (this.recordError(upstream.status, json)) {
+          return this.sendSynthetic(response, api, clientStream, String(chat.model ?? 'proxy-model'));
+        }
+        if (api === 'anthropic')
+          return sendJson(response, upstream.status, anthropicErrorBody(upstream.status, json));
+        response.writeHead(upstream.status, {
+          'content-type': upstream.headers.get('content-type') ?? 'application/json',
+        });
+        response.end(text);
+        return;
+      }
+      const completion = json as Record<string, unknown>;
+      this.countUsage(completion.usage);
+      if (api === 'chat') {
+        response.writeHead(200, { 'content-type': 'application/json' });
+        response.end(text);
+      } else if (api === 'anthropic') {
+        const converted = chatToAnthropicResponse(
+          completion,
+          String(parsed.model ?? chat.model ?? 'proxy-model'),
+        );
+        if (clientStream) writeAnthropicStream(response, converted);
+        else sendJson(response, 200, converted);
+      } else {
+        const converted = chatToResponsesResponse(
+          completion,
+          String(parsed.model ?? chat.model ?? 'proxy-model'),
+        );
+        if (clientStream) writeResponsesStream(response, converted);
+        else sendJson(response, 200, converted);
+      }
+    } finally {
+      this.inflight -= 1;
+      if (this.inflight === 0) {
+        const waiters = this.drainWaiters;
+        this.drainWaiters = [];
+        for (const wake of waiters) wake();
+      }
+    }
+  }
+
+  private prepareChatBody(chat: Record<string, unknown>, stream: boolean): void {
+    if (this.options.modelOverride) chat.model = this.options.modelOverride;
+    const temperature = this.options.proxy.default_temperature;
+    if (temperature !== null && (chat.temperature === undefined || chat.temperature === null)) {
+      chat.temperature = temperature;
+    }
+    if (stream) {
+      const streamOptions = (chat.stream_options as Record<string, unknown> | undefined) ?? {};
+      chat.stream_options = { ...streamOptions, include_usage: true };
+    } else {
+      chat.stream = false;
+      delete chat.stream_options;
+    }
+  }
+
+  // True when the error invalidates the rollout (the agent then gets a synthetic empty completion).
+  private recordError(status: number, body: unknown): boolean {
+    const code = errorCodeOf(body);
+    if (status === 413 && code === 'context_overflow') {
+      const incident: ProxyIncident = { kind: 'context_overflow', body: body as Record<string, unknown> };
+      if (this.turn) this.turn.incident ??= incident;
+      this.options.onIncident?.(incident);
+      return false;
+    }
+    if (status === 502 && code !== null && invalidatingErrors.has(code)) {
+      const incident: ProxyIncident = {
+        kind: 'rollout_invalidated',
+        error: code,
+        message: messageOf(body),
+        body,
+      };
+      if (this.turn) this.turn.incident ??= incident;
+      this.options.onIncident?.(incident);
+      return true;
+    }
+    return false;
+  }
+
+  private sendSynthetic(response: ServerResponse, api: ModelApi, stream: boolean, model: string): void {
+    const completion = syntheticEmptyCompletion(model);
+    if (api === 'anthropic') {
+      const converted = chatToAnthropicResponse(completion, model);
+      if (stream) writeAnthropicStream(response, converted);
+      else sendJson(response, 200, converted);
+      return;
+    }
+    if (api === 'responses') {
+      const converted = chatToResponsesResponse(completion, model);
+      if (stream) writeResponsesStream(response, converted);
+      else sendJson(response, 200, converted);
+      return;
+    }
+    if (!stream) {
+      sendJson(response, 200, completion);
+      return;
+    }
+    response.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
+    const chunk = {
+      id: completion.id,
+      object: 'chat.completion.chunk',
+      created: completion.created,
+      model,
+      choices: [{ index: 0, delta: { role: 'assistant', content: '' }, finish_reason: 'stop' }],
+    };
+    response.end(`data: ${JSON.stringify(chunk)}\n\ndata: [DONE]\n\n`);
+  }
+
+  private countUsage(usage: unknown): void {
+    const turn = this.turn;
+    if (!turn || usage === null || typeof usage !== 'object') return;
+    const record = usage as Record<string, unknown>;
+    const number = (value: unknown) => (typeof value === 'number' && Number.isFinite(value) ? value : 0);
+    turn.inputTokens += number(record.prompt_tokens);
+    turn.outputTokens += number(record.completion_tokens);
+    const details = record.completion_tokens_details as Record<string, unknown> | undefined;
+    turn.reasoningTokens += number(details?.reasoning_tokens);
+  }
+
+  // Relays an SSE stream event by event, dropping the Dressage heartbeat comments. An error frame
+  // before any data becomes a plain HTTP error with that status, as if the request had failed.
+  private async relayStream(upstream: Response, response: ServerResponse, model: string): Promise<void> {
+    const reader = upstream.body?.getReader();
+    if (!reader) {
+      response.writeHead(502).end();
+      return;
+    }
+    const decoder = new TextDecoder();
+    let buffer = '';
+    let started = false;
+    const emit = (event: string): boolean => {
+      const lines = event.split('\n').filter((line) => !line.startsWith(':') && line.trim() !== '');
+      if (lines.length === 0) return true;
+      const data = lines
+        .filter((line) => line.startsWith('data:'))
+        .map((line) => line.slice(5).trim())
+        .join('\n');
+      if (!started && data !== '' && data !== '[DONE]') {
+        let frame: unknown = null;
+        try {
+          frame = JSON.parse(data);
+        } catch {
+          frame = null;
+        }
+        const error = (frame as { error?: Record<string, unknown> } | null)?.error;
+        if (error && typeof error === 'object') {
+          const status = typeof error.status_code === 'number' ? error.status_code : 500;
+          const body = frame as Record<string, unknown>;
+          const flat = { ...error, ...body };
+          if (this.recordError(status, flat)) {
+            this.sendSynthetic(response, 'chat', true, model);
+          } else {
+            sendJson(response, status, body);
+          }
+          return false;
+        }
+      }
+      if (!started) {
+        response.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
+        started = true;
+      }
+      if (data !== '' && data !== '[DONE]') {
+        try {
+          this.countUsage((JSON.parse(data) as Record<string, unknown>).usage);
+        } catch {
+          // Not JSON: relayed untouched.
+        }
+      }
+      response.write(`${lines.join('\n')}\n\n`);
+      return true;
+    };
+    while (true) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buffer += decoder.decode(value, { stream: true }).replaceAll('\r\n', '\n');
+      let boundary = buffer.indexOf('\n\n');
+      while (boundary !== -1) {
+        const event = buffer.slice(0, boundary);
+        buffer = buffer.slice(boundary + 2);
+        if (!emit(event)) {
+          await reader.cancel().catch(() => undefined);
+          return;
+        }
+        boundary = buffer.indexOf('\n\n');
+      }
+    }
+    if (buffer.trim() !== '' && !emit(buffer)) return;
+    if (!started) response.writeHead(200, { 'content-type': 'text/event-stream' });
+    response.end();
+  }
+
+  private async passThrough(
+    request: IncomingMessage,
+    response: ServerResponse,
+    path: string,
+    body: Buffer,
+  ): Promise<void> {
+    const upstream = await fetch(`${this.options.upstreamOrigin}${path}`, {
+      method: request.method,
+      headers: this.forwardHeaders(request.headers),
+      body: request.method === 'GET' || request.method === 'HEAD' ? undefined : body,
+      signal: AbortSignal.timeout(this.options.timeoutMs ?? 600_000),
+    });
+    const text = Buffer.from(await upstream.arrayBuffer());
+    response.writeHead(upstream.status, {
+      'content-type': upstream.headers.get('content-type') ?? 'application/octet-stream',
+    });
+    response.end(text);
+  }
+}

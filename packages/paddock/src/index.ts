@@ -1,0 +1,85 @@
+// Public surface of @dressage/paddock: sandboxes, the BlackboxServer with its agent adapters and LLM
+// proxy, and the paddock clients and generate functions that turn agent runs into samples.
+
+export {
+  builtinAdapters,
+  OpencodeAdapter,
+  opencodeMessagesToChat,
+  QwenCodeAdapter,
+  qwenStreamToChat,
+} from './adapters/index.js';
+export {
+  type AdapterCapabilities,
+  type AdapterContext,
+  type AdapterFactory,
+  AdapterOptionsError,
+  type AdapterTurn,
+  type AdapterTurnResult,
+  type BlackboxAdapter,
+  defaultCapabilities,
+  knownBackends,
+} from './blackbox/adapter.js';
+export {
+  anthropicRequestToChat,
+  chatToAnthropicResponse,
+  chatToResponsesResponse,
+  responsesRequestToChat,
+} from './blackbox/bridges.js';
+export {
+  type BlackboxServerConfig,
+  blackboxConfigFromEnv,
+  defaultBlackboxConfig,
+} from './blackbox/config.js';
+export {
+  invalidatingErrors,
+  type ProxyIncident,
+  RolloutLlmProxy,
+  type RolloutLlmProxyOptions,
+  syntheticEmptyCompletion,
+} from './blackbox/llm-proxy.js';
+export { type BlackboxMessage, idPattern, type ProxyOptions, type TurnUsage } from './blackbox/schemas.js';
+export {
+  BlackboxHttpError,
+  BlackboxServer,
+  type BlackboxServerOptions,
+  blackboxServerVersion,
+  fingerprintOf,
+  normalizeRouter,
+  type ServerStatus,
+  type SessionState,
+  type TurnStatus,
+} from './blackbox/server.js';
+export {
+  type BwrapOptions,
+  buildBwrapArgs,
+  defaultSystemMounts,
+  sandboxBaseEnv,
+  sandboxPaths,
+} from './sandbox/bwrap-command.js';
+export {
+  LocalBwrapPool,
+  type LocalBwrapPoolOptions,
+  type PoolLease,
+  type PoolMode,
+  type PoolStatus,
+  type SlotState,
+  type SlotStatus,
+} from './sandbox/local-bwrap-pool.js';
+export {
+  LocalBwrapProvider,
+  type LocalBwrapProviderOptions,
+  shellJoin,
+  shellQuote,
+} from './sandbox/local-bwrap-provider.js';
+export { killProcessGroup, type ProcessGroupResult, runProcessGroup } from './sandbox/process-group.js';
+export type { LimitSupport, ResourceLimits } from './sandbox/resource-limits.js';
+export type {
+  CommandResult,
+  RunCommandOptions,
+  SandboxCapability,
+  SandboxEndpoint,
+  SandboxLease,
+  SandboxProvider,
+  SandboxServiceSpec,
+  SandboxSpec,
+} from './sandbox/types.js';

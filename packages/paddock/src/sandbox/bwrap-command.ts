@@ -1,0 +1,130 @@
+import { existsSync, lstatSync, readlinkSync } from 'node:fs';
+
+/** Paths inside every sandbox. */
+export const sandboxPaths = {
+  home: '/home/blackbox',
+  work: '/workspace',
+  runtime: '/workspace_sandbox/blackbox_server_runtime',
+  tmp: '/tmp',
+} as const;
+
+/** The host directories of one slot, bound writable into the sandbox. */
+export interface SlotDirectories {
+  home: string;
+  work: string;
+  runtime: string;
+  tmp: string;
+}
+
+/** Options of {@link buildBwrapArgs}. */
+export interface BwrapOptions {
+  /** Absolute path of the bwrap binary. Default `bwrap`. */
+  bwrapPath?: string;
+  directories: SlotDirectories;
+  hostname: string;
+  /** Host paths bound read-only at the same path (the system, tool installs, the server's code). */
+  readOnlyMounts: readonly string[];
+  /** A private PID namespace: the sandbox sees only its own processes and dies as one. Default true. */
+  unsharePid?: boolean;
+  /** A private network namespace with only loopback: no egress, no host ports. Default false. */
+  unshareNet?: boolean;
+  /** uid/gid inside the user namespace. Default 1000. */
+  uid?: number;
+  gid?: number;
+  env: Record<string, string>;
+  /** Working directory inside the sandbox. Default the work dir. */
+  cwd?: string;
+  extraArgs?: readonly string[];
+}
+
+/** The system directories bound read-only by default (those that exist here). */
+export const defaultSystemMounts: readonly string[] = [
+  '/usr',
+  '/bin',
+  '/sbin',
+  '/lib',
+  '/lib64',
+  '/lib32',
+  '/etc',
+  '/opt',
+];
+
+// Merged-/usr systems make /bin a symlink; binding it would follow the link, so recreate the link
+// inside instead (the target is bound on its own).
+function mountArgs(path: string): string[] {
+  if (!existsSync(path)) return [];
+  const stat = lstatSync(path);
+  if (stat.isSymbolicLink()) return ['--symlink', readlinkSync(path), path];
+  return ['--ro-bind', path, path];
+}
+
+/**
+ * The argv of a bwrap invocation: a user namespace mapping to an unprivileged uid, private IPC and
+ * UTS (and by default PID) namespaces, a new session (no terminal injection), death with the parent,
+ * the read-only system binds, and the slot's home, work, runtime and tmp dirs bound writable.
+ * Everything else on the host is invisible. `command` follows `--`.
+ */
+export function buildBwrapArgs(options: BwrapOptions, command: readonly string[]): string[] {
+  const unsharePid = options.unsharePid ?? true;
+  const args = [
+    options.bwrapPath ?? 'bwrap',
+    '--unshare-user',
+    '--uid',
+    String(options.uid ?? 1000),
+    '--gid',
+    String(options.gid ?? 1000),
+    '--unshare-ipc',
+    '--unshare-uts',
+    '--hostname',
+    options.hostname,
+    '--new-session',
+    '--die-with-parent',
+  ];
+  if (unsharePid) args.push('--unshare-pid');
+  if (options.unshareNet) args.push('--unshare-net');
+  const seen = new Set<string>();
+  const system = options.readOnlyMounts.filter((path) => defaultSystemMounts.includes(path));
+  const others = options.readOnlyMounts.filter((path) => !defaultSystemMounts.includes(path));
+  for (const path of [...system, ...others]) {
+    if (seen.has(path)) continue;
+    seen.add(path);
+    args.push(...mountArgs(path));
+  }
+  args.push('--dev', '/dev');
+  // A fresh /proc only shows the sandbox's own processes; without a PID namespace the host's /proc is
+  // shared read-only (what bwrap allows there).
+  if (unsharePid) args.push('--proc', '/proc');
+  else args.push('--ro-bind', '/proc', '/proc');
+  args.push('--tmpfs', '/run');
+  const { directories } = options;
+  args.push('--bind', directories.home, sandboxPaths.home);
+  args.push('--bind', directories.work, sandboxPaths.work);
+  args.push('--bind', directories.runtime, sandboxPaths.runtime);
+  args.push('--bind', directories.tmp, sandboxPaths.tmp);
+  // The root itself is a tmpfs bwrap made; freeze it so nothing outside the binds is writable.
+  args.push('--remount-ro', '/');
+  args.push('--clearenv');
+  for (const [key, value] of Object.entries(options.env)) args.push('--setenv', key, value);
+  args.push('--chdir', options.cwd ?? sandboxPaths.work);
+  if (options.extraArgs) args.push(...options.extraArgs);
+  args.push('--', ...command);
+  return args;
+}
+
+/** The environment every sandboxed process starts with (before the caller's additions). */
+export function sandboxBaseEnv(extra: Record<string, string> = {}): Record<string, string> {
+  return {
+    PATH: '/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin',
+    HOME: sandboxPaths.home,
+    USER: 'blackbox',
+    LANG: 'C.UTF-8',
+    TMPDIR: '/tmp',
+    XDG_CONFIG_HOME: `${sandboxPaths.home}/.config`,
+    XDG_CACHE_HOME: `${sandboxPaths.home}/.cache`,
+    XDG_DATA_HOME: `${sandboxPaths.home}/.local/share`,
+    XDG_STATE_HOME: `${sandboxPaths.home}/.local/state`,
+    CUDA_VISIBLE_DEVICES: '',
+    NVIDIA_VISIBLE_DEVICES: 'void',
+    ...extra,
+  };
+}

@@ -1,0 +1,93 @@
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { LocalBwrapPool, type PoolMode } from './local-bwrap-pool.js';
+
+const usage = `Usage: dressage-local-bwrap <start|status|stop> [options]
+  start   --slots N --base-dir DIR --mode blackbox|command_only --base-port P [--unshare-net]
+  status  --base-dir DIR      prints the pool's pool.json (exit 1 when no live pool)
+  stop    --base-dir DIR      stops the pool started there (SIGTERM, then waits)`;
+
+function defaultBaseDir(): string {
+  return process.env.DRESSAGE_LOCAL_BWRAP_SLOT_BASE_DIR ?? '/tmp/dressage-local-bwrap/node-local';
+}
+
+async function readState(baseDir: string): Promise<{ pid: number } | null> {
+  try {
+    return JSON.parse(await readFile(join(baseDir, 'pool.json'), 'utf8')) as { pid: number };
+  } catch {
+    return null;
+  }
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** The `dressage-local-bwrap` command line; returns the exit code. */
+export async function runLocalBwrapCli(argv: readonly string[]): Promise<number> {
+  const { positionals, values } = parseArgs({
+    args: [...argv],
+    allowPositionals: true,
+    options: {
+      slots: { type: 'string' },
+      'base-dir': { type: 'string' },
+      mode: { type: 'string' },
+      'base-port': { type: 'string' },
+      'unshare-net': { type: 'boolean' },
+      help: { type: 'boolean' },
+    },
+  });
+  const command = positionals[0];
+  const baseDir = values['base-dir'] ?? defaultBaseDir();
+  if (values.help || command === undefined) {
+    console.log(usage);
+    return command === undefined && !values.help ? 2 : 0;
+  }
+  if (command === 'status') {
+    const state = await readState(baseDir);
+    if (state === null || !alive(state.pid)) {
+      console.log(JSON.stringify({ running: false, baseDir }));
+      return 1;
+    }
+    console.log(JSON.stringify({ running: true, ...state }, null, 2));
+    return 0;
+  }
+  if (command === 'stop') {
+    const state = await readState(baseDir);
+    if (state === null || !alive(state.pid)) {
+      console.log(JSON.stringify({ stopped: false, reason: 'no live pool', baseDir }));
+      return 0;
+    }
+    process.kill(state.pid, 'SIGTERM');
+    for (let i = 0; i < 300 && alive(state.pid); i++)
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    console.log(JSON.stringify({ stopped: !alive(state.pid), pid: state.pid }));
+    return alive(state.pid) ? 1 : 0;
+  }
+  if (command === 'start') {
+    const mode = (values.mode ?? process.env.DRESSAGE_LOCAL_BWRAP_POOL_MODE ?? 'blackbox') as PoolMode;
+    const pool = new LocalBwrapPool({
+      slots: Number(values.slots ?? process.env.DRESSAGE_LOCAL_BWRAP_TOTAL_SERVERS ?? 4),
+      baseDir,
+      mode,
+      basePort: Number(values['base-port'] ?? process.env.DRESSAGE_LOCAL_BWRAP_BASE_PORT ?? 31000),
+      unshareNet: values['unshare-net'] ?? false,
+    });
+    await pool.start();
+    console.log(JSON.stringify(pool.status()));
+    await new Promise<void>((resolve) => {
+      process.once('SIGTERM', resolve);
+      process.once('SIGINT', resolve);
+    });
+    await pool.stop({ keepDirectories: false });
+    return 0;
+  }
+  console.error(usage);
+  return 2;
+}

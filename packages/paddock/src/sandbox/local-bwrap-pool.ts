@@ -1,0 +1,653 @@
+import type { ChildProcess } from 'node:child_process';
+import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { mkdir, rename, rm, writeFile } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { DressageError } from '@dressage/protocol';
+import {
+  buildBwrapArgs,
+  defaultSystemMounts,
+  type SlotDirectories,
+  sandboxBaseEnv,
+  sandboxPaths,
+} from './bwrap-command.js';
+import { killProcessGroup, type ProcessGroupResult, runProcessGroup } from './process-group.js';
+import { type LimitSupport, type ResourceLimits, SlotCgroups } from './resource-limits.js';
+
+/** Lifecycle states of a pool slot. */
+export type SlotState =
+  | 'empty'
+  | 'starting'
+  | 'ready'
+  | 'leased'
+  | 'releasing'
+  | 'resetting'
+  | 'restarting'
+  | 'failed'
+  | 'dead'
+  | 'lost';
+
+/**
+ * `blackbox`: every slot runs a BlackboxServer on `basePort + slot` (the network namespace must be
+ * shared for the host to reach it). `command_only`: no server; commands and files go through the pool.
+ */
+export type PoolMode = 'blackbox' | 'command_only';
+
+/** Options of {@link LocalBwrapPool}. */
+export interface LocalBwrapPoolOptions {
+  /** Number of slots. Default 4. */
+  slots?: number;
+  /** Slot dirs live in `<baseDir>/slots/<NNNN>/`. Default `/tmp/dressage-local-bwrap/node-<pid>`. */
+  baseDir?: string;
+  mode?: PoolMode;
+  /** Slot `i` serves on `basePort + i` in blackbox mode. Default 31000. */
+  basePort?: number;
+  /** Host that leases advertise in their URLs. Default 127.0.0.1. */
+  advertiseHost?: string;
+  /** Prepare every slot at `start()` (warm) instead of on first acquire (cold). Default true. */
+  prewarm?: boolean;
+  unsharePid?: boolean;
+  /** No network at all inside (command_only only). Default false. */
+  unshareNet?: boolean;
+  /** Read-only binds. Default: the system dirs, plus the install root of the server in blackbox mode. */
+  readOnlyMounts?: readonly string[];
+  /** Added to the read-only binds (agent CLI installs, datasets). */
+  extraReadOnlyMounts?: readonly string[];
+  /** Environment added to every sandboxed process. */
+  env?: Record<string, string>;
+  /** Command that starts the slot's server (blackbox mode). Default: this package's `dressage-blackbox-server`. */
+  serverCommand?: readonly string[];
+  /** Lease time-to-live; expired leases are released by the health loop. `0` disables. Default 2100 s. */
+  leaseTtlSeconds?: number;
+  /** How long `acquire` waits for a free slot. Default 1800 s. */
+  acquireTimeoutSeconds?: number;
+  /** Health loop period. Default 10 s; `0` disables the loop. */
+  healthIntervalSeconds?: number;
+  /** Server startup budget (blackbox mode). Default 60 s. */
+  startupTimeoutSeconds?: number;
+  limits?: ResourceLimits;
+  bwrapPath?: string;
+  /** Write `<baseDir>/pool.json` for `dressage-local-bwrap status|stop`. Default true. */
+  writeStateFile?: boolean;
+}
+
+/** A slot held for a trajectory. */
+export interface PoolLease {
+  leaseId: string;
+  trajectoryId: string;
+  slotId: number;
+  port: number;
+  sandboxUrl: string;
+  generation: number;
+  poolMode: PoolMode;
+  acquiredAt: number;
+  expiresAt: number | null;
+}
+
+/** One slot in {@link PoolStatus}. */
+export interface SlotStatus {
+  slotId: number;
+  state: SlotState;
+  generation: number;
+  trajectoryId: string | null;
+  port: number;
+  error: string | null;
+}
+
+/** A snapshot of the pool. */
+export interface PoolStatus {
+  pid: number;
+  mode: PoolMode;
+  baseDir: string;
+  slots: SlotStatus[];
+  counts: Partial<Record<SlotState, number>>;
+  limits: LimitSupport;
+  leases: number;
+}
+
+interface Slot {
+  id: number;
+  state: SlotState;
+  generation: number;
+  directories: SlotDirectories & { root: string };
+  lease: PoolLease | null;
+  server: ChildProcess | null;
+  running: Set<ChildProcess>;
+  error: string | null;
+  failures: number;
+}
+
+/** Options of {@link LocalBwrapPool.runInSlot}. */
+export interface SlotCommandOptions {
+  cwd?: string;
+  env?: Record<string, string>;
+  timeoutMs?: number;
+  stdin?: string;
+  signal?: AbortSignal;
+}
+
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+/** The directory above `path` that holds the outermost `node_modules` (a workspace or install root). */
+export function findInstallRoot(path: string): string {
+  let current = dirname(path);
+  let root = current;
+  while (true) {
+    if (existsSync(join(current, 'node_modules'))) root = current;
+    const parent = dirname(current);
+    if (parent === current) return root;
+    current = parent;
+  }
+}
+
+/** The built `dressage-blackbox-server` script of this package, from source or from dist. */
+export function defaultServerScript(): string {
+  const candidates = [
+    new URL('./bin/dressage-blackbox-server.js', import.meta.url),
+    new URL('../../dist/bin/dressage-blackbox-server.js', import.meta.url),
+    new URL('../dist/bin/dressage-blackbox-server.js', import.meta.url),
+  ];
+  for (const candidate of candidates) {
+    const path = fileURLToPath(candidate);
+    if (existsSync(path)) return path;
+  }
+  throw new DressageError({
+    code: 'failed_precondition',
+    message: 'dressage-blackbox-server is not built: run `pnpm --filter @dressage/paddock build`',
+  });
+}
+
+/**
+ * A pool of bubblewrap sandbox slots on this machine. Each slot has its own home, work, runtime and
+ * tmp directories, wiped between leases; acquire and release are idempotent per trajectory id.
+ *
+ * @example
+ * ```ts
+ * const pool = new LocalBwrapPool({ slots: 2, mode: 'command_only', unshareNet: true });
+ * await pool.start();
+ * const lease = await pool.acquire('traj-1');
+ * const result = await pool.runInSlot(lease, 'echo hi > note.txt && cat note.txt');
+ * await pool.release('traj-1');
+ * await pool.stop();
+ * ```
+ */
+export class LocalBwrapPool {
+  readonly mode: PoolMode;
+  readonly baseDir: string;
+  private readonly options: LocalBwrapPoolOptions;
+  private readonly slots: Slot[] = [];
+  private readonly leases = new Map<string, PoolLease>();
+  private readonly pendingAcquires = new Map<string, Promise<PoolLease>>();
+  private readonly cgroups: SlotCgroups;
+  private readonly readOnlyMounts: string[];
+  private readonly serverCommand: readonly string[] | null;
+  private waiters: (() => void)[] = [];
+  private healthTimer: NodeJS.Timeout | null = null;
+  private stopped = false;
+  private started = false;
+  private stateWrite: Promise<void> = Promise.resolve();
+
+  constructor(options: LocalBwrapPoolOptions = {}) {
+    this.options = options;
+    this.mode = options.mode ?? 'command_only';
+    this.baseDir = options.baseDir ?? `/tmp/dressage-local-bwrap/node-${process.pid}`;
+    if (this.mode === 'blackbox' && options.unshareNet) {
+      throw new DressageError({
+        code: 'invalid_argument',
+        message:
+          'blackbox pool mode needs the host network: its servers listen on host ports (set unshareNet: false)',
+      });
+    }
+    this.serverCommand =
+      this.mode === 'blackbox'
+        ? (options.serverCommand ?? ['/usr/bin/env', 'node', defaultServerScript()])
+        : null;
+    const mounts = [...(options.readOnlyMounts ?? defaultSystemMounts)];
+    if (this.mode === 'blackbox' && options.serverCommand === undefined && this.serverCommand !== null) {
+      mounts.push(findInstallRoot(this.serverCommand[2] as string));
+    }
+    mounts.push(...(options.extraReadOnlyMounts ?? []));
+    this.readOnlyMounts = mounts;
+    this.cgroups = new SlotCgroups(
+      `dressage-${process.pid}-${randomBytes(3).toString('hex')}`,
+      options.limits ?? {},
+    );
+    const count = options.slots ?? 4;
+    for (let id = 0; id < count; id++) {
+      const root = join(this.baseDir, 'slots', String(id).padStart(4, '0'));
+      this.slots.push({
+        id,
+        state: 'empty',
+        generation: 0,
+        directories: {
+          root,
+          home: join(root, 'home'),
+          work: join(root, 'work'),
+          runtime: join(root, 'runtime'),
+          tmp: join(root, 'tmp'),
+        },
+        lease: null,
+        server: null,
+        running: new Set(),
+        error: null,
+        failures: 0,
+      });
+    }
+  }
+
+  /** Which resource limits apply here. */
+  get limitSupport(): LimitSupport {
+    return this.cgroups.support;
+  }
+
+  /** Prepares the slots (all of them when prewarming) and starts the health loop. */
+  async start(): Promise<void> {
+    if (this.started) return;
+    this.started = true;
+    await mkdir(join(this.baseDir, 'slots'), { recursive: true });
+    if (this.options.prewarm ?? true) {
+      await Promise.all(this.slots.map((slot) => this.prepare(slot)));
+    }
+    const interval = (this.options.healthIntervalSeconds ?? 10) * 1000;
+    if (interval > 0) {
+      this.healthTimer = setInterval(() => void this.checkHealth(), interval);
+      this.healthTimer.unref();
+    }
+    this.persistState();
+  }
+
+  /**
+   * Leases a slot to `trajectoryId`, waiting for one to free up. Calling it again for the same
+   * trajectory returns the same lease.
+   */
+  async acquire(trajectoryId: string): Promise<PoolLease> {
+    if (this.stopped)
+      throw new DressageError({ code: 'unavailable', message: 'the sandbox pool is stopped' });
+    if (!this.started) await this.start();
+    const existing = this.leases.get(trajectoryId);
+    if (existing) return existing;
+    const pending = this.pendingAcquires.get(trajectoryId);
+    if (pending) return pending;
+    const attempt = this.acquireSlot(trajectoryId).finally(() => this.pendingAcquires.delete(trajectoryId));
+    this.pendingAcquires.set(trajectoryId, attempt);
+    return attempt;
+  }
+
+  private async acquireSlot(trajectoryId: string): Promise<PoolLease> {
+    const deadline = Date.now() + (this.options.acquireTimeoutSeconds ?? 1800) * 1000;
+    while (true) {
+      if (this.stopped)
+        throw new DressageError({ code: 'unavailable', message: 'the sandbox pool is stopped' });
+      const ready = this.slots.find((slot) => slot.state === 'ready');
+      const cold = ready ? undefined : this.slots.find((slot) => slot.state === 'empty');
+      const slot = ready ?? cold;
+      if (slot) {
+        // Claim before any await so that concurrent acquires never share a slot.
+        slot.state = cold ? 'starting' : 'leased';
+        if (cold) {
+          try {
+            await this.prepare(slot, true);
+          } catch (error) {
+            this.notify();
+            throw error;
+          }
+        }
+        const lease = this.makeLease(slot, trajectoryId);
+        slot.state = 'leased';
+        slot.lease = lease;
+        this.leases.set(trajectoryId, lease);
+        this.persistState();
+        return lease;
+      }
+      const remaining = deadline - Date.now();
+      if (remaining <= 0) {
+        throw new DressageError({
+          code: 'resource_exhausted',
+          message: `no sandbox slot became free within ${this.options.acquireTimeoutSeconds ?? 1800} s`,
+          details: { trajectory_id: trajectoryId, slots: this.slots.length },
+        });
+      }
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, Math.min(remaining, 250));
+        this.waiters.push(() => {
+          clearTimeout(timer);
+          resolve();
+        });
+      });
+    }
+  }
+
+  private makeLease(slot: Slot, trajectoryId: string): PoolLease {
+    const port = this.portOf(slot);
+    const ttl = (this.options.leaseTtlSeconds ?? 2100) * 1000;
+    const now = Date.now();
+    const slotLabel = String(slot.id).padStart(4, '0');
+    const trajectoryLabel = trajectoryId.replace(/[^A-Za-z0-9]/g, '').slice(0, 32);
+    return {
+      leaseId: `lease-${String(process.pid).padStart(12, '0').slice(-12)}-${slotLabel}-gen${slot.generation}-${trajectoryLabel}-${randomBytes(4).toString('hex')}`,
+      trajectoryId,
+      slotId: slot.id,
+      port,
+      sandboxUrl: `http://${this.options.advertiseHost ?? '127.0.0.1'}:${port}`,
+      generation: slot.generation,
+      poolMode: this.mode,
+      acquiredAt: now,
+      expiresAt: ttl > 0 ? now + ttl : null,
+    };
+  }
+
+  private notify(): void {
+    const waiters = this.waiters;
+    this.waiters = [];
+    for (const wake of waiters) wake();
+  }
+
+  /** Releases the slot of `trajectoryId` (or of the lease) and resets it in the background. Idempotent. */
+  async release(leaseOrTrajectoryId: PoolLease | string): Promise<void> {
+    const trajectoryId =
+      typeof leaseOrTrajectoryId === 'string' ? leaseOrTrajectoryId : leaseOrTrajectoryId.trajectoryId;
+    const pending = this.pendingAcquires.get(trajectoryId);
+    if (pending) await pending.catch(() => undefined);
+    const lease = this.leases.get(trajectoryId);
+    if (!lease) return;
+    if (typeof leaseOrTrajectoryId !== 'string' && leaseOrTrajectoryId.leaseId !== lease.leaseId) return;
+    this.leases.delete(trajectoryId);
+    const slot = this.slots[lease.slotId] as Slot;
+    slot.lease = null;
+    slot.state = 'releasing';
+    this.persistState();
+    void this.reset(slot);
+  }
+
+  /** Resolves when no slot is releasing or resetting (tests and benchmarks use it). */
+  async settled(): Promise<void> {
+    while (
+      this.slots.some((slot) => ['releasing', 'resetting', 'restarting', 'starting'].includes(slot.state))
+    ) {
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, 50);
+        this.waiters.push(() => {
+          clearTimeout(timer);
+          resolve();
+        });
+      });
+    }
+  }
+
+  /** The lease of `trajectoryId`, if it holds one. */
+  leaseOf(trajectoryId: string): PoolLease | undefined {
+    return this.leases.get(trajectoryId);
+  }
+
+  /** Host directories of a leased slot. */
+  directoriesOf(lease: PoolLease): SlotDirectories {
+    const slot = this.checkLease(lease);
+    const { home, work, runtime, tmp } = slot.directories;
+    return { home, work, runtime, tmp };
+  }
+
+  private checkLease(lease: PoolLease): Slot {
+    const current = this.leases.get(lease.trajectoryId);
+    if (!current || current.leaseId !== lease.leaseId) {
+      throw new DressageError({
+        code: 'failed_precondition',
+        message: `lease ${lease.leaseId} is no longer held (released or expired)`,
+        details: { trajectory_id: lease.trajectoryId },
+      });
+    }
+    return this.slots[lease.slotId] as Slot;
+  }
+
+  private portOf(slot: Slot): number {
+    return (this.options.basePort ?? 31000) + slot.id;
+  }
+
+  private bwrapArgv(
+    slot: Slot,
+    command: readonly string[],
+    env: Record<string, string>,
+    cwd?: string,
+  ): string[] {
+    const argv = buildBwrapArgs(
+      {
+        bwrapPath: this.options.bwrapPath,
+        directories: slot.directories,
+        hostname: `dressage-bb-${String(slot.id).padStart(4, '0')}`,
+        readOnlyMounts: this.readOnlyMounts,
+        unsharePid: this.options.unsharePid ?? true,
+        unshareNet: this.options.unshareNet ?? false,
+        env: sandboxBaseEnv({
+          DRESSAGE_BLACKBOX_SLOT_ID: String(slot.id),
+          DRESSAGE_BLACKBOX_SLOT_GENERATION: String(slot.generation),
+          DRESSAGE_BLACKBOX_SLOT_PORT: String(this.portOf(slot)),
+          ...this.options.env,
+          ...env,
+        }),
+        cwd,
+      },
+      command,
+    );
+    return this.cgroups.wrap(slot.id, argv);
+  }
+
+  /**
+   * Runs `/bin/sh -lc <cmd>` in a fresh sandbox over the slot's directories. The sandbox is its own
+   * process group (and PID namespace): on timeout or abort everything it started is killed.
+   */
+  async runInSlot(
+    lease: PoolLease,
+    cmd: string,
+    options: SlotCommandOptions = {},
+  ): Promise<ProcessGroupResult> {
+    const slot = this.checkLease(lease);
+    const cwd = resolveSandboxCwd(options.cwd);
+    const argv = this.bwrapArgv(slot, ['/bin/sh', '-lc', cmd], options.env ?? {}, cwd);
+    return runProcessGroup(argv, {
+      timeoutMs: options.timeoutMs,
+      stdin: options.stdin,
+      signal: options.signal,
+      onSpawn: (child) => {
+        slot.running.add(child);
+        child.once('close', () => slot.running.delete(child));
+      },
+    });
+  }
+
+  private async prepare(slot: Slot, claimed = false): Promise<void> {
+    if (!claimed) slot.state = 'starting';
+    try {
+      await this.createDirectories(slot);
+      if (this.mode === 'blackbox') await this.startServer(slot);
+      slot.error = null;
+      slot.failures = 0;
+      if (!claimed) slot.state = 'ready';
+    } catch (error) {
+      slot.state = 'failed';
+      slot.error = error instanceof Error ? error.message : String(error);
+      slot.failures += 1;
+      this.persistState();
+      throw error;
+    } finally {
+      if (!claimed) this.notify();
+    }
+  }
+
+  private async createDirectories(slot: Slot): Promise<void> {
+    const { home, work, runtime, tmp } = slot.directories;
+    await Promise.all([home, work, runtime, tmp].map((dir) => mkdir(dir, { recursive: true, mode: 0o755 })));
+  }
+
+  private async startServer(slot: Slot): Promise<void> {
+    const port = this.portOf(slot);
+    const argv = this.bwrapArgv(slot, this.serverCommand as readonly string[], {
+      BBS_HOST: '0.0.0.0',
+      BBS_PORT: String(port),
+      BBS_RUNTIME_ROOT: sandboxPaths.runtime,
+    });
+    const [command, ...args] = argv;
+    const child = spawn(command as string, args, { detached: true, stdio: ['ignore', 'ignore', 'pipe'] });
+    let stderr = '';
+    child.stderr?.on('data', (chunk: Buffer) => {
+      stderr = (stderr + chunk.toString('utf8')).slice(-4000);
+    });
+    child.on('error', () => {});
+    slot.server = child;
+    const deadline = Date.now() + (this.options.startupTimeoutSeconds ?? 60) * 1000;
+    while (Date.now() < deadline) {
+      if (child.exitCode !== null || child.signalCode !== null) {
+        throw new DressageError({
+          code: 'unavailable',
+          message: `slot ${slot.id}: the blackbox server exited during startup: ${stderr.trim().slice(-500)}`,
+        });
+      }
+      if (await probeHealth(`http://127.0.0.1:${port}/health`, 2000)) return;
+      await sleep(50);
+    }
+    killProcessGroup(child.pid);
+    throw new DressageError({
+      code: 'deadline_exceeded',
+      message: `slot ${slot.id}: the blackbox server did not become healthy on port ${port}`,
+    });
+  }
+
+  private async stopProcesses(slot: Slot): Promise<void> {
+    const children = [...slot.running, ...(slot.server ? [slot.server] : [])];
+    slot.server = null;
+    await Promise.all(
+      children.map(
+        (child) =>
+          new Promise<void>((resolve) => {
+            if (child.exitCode !== null || child.signalCode !== null) return resolve();
+            child.once('close', () => resolve());
+            killProcessGroup(child.pid, 'SIGKILL');
+            setTimeout(resolve, 5000).unref();
+          }),
+      ),
+    );
+    slot.running.clear();
+  }
+
+  private async reset(slot: Slot): Promise<void> {
+    const generation = slot.generation;
+    try {
+      slot.state = 'resetting';
+      await this.stopProcesses(slot);
+      // Move aside first so a new lease never sees a half-deleted tree, then delete.
+      const trash = join(this.baseDir, 'trash', `${slot.id}-${generation}-${randomBytes(4).toString('hex')}`);
+      await mkdir(dirname(trash), { recursive: true });
+      await rename(slot.directories.root, trash).catch(() => undefined);
+      void rm(trash, { recursive: true, force: true }).catch(() => undefined);
+      if (slot.generation !== generation || this.stopped) return;
+      slot.generation += 1;
+      slot.state = 'restarting';
+      await this.createDirectories(slot);
+      if (this.mode === 'blackbox') await this.startServer(slot);
+      slot.state = 'ready';
+      slot.error = null;
+    } catch (error) {
+      slot.state = 'failed';
+      slot.error = error instanceof Error ? error.message : String(error);
+    } finally {
+      this.persistState();
+      this.notify();
+    }
+  }
+
+  /** One pass of the health loop: expire leases, probe servers, restart failed slots. */
+  async checkHealth(): Promise<void> {
+    if (this.stopped) return;
+    const now = Date.now();
+    for (const lease of [...this.leases.values()]) {
+      if (lease.expiresAt !== null && lease.expiresAt <= now) await this.release(lease.trajectoryId);
+    }
+    for (const slot of this.slots) {
+      if (slot.state === 'failed' && slot.failures < 5) {
+        slot.state = 'releasing';
+        void this.reset(slot);
+        continue;
+      }
+      if (this.mode !== 'blackbox') continue;
+      if (slot.state !== 'ready' && slot.state !== 'leased') continue;
+      const healthy = await probeHealth(`http://127.0.0.1:${this.portOf(slot)}/health`, 2000);
+      if (healthy) continue;
+      if (slot.state === 'ready') {
+        slot.state = 'dead';
+        void this.reset(slot);
+      } else {
+        slot.state = 'lost';
+        slot.error = 'the slot server stopped answering while leased';
+      }
+    }
+    this.persistState();
+  }
+
+  /** A snapshot of every slot. */
+  status(): PoolStatus {
+    const counts: Partial<Record<SlotState, number>> = {};
+    for (const slot of this.slots) counts[slot.state] = (counts[slot.state] ?? 0) + 1;
+    return {
+      pid: process.pid,
+      mode: this.mode,
+      baseDir: this.baseDir,
+      slots: this.slots.map((slot) => ({
+        slotId: slot.id,
+        state: slot.state,
+        generation: slot.generation,
+        trajectoryId: slot.lease?.trajectoryId ?? null,
+        port: this.portOf(slot),
+        error: slot.error,
+      })),
+      counts,
+      limits: this.cgroups.support,
+      leases: this.leases.size,
+    };
+  }
+
+  private persistState(): void {
+    if (this.options.writeStateFile === false || !this.started) return;
+    const file = join(this.baseDir, 'pool.json');
+    const text = `${JSON.stringify({ ...this.status(), updatedAt: new Date().toISOString() }, null, 2)}\n`;
+    this.stateWrite = this.stateWrite
+      .then(() => writeFile(`${file}.tmp`, text))
+      .then(() => rename(`${file}.tmp`, file))
+      .catch(() => undefined);
+  }
+
+  /** Kills every sandbox, releases every lease and removes the slot directories. */
+  async stop(options: { keepDirectories?: boolean } = {}): Promise<void> {
+    if (this.stopped) return;
+    this.stopped = true;
+    if (this.healthTimer) clearInterval(this.healthTimer);
+    this.notify();
+    await Promise.allSettled([...this.pendingAcquires.values()]);
+    this.leases.clear();
+    await Promise.all(this.slots.map((slot) => this.stopProcesses(slot)));
+    for (const slot of this.slots) {
+      slot.state = 'empty';
+      slot.lease = null;
+    }
+    this.cgroups.remove(this.slots.length);
+    await this.stateWrite;
+    if (!options.keepDirectories) await rm(this.baseDir, { recursive: true, force: true });
+  }
+}
+
+/** Maps a caller's cwd onto the sandbox: relative paths are under the work dir. */
+export function resolveSandboxCwd(cwd: string | undefined): string {
+  if (cwd === undefined || cwd === '' || cwd === '.') return sandboxPaths.work;
+  if (cwd.startsWith('/')) return cwd;
+  return `${sandboxPaths.work}/${cwd}`;
+}
+
+/** GET `url`; true when it answers below 500 within `timeoutMs`. */
+export async function probeHealth(url: string, timeoutMs: number): Promise<boolean> {
+  try {
+    const response = await fetch(url, { signal: AbortSignal.timeout(timeoutMs) });
+    await response.arrayBuffer();
+    return response.status < 500;
+  } catch {
+    return false;
+  }
+}

@@ -1,0 +1,137 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+
+/** Options of {@link runProcessGroup}. */
+export interface ProcessGroupOptions {
+  cwd?: string;
+  env?: NodeJS.ProcessEnv;
+  /** Milliseconds; on expiry the whole process group gets SIGKILL. */
+  timeoutMs?: number;
+  stdin?: string;
+  /** Bytes kept of each of stdout and stderr (the head is kept). Default 8 MiB. */
+  outputLimitBytes?: number;
+  signal?: AbortSignal;
+  /** Called with the child right after spawn (to track it for a later stop). */
+  onSpawn?: (child: ChildProcess) => void;
+}
+
+/** What {@link runProcessGroup} observed. */
+export interface ProcessGroupResult {
+  stdout: string;
+  stderr: string;
+  /** Exit code, or -1 when a signal ended the process. */
+  returncode: number;
+  signal: NodeJS.Signals | null;
+  timedOut: boolean;
+  aborted: boolean;
+  durationSeconds: number;
+  startedAt: Date;
+  finishedAt: Date;
+}
+
+/** Sends `signal` to the process group led by `pid`, ignoring a group that is already gone. */
+export function killProcessGroup(pid: number | undefined, signal: NodeJS.Signals = 'SIGKILL'): void {
+  if (pid === undefined) return;
+  try {
+    process.kill(-pid, signal);
+  } catch {
+    // ESRCH: the group already exited.
+  }
+}
+
+class BoundedBuffer {
+  private readonly chunks: Buffer[] = [];
+  private size = 0;
+  truncated = false;
+  constructor(private readonly limit: number) {}
+  push(chunk: Buffer): void {
+    if (this.size >= this.limit) {
+      this.truncated = true;
+      return;
+    }
+    const room = this.limit - this.size;
+    const kept = chunk.length > room ? chunk.subarray(0, room) : chunk;
+    if (kept.length < chunk.length) this.truncated = true;
+    this.chunks.push(kept);
+    this.size += kept.length;
+  }
+  text(): string {
+    return Buffer.concat(this.chunks).toString('utf8');
+  }
+}
+
+/**
+ * Runs `argv` as the leader of a new process group and waits for it. A timeout or an abort kills the
+ * whole group, so grandchildren that a shell left behind die with it. Never rejects for a non-zero
+ * exit; rejects only when the program cannot be spawned.
+ */
+export function runProcessGroup(
+  argv: readonly string[],
+  options: ProcessGroupOptions = {},
+): Promise<ProcessGroupResult> {
+  const [command, ...args] = argv;
+  if (command === undefined) return Promise.reject(new Error('runProcessGroup: empty argv'));
+  const limit = options.outputLimitBytes ?? 8 * 1024 * 1024;
+  const startedAt = new Date();
+  return new Promise((resolve, reject) => {
+    const child = spawn(command, args, {
+      cwd: options.cwd,
+      env: options.env,
+      detached: true,
+      stdio: [options.stdin === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
+    });
+    const stdout = new BoundedBuffer(limit);
+    const stderr = new BoundedBuffer(limit);
+    let timedOut = false;
+    let aborted = false;
+    let spawned = false;
+    child.stdout?.on('data', (chunk: Buffer) => stdout.push(chunk));
+    child.stderr?.on('data', (chunk: Buffer) => stderr.push(chunk));
+    if (options.stdin !== undefined && child.stdin !== null) {
+      child.stdin.on('error', () => {});
+      child.stdin.end(options.stdin);
+    }
+    const timer =
+      options.timeoutMs !== undefined && Number.isFinite(options.timeoutMs)
+        ? setTimeout(
+            () => {
+              timedOut = true;
+              killProcessGroup(child.pid);
+            },
+            Math.max(0, options.timeoutMs),
+          )
+        : undefined;
+    const onAbort = () => {
+      aborted = true;
+      killProcessGroup(child.pid);
+    };
+    options.signal?.addEventListener('abort', onAbort, { once: true });
+    if (options.signal?.aborted) onAbort();
+    child.on('spawn', () => {
+      spawned = true;
+      options.onSpawn?.(child);
+    });
+    child.on('error', (error) => {
+      if (timer) clearTimeout(timer);
+      options.signal?.removeEventListener('abort', onAbort);
+      if (!spawned) reject(error);
+    });
+    child.on('close', (code, signal) => {
+      if (timer) clearTimeout(timer);
+      options.signal?.removeEventListener('abort', onAbort);
+      // Whatever the leader left running in its group goes with it.
+      killProcessGroup(child.pid);
+      const finishedAt = new Date();
+      resolve({
+        stdout: stdout.text(),
+        stderr: stderr.text(),
+        returncode: code ?? -1,
+        signal,
+        timedOut,
+        aborted,
+        durationSeconds: (finishedAt.getTime() - startedAt.getTime()) / 1000,
+        startedAt,
+        finishedAt,
+      });
+    });
+  });
+}
