@@ -5,10 +5,12 @@ import type { Sample } from '@dressage/protocol';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import {
   type Behavior,
+  createGate,
   promptRecords,
   recordingDiscarder,
   recordingLogger,
   scriptedGenerate,
+  until,
 } from './__fixtures__/generators.js';
 import { AsyncRolloutScheduler, PARTIAL_ROLLOUT_STALENESS_MARKER } from './async-rollout.js';
 import { PromptDataSource } from './data-source.js';
@@ -120,12 +122,14 @@ describe('fully-async scheduler', () => {
       asyncOutputQueueSize: 5,
     });
     await scheduler.generateRollout(0);
-    await tick(20);
+    await until(() => scheduler.pipeline.queued === 4);
+    await tick(5);
     expect(scheduler.pipeline).toEqual({ active: 0, queued: 4, running: true });
     // Collecting frees room and the worker tops up again.
     await scheduler.generateRollout(1);
-    await tick(20);
-    expect(scheduler.pipeline.queued).toBe(4);
+    await until(() => scheduler.pipeline.queued === 4);
+    await tick(5);
+    expect(scheduler.pipeline).toEqual({ active: 0, queued: 4, running: true });
   });
 
   it('warns when no group completes for the configured time', async () => {
@@ -183,14 +187,17 @@ describe('fully-async scheduler', () => {
   });
 
   it('cancels one call through its signal without losing the groups it collected', async () => {
-    const { scheduler } = setup('fully-async', (sample) => ({
-      delay: (sample.group_index ?? 0) < 2 ? 1 : 40,
-    }));
+    const gate = createGate();
+    const { scheduler } = setup('fully-async', (sample) =>
+      (sample.group_index ?? 0) < 2 ? {} : { gate: gate.promise },
+    );
     const controller = new AbortController();
     const pending = scheduler.generateRollout(0, { signal: controller.signal });
-    await tick(15);
+    // Groups 0 and 1 are collected; 2-5 hold the four slots.
+    await until(() => scheduler.pipeline.active === 4 && scheduler.pipeline.queued === 0);
     controller.abort();
     await expect(pending).rejects.toMatchObject({ code: 'cancelled' });
+    gate.open();
     const { samples } = await scheduler.generateRollout(0);
     expect(groupIndexes(samples)).toEqual([0, 1, 2, 3]);
   });
@@ -211,29 +218,35 @@ describe('fully-async scheduler', () => {
 
 describe('staleness filter', () => {
   it('drops groups that ended on a version older than the newest N, re-filtering the pending batch', async () => {
-    const versionOf = (group: number) => (group <= 1 || group === 3 ? 'A' : 'B');
+    // Versions by group: 0, 1 and 3 end on A; the others on B. Gates decide the finishing order.
+    const slowStale = createGate();
+    const late = createGate();
     const { scheduler } = setup(
       'fully-async',
       (sample) => {
         const group = sample.group_index ?? 0;
-        const delay = group <= 2 || group === 4 ? 1 : group === 3 ? 30 : 60;
-        return { delay, version: versionOf(group) };
+        const version = group <= 1 || group === 3 ? 'A' : 'B';
+        if (group === 3) return { version, gate: slowStale.promise };
+        return group >= 5 ? { version, gate: late.promise } : { version };
       },
       { rolloutBatchSize: 2, asyncMaxActiveGroups: 2, stalenessKeepVersions: 1 },
     );
     const first = await scheduler.generateRollout(0);
     expect(groupIndexes(first.samples)).toEqual([0, 1]);
-    // The worker keeps going between calls: groups 2.. are submitted during rollout 0.
-    await tick(20);
     const second = await scheduler.generateRollout(1);
     expect(groupIndexes(second.samples)).toEqual([2, 4]);
     expect(second.metrics['staleness/current_version_index']).toBe(1);
     expect(second.metrics['staleness/cutoff_version_index']).toBe(1);
-    const third = await scheduler.generateRollout(2);
-    expect(third.metrics['staleness/dropped_groups']).toBe(1);
-    expect(groupIndexes(third.samples)).not.toContain(3);
-    expect(third.metrics['staleness/version_gap_max']).toBe(0);
-    expect(third.metrics['staleness/version_span_max']).toBe(1);
+    // Group 3 finishes on A after B was seen: it is stale and dropped by the next call.
+    slowStale.open();
+    await until(() => scheduler.pipeline.queued === 1);
+    const third = scheduler.generateRollout(2);
+    late.open();
+    const { samples, metrics } = await third;
+    expect(metrics['staleness/dropped_groups']).toBe(1);
+    expect(groupIndexes(samples)).toEqual([5, 6]);
+    expect(metrics['staleness/version_gap_max']).toBe(0);
+    expect(metrics['staleness/version_span_max']).toBe(1);
   });
 
   it('does not let a failed group that will be retried advance the version', async () => {
@@ -266,7 +279,7 @@ describe('partial-async scheduler', () => {
     expect(first.metrics['dressage/partial_rollout_full_groups']).toBe(4);
     expect(groupIndexes(first.samples)).toEqual([0, 1]);
     // The worker keeps going between calls: groups 2.. are submitted during rollout 0.
-    await tick(20);
+    await until(() => scheduler.pipeline.queued === 4);
     const second = await scheduler.generateRollout(1);
     expect(groupIndexes(second.samples)).toEqual([2, 3]);
     for (const sample of second.samples.flat()) {
@@ -279,7 +292,7 @@ describe('partial-async scheduler', () => {
       expect(sample.metadata.dressage_return_async_group_id).toBe(sample.metadata.dressage_async_group_id);
     }
     // Let the worker fill its queue to the 80% mark (4 groups): the final call returns 2 and drains 2.
-    await tick(20);
+    await until(() => scheduler.pipeline.queued === 4);
     const final = await scheduler.generateRollout(2);
     expect(final.metrics['dressage/partial_rollout_queued_completed_groups']).toBe(2);
     expect(final.metrics['dressage/partial_rollout_final_worker_drain']).toBe(1);

@@ -15,6 +15,41 @@ export interface Behavior {
   untrainable?: boolean;
   /** Error message when failing with `throw`. */
   message?: string;
+  /** Waits for this promise (after the delay) before answering: ordering without timing. */
+  gate?: Promise<void>;
+}
+
+/** A promise the test resolves when it wants. */
+export function createGate(): { promise: Promise<void>; open: () => void } {
+  let open = () => {};
+  const promise = new Promise<void>((resolve) => {
+    open = resolve;
+  });
+  return { promise, open };
+}
+
+/** Polls `condition` on real timers until it holds (fails after `timeoutMs`). */
+export async function until(condition: () => boolean, timeoutMs = 5_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error('condition not reached in time');
+    await new Promise((resolve) => setTimeout(resolve, 1));
+  }
+}
+
+function waitFor(gate: Promise<void>, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal.aborted) {
+      reject(signal.reason);
+      return;
+    }
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener('abort', onAbort, { once: true });
+    gate.then(() => {
+      signal.removeEventListener('abort', onAbort);
+      resolve();
+    });
+  });
 }
 
 function sleep(ms: number, signal: AbortSignal): Promise<void> {
@@ -89,6 +124,7 @@ export function scriptedGenerate(
     try {
       if (behavior.delay !== undefined && behavior.delay > 0) await sleep(behavior.delay, context.signal);
       else await Promise.resolve();
+      if (behavior.gate !== undefined) await waitFor(behavior.gate, context.signal);
     } catch (error) {
       cancelled.push(sample.index ?? -1);
       throw error;
