@@ -267,9 +267,11 @@ export class InferenceEngine {
         if (this.#paused === null) await this.#waitForNoRunning();
         const pausedRequests =
           this.#running.length + this.#waiting.filter((state) => state.outputIds.length > 0).length;
-        this.#retractRunning();
+        // Checks every weight before changing any: a failed update leaves requests untouched.
         this.model.setWeights(update.weights);
         this.#weightVersion = update.weightVersion;
+        // Caches written with the old weights must not mix with the new ones.
+        this.#retractRunning();
         return { pausedRequests };
       } finally {
         this.#updatePending = false;
