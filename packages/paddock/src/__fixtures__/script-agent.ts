@@ -1,0 +1,104 @@
+// A minimal tool-using agent behind the adapter interface: it loops on chat completions through the
+// LLM proxy and runs `shell` tool calls in its work dir. "crash" in the user text makes it throw.
+import { execFileSync } from 'node:child_process';
+import type { AdapterContext, AdapterTurn, AdapterTurnResult, BlackboxAdapter } from '../blackbox/adapter.js';
+import { defaultCapabilities } from '../blackbox/adapter.js';
+import type { BlackboxMessage } from '../blackbox/schemas.js';
+
+type Json = Record<string, unknown>;
+
+/** The scripted agent adapter. */
+export class ScriptAgentAdapter implements BlackboxAdapter {
+  readonly type = 'script_agent';
+  readonly capabilities = defaultCapabilities;
+  context: AdapterContext | null = null;
+  healthy = true;
+  aborts = 0;
+  private history: Json[] = [];
+
+  async init(context: AdapterContext): Promise<void> {
+    this.context = context;
+    if (context.systemPrompt) this.history.push({ role: 'system', content: context.systemPrompt });
+  }
+
+  async health(): Promise<boolean> {
+    return this.healthy;
+  }
+
+  async runTurn(turn: AdapterTurn): Promise<AdapterTurnResult> {
+    const context = this.context as AdapterContext;
+    if (turn.text.includes('crash')) throw new Error('agent process crashed');
+    const outputs: BlackboxMessage[] = [];
+    this.history.push({ role: 'user', content: turn.text });
+    for (let step = 0; step < 50; step++) {
+      const stream = step % 2 === 1 || turn.text.includes('stream');
+      const response = await fetch(`${context.proxyOrigin}${context.apiPath}/chat/completions`, {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/json',
+          'x-session-id': 'spoofed',
+          authorization: 'Bearer leak',
+        },
+        body: JSON.stringify({
+          model: 'agent-model',
+          stream,
+          messages: this.history,
+          tools: [{ type: 'function', function: { name: 'shell', parameters: { type: 'object' } } }],
+        }),
+        signal: turn.signal,
+      });
+      if (!response.ok)
+        throw new Error(`model request failed with ${response.status}: ${await response.text()}`);
+      const message = stream
+        ? await readStream(response)
+        : ((((await response.json()) as Json).choices as Json[])[0]?.message as Json);
+      this.history.push(message);
+      outputs.push(message as BlackboxMessage);
+      const calls = (message.tool_calls as Json[] | undefined) ?? [];
+      if (calls.length === 0) return { outputs, backendSessionId: 'script-session' };
+      for (const call of calls) {
+        const fn = call.function as Json;
+        const args = JSON.parse(String(fn.arguments)) as { cmd: string };
+        let output: string;
+        try {
+          output = execFileSync('/bin/sh', ['-c', args.cmd], { cwd: context.workDir }).toString();
+        } catch (error) {
+          output = String(error);
+        }
+        const tool = { role: 'tool', tool_call_id: call.id, content: output };
+        this.history.push(tool);
+        outputs.push(tool as BlackboxMessage);
+      }
+    }
+    return { outputs, backendSessionId: 'script-session' };
+  }
+
+  async abort(): Promise<void> {
+    this.aborts += 1;
+  }
+
+  async close(): Promise<void> {}
+}
+
+async function readStream(response: Response): Promise<Json> {
+  const text = await response.text();
+  let content = '';
+  const calls: Json[] = [];
+  for (const event of text.split('\n\n')) {
+    const data = event
+      .split('\n')
+      .filter((line) => line.startsWith('data:'))
+      .map((line) => line.slice(5).trim())
+      .join('');
+    if (data === '' || data === '[DONE]') continue;
+    const chunk = JSON.parse(data) as Json;
+    const delta = ((chunk.choices as Json[] | undefined)?.[0]?.delta ?? {}) as Json;
+    if (typeof delta.content === 'string') content += delta.content;
+    for (const call of (delta.tool_calls as Json[] | undefined) ?? []) {
+      calls.push({ id: call.id, type: 'function', function: call.function });
+    }
+  }
+  const message: Json = { role: 'assistant', content };
+  if (calls.length > 0) message.tool_calls = calls;
+  return message;
+}
