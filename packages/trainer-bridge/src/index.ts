@@ -2,6 +2,15 @@
 // slime's train_data (plain or packed), the TrainerService gRPC client and server, and the policy loss.
 
 export {
+  type BackendCandidate,
+  backendCandidates,
+  nativeAddonPresent,
+  nativeBackendPackages,
+  type SelectBackendOptions,
+  type SelectedBackend,
+  selectBackend,
+} from './backend.js';
+export {
   assignRolloutIds,
   type ConvertOptions,
   computeRolloutMaskSums,
@@ -16,6 +25,36 @@ export {
   errorToGrpcStatus,
 } from './grpc-errors.js';
 export { DEFAULT_MAX_CHUNK_BYTES, DEFAULT_MAX_MESSAGE_BYTES, messageLimitOptions } from './grpc-limits.js';
+export {
+  broadcastRewards,
+  clipGradientsByGlobalNorm,
+  type PerTokenInput,
+  type PolicyLossGradients,
+  type PolicyLossInputs,
+  type PolicyLossTensors,
+  policyLoss,
+  policyLossGradients,
+  reducerWeights,
+} from './policy-loss.js';
+export {
+  checkDenominator,
+  effectiveGlobalBatchSize,
+  type KlLossType,
+  type PolicyLossBatch,
+  type PolicyLossMetricName,
+  type PolicyLossOptions,
+  policyLossOptionsFromLossConfig,
+  type ResolvedPolicyLossOptions,
+  resolvePolicyLossOptions,
+  responseTokenCount,
+} from './policy-loss-options.js';
+export {
+  approximateKl,
+  type PolicyLossReferenceInputs,
+  type PolicyLossValues,
+  policyLossReference,
+  referenceReducer,
+} from './policy-loss-reference.js';
 export {
   type PostProcessedRewards,
   rewardPostProcess,
