@@ -264,17 +264,23 @@ export class CausalLanguageModel {
     const batch = this.prepareBatch(sequences);
     if (batch.length === 0) return sequences.map(() => new Float32Array(0));
     const outputs = this.vocabulary.outputCount;
-    const values = tf.tidy(() => {
+    // Pick each position's target on the backend: only [batch * length] values come back, not the
+    // whole [batch, length, outputs] distribution. Positions without a target pick class 0 and are
+    // overwritten with NaN below.
+    const flatIndices = Int32Array.from(
+      batch.targetClasses,
+      (target, index) => index * outputs + Math.max(target, 0),
+    );
+    const picked = tf.tidy(() => {
       const slots = tf.tensor2d(batch.inputSlots, [batch.batchSize, batch.length], 'int32');
       const logprobs = tf.logSoftmax(scaleLogits(this.#forwardPass(slots, false, null), temperature));
-      return logprobs.dataSync() as Float32Array;
+      return tf.gather(logprobs.reshape([-1]), tf.tensor1d(flatIndices, 'int32')).dataSync() as Float32Array;
     });
     return sequences.map((sequence, row) => {
       const result = new Float32Array(Math.max(0, sequence.length - 1));
       for (let position = 0; position < result.length; position++) {
-        const target = batch.targetClasses[row * batch.length + position]!;
-        result[position] =
-          target < 0 ? Number.NaN : values[(row * batch.length + position) * outputs + target]!;
+        const index = row * batch.length + position;
+        result[position] = batch.targetClasses[index]! < 0 ? Number.NaN : picked[index]!;
       }
       return result;
     });
