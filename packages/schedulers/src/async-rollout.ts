@@ -1,3 +1,4 @@
+import { computeMultiSegmentMetrics } from '@dressage/multi-segment';
 import { DressageError, type Sample } from '@dressage/protocol';
 import { AsyncRolloutWorker, type CompletedGroup } from './async-worker.js';
 import { consoleLogger, type SchedulerLogger } from './generate.js';
@@ -11,7 +12,6 @@ import {
   sessionIdsOf,
   sortGroupsByIndex,
 } from './group-runner.js';
-import { computeMultiSegmentMetrics } from './metrics.js';
 import {
   partialRolloutTarget,
   resolveSchedulerOptions,

@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { markAbortedNoGrad } from '@dressage/multi-segment';
 import { DressageError, type Sample, SampleStatus } from '@dressage/protocol';
 import type {
   GenerateContext,
@@ -117,35 +117,8 @@ export function incrementRetry(sample: Sample): Sample {
  * status `failed`, reward 0, no response; ids fall back to the sample's own session and instance
  * before a hash of the sample. Returns a new sample.
  */
-export const defaultMarkAbortedNoGrad: MarkAbortedNoGrad = (sample, options) => {
-  const metadata = structuredClone(sample.metadata);
-  const session = nonEmpty(options.sessionId) ?? nonEmpty(metadata.session_id) ?? nonEmpty(sample.session_id);
-  const instance = nonEmpty(metadata.instance_id) ?? nonEmpty(options.instanceId);
-  const parent =
-    nonEmpty(metadata.parent_traj_id) ??
-    session ??
-    instance ??
-    `aborted-${createHash('sha256')
-      .update(JSON.stringify([sample.group_index, sample.index, sample.prompt]))
-      .digest('hex')
-      .slice(0, 16)}`;
-  metadata.parent_traj_id = parent;
-  metadata.instance_id = instance ?? parent;
-  if (session !== null) metadata.last_failed_session_id = session;
-  delete metadata.session_id;
-  return {
-    ...sample,
-    metadata,
-    session_id: null,
-    remove_sample: true,
-    status: SampleStatus.FAILED,
-    reward: 0,
-    tokens: sample.tokens.length > 0 ? [...sample.tokens] : [0],
-    response_length: 0,
-    loss_mask: [],
-    rollout_log_probs: [],
-  };
-};
+export const defaultMarkAbortedNoGrad: MarkAbortedNoGrad = (sample, options) =>
+  markAbortedNoGrad(sample, options);
 
 /** The proxy sessions a failed group touched: sessions of the submitted and returned samples. */
 export function sessionIdsOf(outcome: Pick<GroupOutcome, 'group' | 'samples'>): string[] {

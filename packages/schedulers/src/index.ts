@@ -40,7 +40,6 @@ export {
   runGroup,
   sessionIdsOf,
 } from './group-runner.js';
-export { computeMultiSegmentMetrics } from './metrics.js';
 export {
   type PartialRolloutTarget,
   partialRolloutTarget,

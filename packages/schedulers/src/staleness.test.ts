@@ -1,6 +1,6 @@
+import { computeMultiSegmentMetrics } from '@dressage/multi-segment';
 import { createSample, type Sample } from '@dressage/protocol';
 import { describe, expect, it } from 'vitest';
-import { computeMultiSegmentMetrics } from './metrics.js';
 import { StalenessTracker, trajectoryAnchors, trajectoryVersions } from './staleness.js';
 
 function segment(

@@ -1,3 +1,4 @@
+import { findTrajectoryAnchors } from '@dressage/multi-segment';
 import { DressageError, isRealVersion, type Sample } from '@dressage/protocol';
 
 /** A trajectory's id and the weight version of its last trained token. */
@@ -6,25 +7,13 @@ export interface TrajectoryVersion {
   version: string;
 }
 
-function segmentIndexOf(sample: Sample): number {
-  const index = sample.metadata.segment_index;
-  return typeof index === 'number' && Number.isFinite(index) ? index : 0;
-}
-
 /**
  * The anchor of each trajectory: its live segment with the highest `segment_index`, the later one in
- * input order on a tie. This one rule is used wherever a trajectory speaks through one sample.
+ * input order on a tie — multi-segment's one anchor rule, keyed by trajectory id.
  */
 export function trajectoryAnchors(samples: readonly Sample[]): Map<string, Sample> {
   const anchors = new Map<string, Sample>();
-  for (const sample of samples) {
-    if (sample.remove_sample) continue;
-    const parent = sample.metadata.parent_traj_id;
-    if (typeof parent !== 'string' || parent === '') continue;
-    const current = anchors.get(parent);
-    if (current === undefined || segmentIndexOf(sample) >= segmentIndexOf(current))
-      anchors.set(parent, sample);
-  }
+  for (const [id, position] of findTrajectoryAnchors(samples)) anchors.set(id, samples[position] as Sample);
   return anchors;
 }
 

@@ -1,4 +1,5 @@
 import { setMaxListeners } from 'node:events';
+import { computeMultiSegmentMetrics } from '@dressage/multi-segment';
 import { DressageError, type Sample } from '@dressage/protocol';
 import { consoleLogger, type MarkAbortedNoGrad } from './generate.js';
 import {
@@ -12,7 +13,6 @@ import {
   sessionIdsOf,
   sortGroupsByIndex,
 } from './group-runner.js';
-import { computeMultiSegmentMetrics } from './metrics.js';
 import { resolveSchedulerOptions, type SchedulerOptions, type SchedulerOptionsInput } from './options.js';
 import type {
   RolloutCallOptions,
