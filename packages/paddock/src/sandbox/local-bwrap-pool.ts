@@ -188,6 +188,7 @@ export class LocalBwrapPool {
   private stopped = false;
   private started = false;
   private stateWrite: Promise<void> = Promise.resolve();
+  private readonly removals = new Set<Promise<void>>();
 
   constructor(options: LocalBwrapPoolOptions = {}) {
     this.options = options;
@@ -358,7 +359,7 @@ export class LocalBwrapPool {
     slot.lease = null;
     slot.state = 'releasing';
     this.persistState();
-    void this.reset(slot);
+    this.track(this.reset(slot));
   }
 
   /** Resolves when no slot is releasing or resetting (tests and benchmarks use it). */
@@ -529,6 +530,11 @@ export class LocalBwrapPool {
     slot.running.clear();
   }
 
+  private track(work: Promise<void>): void {
+    this.removals.add(work);
+    void work.finally(() => this.removals.delete(work));
+  }
+
   private async reset(slot: Slot): Promise<void> {
     const generation = slot.generation;
     try {
@@ -538,7 +544,7 @@ export class LocalBwrapPool {
       const trash = join(this.baseDir, 'trash', `${slot.id}-${generation}-${randomBytes(4).toString('hex')}`);
       await mkdir(dirname(trash), { recursive: true });
       await rename(slot.directories.root, trash).catch(() => undefined);
-      void rm(trash, { recursive: true, force: true }).catch(() => undefined);
+      this.track(rm(trash, { recursive: true, force: true, maxRetries: 3 }).catch(() => undefined));
       if (slot.generation !== generation || this.stopped) return;
       slot.generation += 1;
       slot.state = 'restarting';
@@ -565,7 +571,7 @@ export class LocalBwrapPool {
     for (const slot of this.slots) {
       if (slot.state === 'failed' && slot.failures < 5) {
         slot.state = 'releasing';
-        void this.reset(slot);
+        this.track(this.reset(slot));
         continue;
       }
       if (this.mode !== 'blackbox') continue;
@@ -574,7 +580,7 @@ export class LocalBwrapPool {
       if (healthy) continue;
       if (slot.state === 'ready') {
         slot.state = 'dead';
-        void this.reset(slot);
+        this.track(this.reset(slot));
       } else {
         slot.state = 'lost';
         slot.error = 'the slot server stopped answering while leased';
@@ -630,7 +636,8 @@ export class LocalBwrapPool {
     }
     this.cgroups.remove(this.slots.length);
     await this.stateWrite;
-    if (!options.keepDirectories) await rm(this.baseDir, { recursive: true, force: true });
+    while (this.removals.size > 0) await Promise.all([...this.removals]);
+    if (!options.keepDirectories) await rm(this.baseDir, { recursive: true, force: true, maxRetries: 3 });
   }
 }
 
