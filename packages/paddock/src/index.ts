@@ -2,6 +2,13 @@
 // proxy, and the paddock clients and generate functions that turn agent runs into samples.
 
 export {
+  type AgentPackage,
+  agentCacheDir,
+  agentInstallDir,
+  agentPackages,
+  ensureAgentInstalled,
+} from './adapters/agent-install.js';
+export {
   builtinAdapters,
   OpencodeAdapter,
   opencodeMessagesToChat,
@@ -49,6 +56,24 @@ export {
   type SessionState,
   type TurnStatus,
 } from './blackbox/server.js';
+export {
+  BlackboxCallError,
+  BlackboxClient,
+  type BlackboxGenerateOptions,
+  createBlackboxGenerate,
+  type RetryOptions,
+  type TrajectoryProxy,
+} from './paddock/blackbox-generate.js';
+export {
+  httpTrajectoryProxy,
+  makeGenerate,
+  PaddockWhiteboxAgent,
+  WhiteboxAgent,
+  type WhiteboxAgentClass,
+  type WhiteboxGenerateOptions,
+  type WhiteboxRunContext,
+  WhiteboxToolPaddock,
+} from './paddock/whitebox.js';
 export {
   type BwrapOptions,
   buildBwrapArgs,

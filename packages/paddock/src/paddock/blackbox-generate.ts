@@ -1,0 +1,279 @@
+import { randomBytes, randomUUID } from 'node:crypto';
+import { expandSegmentsToSamples, markAbortedNoGrad, type SegmentInput } from '@dressage/multi-segment';
+import { blackboxExecuteCommandsSchema, type Sample } from '@dressage/protocol';
+import type { SandboxLease, SandboxProvider } from '../sandbox/types.js';
+
+type Json = Record<string, unknown>;
+
+/**
+ * The proxy calls a paddock needs. `@dressage/proxy`'s `ProxyClient` satisfies it structurally.
+ */
+export interface TrajectoryProxy {
+  finalizeSession(sessionId: string, options?: { instanceId?: string; label?: unknown }): Promise<Json>;
+  readTrajectory(options: { trajectoryId?: string; drain?: boolean }): Promise<{ data: unknown[] }>;
+  discardSession(sessionId: string): Promise<Json>;
+}
+
+/** An HTTP error answered by a BlackboxServer, with its error envelope. */
+export class BlackboxCallError extends Error {
+  constructor(
+    readonly status: number,
+    readonly body: Json,
+  ) {
+    super(
+      `BlackboxServer answered ${status}: ${String(body.error ?? '')} ${String(body.message ?? '')}`.trim(),
+    );
+    this.name = 'BlackboxCallError';
+  }
+  get error(): string {
+    return String(this.body.error ?? '');
+  }
+}
+
+/** Retry settings of {@link BlackboxClient}. */
+export interface RetryOptions {
+  /** Default `DRESSAGE_BLACKBOX_AGENT_REQUEST_MAX_ATTEMPTS`, else 6. */
+  maxAttempts?: number;
+  /** Seconds; doubles up to `maxDelaySeconds`. Default 1. */
+  initialDelaySeconds?: number;
+  maxDelaySeconds?: number;
+  jitter?: number;
+}
+
+/**
+ * An HTTP client of one BlackboxServer. Register, message submit and poll are retried on 503 and on
+ * connection failures (with backoff, honouring Retry-After); execute_cmd, pause and resume are not.
+ */
+export class BlackboxClient {
+  private readonly retry: Required<RetryOptions>;
+
+  constructor(
+    readonly baseUrl: string,
+    retry: RetryOptions = {},
+  ) {
+    const fromEnv = Number(
+      process.env.DRESSAGE_BLACKBOX_AGENT_REQUEST_MAX_ATTEMPTS ??
+        process.env.DRESSAGE_SANDBOX_REQUEST_MAX_ATTEMPTS ??
+        6,
+    );
+    this.retry = {
+      maxAttempts: retry.maxAttempts ?? (Number.isFinite(fromEnv) && fromEnv > 0 ? fromEnv : 6),
+      initialDelaySeconds: retry.initialDelaySeconds ?? 1,
+      maxDelaySeconds: retry.maxDelaySeconds ?? 10,
+      jitter: retry.jitter ?? 0.2,
+    };
+  }
+
+  async request(
+    method: string,
+    path: string,
+    body?: unknown,
+    retried = false,
+  ): Promise<{ status: number; body: Json }> {
+    const attempts = retried ? this.retry.maxAttempts : 1;
+    let delay = this.retry.initialDelaySeconds;
+    for (let attempt = 1; ; attempt++) {
+      let wait = delay;
+      try {
+        const response = await fetch(`${this.baseUrl}${path}`, {
+          method,
+          headers: body === undefined ? undefined : { 'content-type': 'application/json' },
+          body: body === undefined ? undefined : JSON.stringify(body),
+        });
+        const parsed = (await response.json().catch(() => ({}))) as Json;
+        if (response.status < 400) return { status: response.status, body: parsed };
+        if (response.status !== 503 || attempt >= attempts)
+          throw new BlackboxCallError(response.status, parsed);
+        const retryAfter = Number(response.headers.get('retry-after'));
+        if (Number.isFinite(retryAfter) && retryAfter > 0)
+          wait = Math.min(retryAfter, this.retry.maxDelaySeconds);
+      } catch (error) {
+        if (error instanceof BlackboxCallError || attempt >= attempts) throw error;
+      }
+      const jittered = wait * (1 + (Math.random() * 2 - 1) * this.retry.jitter);
+      await new Promise((resolve) => setTimeout(resolve, Math.max(0, jittered) * 1000));
+      delay = Math.min(delay * 2, this.retry.maxDelaySeconds);
+    }
+  }
+
+  register(body: Json): Promise<Json> {
+    return this.request('POST', '/v1/rollout/register', body, true).then((result) => result.body);
+  }
+
+  async executeCommand(sessionId: string, cmd: string, timeout?: number): Promise<Json> {
+    const result = await this.request('POST', `/v1/sessions/${sessionId}/execute_cmd`, {
+      cmd,
+      ...(timeout ? { timeout } : {}),
+    });
+    return result.body;
+  }
+
+  /** Submits an async turn and polls it until it is terminal; failed turns throw with their record. */
+  async callAgent(
+    sessionId: string,
+    messages: unknown[],
+    options: { turnId?: string; pollWaitSeconds?: number } = {},
+  ): Promise<Json> {
+    const turnId = options.turnId ?? `turn-${randomBytes(8).toString('hex')}`;
+    await this.request(
+      'POST',
+      `/v1/sessions/${sessionId}/messages`,
+      { turn_id: turnId, mode: 'async', messages },
+      true,
+    );
+    const wait = options.pollWaitSeconds ?? Number(process.env.DRESSAGE_BLACKBOX_AGENT_POLL_WAIT_SEC ?? 30);
+    while (true) {
+      const { body } = await this.request(
+        'GET',
+        `/v1/sessions/${sessionId}/turns/${turnId}?wait=${wait}`,
+        undefined,
+        true,
+      );
+      const status = String(body.status);
+      if (status === 'committed') return body;
+      if (status === 'failed' || status === 'unknown' || status === 'cancelled') {
+        const error = (body.error ?? {}) as Json;
+        throw new BlackboxCallError(Number(error.http_status ?? 502), {
+          error: error.error,
+          message: error.message,
+          details: error.details,
+        });
+      }
+    }
+  }
+}
+
+/** Options of {@link createBlackboxGenerate}. */
+export interface BlackboxGenerateOptions {
+  provider: SandboxProvider;
+  proxy: TrajectoryProxy;
+  /** The Dressage proxy URL the sandboxed agent reaches. Default `DRESSAGE_PROXY_URL`. */
+  proxyUrl?: string;
+  /** Default `DRESSAGE_BLACKBOX_TYPE`, else `opencode`. */
+  blackboxType?: string;
+  backendOptions?: Json;
+  serverConfig?: Json;
+  retry?: RetryOptions;
+  maxTokensPerGpu?: number | null;
+}
+
+const semanticErrors = new Set(['backend_timeout', 'context_overflow', 'max_steps_exceeded']);
+const harvested = new Set(['context_overflow', 'max_steps_exceeded']);
+
+/**
+ * The blackbox generate function: per sample, lease a sandbox running a BlackboxServer, register the
+ * agent against the Dressage proxy, run the before-agent commands, call the agent (async, polled),
+ * run the after-agent commands, finalize and read the trajectory, and expand it into samples. The
+ * sandbox is always released. Context overflow and max steps are harvested (the partial trajectory
+ * trains); any other failure yields a no-gradient placeholder.
+ */
+export function createBlackboxGenerate(options: BlackboxGenerateOptions) {
+  return async (sample: Sample): Promise<Sample[]> => {
+    const sessionId = `bbs-${randomUUID()}`;
+    const instanceId = String(sample.metadata.instance_id ?? sample.group_index ?? randomUUID());
+    const metadata: Json = { ...sample.metadata, instance_id: instanceId };
+    let lease: SandboxLease | null = null;
+    const abort = async (reason: string, extra: Json = {}): Promise<Sample[]> => {
+      const history = Array.isArray(metadata.blackbox_failure_history)
+        ? [...(metadata.blackbox_failure_history as unknown[])]
+        : [];
+      history.push({ session_id: sessionId, reason, ...extra });
+      await options.proxy.discardSession(sessionId).catch(() => undefined);
+      return [
+        markAbortedNoGrad(
+          { ...sample, metadata: { ...metadata, ...extra, blackbox_failure_history: history } },
+          { sessionId, instanceId },
+        ),
+      ];
+    };
+    try {
+      lease = await options.provider.create({
+        trajectoryId: sessionId,
+        services: [{ name: 'blackbox', port: 31000, healthPath: '/health' }],
+        metadata: { paddock_mode: 'blackbox' },
+      });
+      const endpoint =
+        lease.endpoints.blackbox?.url ?? (await options.provider.getPublicUrl(lease, 31000, 'blackbox'));
+      const client = new BlackboxClient(endpoint, options.retry);
+      await client.register({
+        blackbox_type: options.blackboxType ?? process.env.DRESSAGE_BLACKBOX_TYPE ?? 'opencode',
+        router: options.proxyUrl ?? process.env.DRESSAGE_PROXY_URL ?? 'http://127.0.0.1:8800',
+        bound_session_id: sessionId,
+        bound_instance_id: instanceId,
+        bound_sandbox_id: lease.sandboxId,
+        backend_options: options.backendOptions ?? {},
+        server_config: { backend_timeout: 1800, ...options.serverConfig },
+      });
+      const commands = blackboxExecuteCommandsSchema.parse(metadata.blackbox_execute_cmds ?? {});
+      const results: Json[] = [];
+      const runStage = async (stage: 'before_agent' | 'after_agent') => {
+        for (const command of commands[stage] ?? []) {
+          const result = await client.executeCommand(sessionId, command.cmd, command.timeout);
+          const stdout = String(result.stdout ?? '');
+          results.push({
+            stage,
+            name: command.name,
+            ...result,
+            stdout: command.stdout_limit ? stdout.slice(0, command.stdout_limit) : stdout,
+          });
+          if (command.required && (result.returncode !== 0 || result.timed_out === true)) {
+            throw new BlackboxCallError(500, {
+              error: 'execute_cmd_failed',
+              message: `required command ${command.name} failed`,
+            });
+          }
+        }
+      };
+      await runStage('before_agent');
+      const prompt = sample.prompt;
+      const messages = typeof prompt === 'string' ? [{ role: 'user', content: prompt }] : prompt;
+      let agentResponse: string | null = null;
+      try {
+        const turn = await client.callAgent(sessionId, messages as unknown[]);
+        const outputs = (turn.outputs as Json[] | undefined) ?? [];
+        const last = [...outputs].reverse().find((message) => message.role === 'assistant');
+        agentResponse = typeof last?.content === 'string' ? last.content : null;
+      } catch (error) {
+        if (!(error instanceof BlackboxCallError) || !harvested.has(error.error)) {
+          const kind = error instanceof BlackboxCallError ? error.error : 'transport_error';
+          const expected =
+            error instanceof Error && error.message.includes('Dressage proxy generation_preempted');
+          return await abort(error instanceof Error ? error.message : String(error), {
+            blackbox_agent_error_kind: kind,
+            ...(error instanceof BlackboxCallError ? { blackbox_agent_http_status_code: error.status } : {}),
+            ...(semanticErrors.has(kind) ? { blackbox_agent_semantic_error: true } : {}),
+            ...(expected ? { blackbox_expected_abort: true } : {}),
+          });
+        }
+        Object.assign(metadata, {
+          blackbox_agent_early_stop: true,
+          blackbox_agent_early_stop_kind: error.error,
+          blackbox_agent_error_kind: error.error,
+          blackbox_agent_http_status_code: error.status,
+          blackbox_agent_error_details: error.body.details ?? {},
+        });
+      }
+      await runStage('after_agent');
+      metadata.execute_cmds = results;
+      await options.proxy.finalizeSession(sessionId, { instanceId, label: sample.label ?? undefined });
+      const read = await options.proxy.readTrajectory({ trajectoryId: sessionId, drain: true });
+      if (read.data.length === 0) return await abort('the proxy recorded no segments');
+      return expandSegmentsToSamples(
+        { ...sample, session_id: sessionId, metadata },
+        read.data as SegmentInput[],
+        {
+          sessionId,
+          instanceId,
+          agentResponse,
+          maxTokensPerGpu: options.maxTokensPerGpu ?? null,
+        },
+      );
+    } catch (error) {
+      return await abort(error instanceof Error ? error.message : String(error), {
+        blackbox_agent_error_kind: error instanceof BlackboxCallError ? error.error : 'paddock_error',
+      });
+    } finally {
+      if (lease) await options.provider.terminate(lease).catch(() => undefined);
+    }
+  };
+}

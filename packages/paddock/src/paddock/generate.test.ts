@@ -1,0 +1,196 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createSample, type Sample } from '@dressage/protocol';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ScriptAgentAdapter } from '../__fixtures__/script-agent.js';
+import { type Script, ScriptedModelServer } from '../__fixtures__/scripted-model.js';
+import { BlackboxServer } from '../blackbox/server.js';
+import { LocalBwrapProvider } from '../sandbox/local-bwrap-provider.js';
+import type { SandboxLease, SandboxProvider } from '../sandbox/types.js';
+import { createBlackboxGenerate } from './blackbox-generate.js';
+import {
+  httpTrajectoryProxy,
+  makeGenerate,
+  PaddockWhiteboxAgent,
+  type WhiteboxRunContext,
+} from './whitebox.js';
+
+type Json = Record<string, unknown>;
+
+const script: Script = (request) => {
+  const messages = request.messages as Json[];
+  const last = messages.at(-1) as Json;
+  const text = String(messages.find((message) => message.role === 'user')?.content ?? '');
+  if (text.includes('overflow')) {
+    return {
+      status: 413,
+      body: { error: 'context_overflow', message: 'overflow', details: { phase: 'input' } },
+    };
+  }
+  if (text.includes('timeout'))
+    return new Promise((resolve) => setTimeout(() => resolve({ content: 'late' }), 1500));
+  if (last.role === 'tool') return { content: 'finished' };
+  return { content: 'working', tool_calls: [{ name: 'shell', arguments: { cmd: 'echo tool-output' } }] };
+};
+
+// A provider whose "sandbox" is one in-process BlackboxServer per lease.
+function inProcessProvider(workDir: string): SandboxProvider & { live: number } {
+  const servers = new Map<string, BlackboxServer>();
+  const provider = {
+    name: 'in_process',
+    live: 0,
+    async create(spec: { trajectoryId: string }): Promise<SandboxLease> {
+      const server = new BlackboxServer({
+        config: {
+          host: '127.0.0.1',
+          port: 0,
+          runtime_root: join(workDir, 'rt'),
+          backend_timeout: 0.5,
+          runtime_health_check_retries: 0,
+        },
+        workDir,
+        adapters: { script_agent: () => new ScriptAgentAdapter() },
+      });
+      const url = await server.listen();
+      servers.set(spec.trajectoryId, server);
+      provider.live += 1;
+      return {
+        trajectoryId: spec.trajectoryId,
+        provider: 'in_process',
+        sandboxId: spec.trajectoryId,
+        endpoints: { blackbox: { url, headers: {} } },
+        capabilities: ['command'],
+        metadata: {},
+      };
+    },
+    async terminate(lease: SandboxLease | string) {
+      const id = typeof lease === 'string' ? lease : lease.trajectoryId;
+      const server = servers.get(id);
+      servers.delete(id);
+      if (server) {
+        provider.live -= 1;
+        await server.close();
+      }
+    },
+    getPublicUrl: async () => '',
+    runCommand: async () => {
+      throw new Error('unused');
+    },
+    readFile: async () => Buffer.alloc(0),
+    writeFile: async () => {},
+  };
+  return provider as never;
+}
+
+describe('generate functions', () => {
+  let model: ScriptedModelServer;
+  let workDir: string;
+
+  beforeAll(async () => {
+    model = new ScriptedModelServer(script);
+    await model.start();
+    workDir = mkdtempSync(join(tmpdir(), 'paddock-generate-'));
+  });
+  afterAll(async () => {
+    await model.close();
+    rmSync(workDir, { recursive: true, force: true });
+  });
+
+  const template = (prompt: string, extra: Json = {}): Sample =>
+    createSample({
+      index: 3,
+      group_index: 1,
+      prompt,
+      label: 'gold',
+      metadata: { instance_id: 'task-1', ...extra },
+    });
+
+  it('runs the blackbox lifecycle into trainable samples and classifies failures', async () => {
+    const provider = inProcessProvider(workDir);
+    const generate = createBlackboxGenerate({
+      provider,
+      proxy: httpTrajectoryProxy(model.url),
+      proxyUrl: model.url,
+      blackboxType: 'script_agent',
+      serverConfig: { backend_timeout: 0.5 },
+      retry: { maxAttempts: 2, initialDelaySeconds: 0.01 },
+    });
+    const [sample] = await generate(
+      template('solve it', {
+        blackbox_execute_cmds: { before_agent: [{ name: 'prep', cmd: 'echo prep', required: true }] },
+      }),
+    );
+    expect(sample).toMatchObject({
+      status: 'completed',
+      rollout_id: 3,
+      remove_sample: false,
+      response: 'finished',
+    });
+    expect(sample?.session_id).toMatch(/^bbs-/);
+    expect(sample?.loss_mask?.some((value) => value === 1)).toBe(true);
+    expect(sample?.loss_mask?.some((value) => value === 0)).toBe(true);
+    expect((sample?.metadata.execute_cmds as Json[] | undefined)?.[0]).toMatchObject({
+      name: 'prep',
+      stdout: 'prep\n',
+    });
+
+    // Context overflow is harvested: what was recorded before it still trains.
+    const [harvested] = await generate(template('overflow please'));
+    expect(harvested?.metadata).toMatchObject({
+      blackbox_agent_early_stop: true,
+      blackbox_agent_early_stop_kind: 'context_overflow',
+    });
+
+    // A backend timeout aborts: a no-gradient placeholder with the failure recorded.
+    const [timedOut] = await generate(template('timeout please'));
+    expect(timedOut).toMatchObject({ remove_sample: true, status: 'failed', loss_mask: [] });
+    expect(timedOut?.metadata).toMatchObject({
+      blackbox_agent_error_kind: 'backend_timeout',
+      instance_id: 'task-1',
+    });
+    expect((timedOut?.metadata.blackbox_failure_history as Json[] | undefined)?.length).toBe(1);
+    expect(provider.live).toBe(0);
+  });
+
+  it('runs a whitebox agent with sandbox tools through makeGenerate', async () => {
+    const provider = new LocalBwrapProvider({
+      slots: 1,
+      baseDir: join(workDir, 'pool'),
+      unshareNet: true,
+      healthIntervalSeconds: 0,
+    });
+    class ShellAgent extends PaddockWhiteboxAgent {
+      async run(sample: Sample, context: WhiteboxRunContext): Promise<string | null> {
+        const messages: Json[] = [{ role: 'user', content: String(sample.prompt) }];
+        for (let step = 0; step < 4; step++) {
+          const reply = (await context.chat({ model: 'm', messages })) as { choices: { message: Json }[] };
+          const message = reply.choices[0]?.message as Json;
+          messages.push(message);
+          const calls = (message.tool_calls as Json[] | undefined) ?? [];
+          if (calls.length === 0) return String(message.content);
+          for (const call of calls) {
+            const args = JSON.parse(String((call.function as Json).arguments)) as Json;
+            const [text] = await this.tools.toolCall('shell.exec', args);
+            await this.tools.toolCall('file.write', { path: 'log.txt', content: text, append: true });
+            const [logged] = await this.tools.toolCall('file.read', { path: 'log.txt' });
+            messages.push({ role: 'tool', tool_call_id: call.id, content: logged });
+          }
+        }
+        return null;
+      }
+    }
+    const generate = makeGenerate(ShellAgent, {
+      proxy: httpTrajectoryProxy(model.url),
+      proxyUrl: model.url,
+      provider,
+    });
+    const [sample] = await generate(template('use the shell'));
+    expect(sample?.session_id).toMatch(/^wb-[0-9a-f]{32}$/);
+    expect(sample).toMatchObject({ status: 'completed', response: 'finished' });
+    const messages = sample?.metadata.messages as Json[];
+    expect(messages.find((message) => message.role === 'tool')?.content).toBe('tool-output\n');
+    expect(provider.pool.status().leases).toBe(0);
+    await provider.close();
+  });
+});

@@ -1,0 +1,216 @@
+import { randomBytes } from 'node:crypto';
+import { expandSegmentsToSamples, markAbortedNoGrad, type SegmentInput } from '@dressage/multi-segment';
+import type { Sample } from '@dressage/protocol';
+import { shellJoin } from '../sandbox/local-bwrap-provider.js';
+import type { CommandResult, SandboxLease, SandboxProvider } from '../sandbox/types.js';
+import type { TrajectoryProxy } from './blackbox-generate.js';
+
+type Json = Record<string, unknown>;
+
+/**
+ * The three sandbox tools of a whitebox agent: `shell.exec`, `file.read` and `file.write`. Each call
+ * returns the text the model sees and metadata for logs.
+ */
+export class WhiteboxToolPaddock {
+  constructor(
+    private readonly provider: SandboxProvider,
+    private readonly lease: SandboxLease,
+  ) {}
+
+  async toolCall(toolId: string, args: Json): Promise<[string, Json]> {
+    if (toolId === 'shell.exec') {
+      const command = args.cmd ?? args.command;
+      if (command === undefined) throw new Error('shell.exec needs cmd or command');
+      const line = Array.isArray(command) ? shellJoin(command.map(String)) : String(command);
+      const result: CommandResult = await this.provider.runCommand(this.lease, line, {
+        cwd: typeof args.cwd === 'string' ? args.cwd : undefined,
+        env: (args.env as Record<string, string> | undefined) ?? undefined,
+        timeoutSeconds: typeof args.timeout === 'number' ? args.timeout : undefined,
+        stdin: typeof args.stdin === 'string' ? args.stdin : undefined,
+      });
+      return [result.stdout !== '' ? result.stdout : result.stderr, { ...result }];
+    }
+    if (toolId === 'file.read') {
+      const path = String(args.path);
+      const bytes = await this.provider.readFile(this.lease, path);
+      const limited = typeof args.max_bytes === 'number' ? bytes.subarray(0, args.max_bytes) : bytes;
+      const encoding = (args.encoding as BufferEncoding | undefined) ?? 'utf-8';
+      const text = limited.toString(encoding);
+      return [text, { path, chars: text.length, bytes: limited.length, encoding }];
+    }
+    if (toolId === 'file.write') {
+      const path = String(args.path);
+      const content = String(args.content ?? '');
+      await this.provider.writeFile(this.lease, path, content, { append: args.append === true });
+      return [
+        '',
+        { path, chars: content.length, encoding: args.encoding ?? 'utf-8', append: args.append === true },
+      ];
+    }
+    throw new Error(`unknown whitebox tool ${toolId}`);
+  }
+}
+
+/** What a whitebox agent run is given. */
+export interface WhiteboxRunContext {
+  /** `wb-<hex>`: send it as `X-Session-Id` on every model request (no turn ids: implicit mode). */
+  sessionId: string;
+  instanceId: string;
+  /** The Dressage proxy base URL. */
+  proxyUrl: string;
+  /** Posts a chat completion to the proxy under this session. */
+  chat(body: Json): Promise<Json>;
+}
+
+/** Settings shared by every whitebox agent of a generate function. */
+export interface WhiteboxGenerateOptions {
+  proxy: TrajectoryProxy;
+  proxyUrl: string;
+  /** Required by {@link PaddockWhiteboxAgent}s: the sandbox provider (a command_only pool). */
+  provider?: SandboxProvider;
+  maxTokensPerGpu?: number | null;
+}
+
+/**
+ * A whitebox agent: your own loop calling the model through the Dressage proxy. Implement `run`,
+ * returning the final response text.
+ */
+export abstract class WhiteboxAgent {
+  constructor(protected readonly options: WhiteboxGenerateOptions) {}
+
+  /** Rolls out one sample; the model calls go through `context.chat`. */
+  abstract run(sample: Sample, context: WhiteboxRunContext): Promise<string | null>;
+
+  /** Called once before `run` (acquire resources). */
+  async setup(_sample: Sample, _context: WhiteboxRunContext): Promise<void> {}
+
+  /** Called once after `run`, even when it failed. */
+  async teardown(): Promise<void> {}
+}
+
+/** A whitebox agent with a sandbox: `this.tools` runs `shell.exec`, `file.read`, `file.write` in it. */
+export abstract class PaddockWhiteboxAgent extends WhiteboxAgent {
+  private lease: SandboxLease | null = null;
+  private toolPaddock: WhiteboxToolPaddock | null = null;
+
+  protected get tools(): WhiteboxToolPaddock {
+    if (!this.toolPaddock) throw new Error('the sandbox is not ready: tools are available inside run()');
+    return this.toolPaddock;
+  }
+
+  override async setup(_sample: Sample, context: WhiteboxRunContext): Promise<void> {
+    const provider = this.options.provider;
+    if (!provider) throw new Error('PaddockWhiteboxAgent needs options.provider');
+    this.lease = await provider.create({
+      trajectoryId: context.sessionId,
+      metadata: { paddock_mode: 'whitebox' },
+    });
+    this.toolPaddock = new WhiteboxToolPaddock(provider, this.lease);
+  }
+
+  override async teardown(): Promise<void> {
+    if (this.lease && this.options.provider)
+      await this.options.provider.terminate(this.lease).catch(() => undefined);
+    this.lease = null;
+    this.toolPaddock = null;
+  }
+}
+
+/** A concrete whitebox agent class. */
+export type WhiteboxAgentClass = new (options: WhiteboxGenerateOptions) => WhiteboxAgent;
+
+/**
+ * Builds the generate function of a whitebox agent class: one agent per sample, a `wb-<hex>`
+ * session, then finalize, read and expand. A run that fails, or records nothing, yields a
+ * no-gradient placeholder.
+ */
+export function makeGenerate(AgentClass: WhiteboxAgentClass, options: WhiteboxGenerateOptions) {
+  return async (sample: Sample): Promise<Sample[]> => {
+    const sessionId = `wb-${randomBytes(16).toString('hex')}`;
+    const instanceId = String(sample.metadata.instance_id ?? sample.group_index ?? sessionId);
+    const base = options.proxyUrl.replace(/\/+$/, '');
+    const context: WhiteboxRunContext = {
+      sessionId,
+      instanceId,
+      proxyUrl: base,
+      async chat(body) {
+        const response = await fetch(`${base}/v1/chat/completions`, {
+          method: 'POST',
+          headers: {
+            'content-type': 'application/json',
+            'x-session-id': sessionId,
+            'x-instance-id': instanceId,
+          },
+          body: JSON.stringify({ ...body, stream: false }),
+        });
+        const parsed = (await response.json()) as Json;
+        if (!response.ok)
+          throw new Error(
+            `model request failed with ${response.status}: ${JSON.stringify(parsed).slice(0, 300)}`,
+          );
+        return parsed;
+      },
+    };
+    const agent = new AgentClass(options);
+    const aborted = async (reason: string) => {
+      await options.proxy.discardSession(sessionId).catch(() => undefined);
+      return [
+        markAbortedNoGrad(
+          { ...sample, metadata: { ...sample.metadata, whitebox_error: reason } },
+          { sessionId, instanceId },
+        ),
+      ];
+    };
+    let response: string | null;
+    try {
+      await agent.setup(sample, context);
+      response = await agent.run(sample, context);
+    } catch (error) {
+      return aborted(error instanceof Error ? error.message : String(error));
+    } finally {
+      await agent.teardown();
+    }
+    try {
+      await options.proxy.finalizeSession(sessionId, { instanceId, label: sample.label ?? undefined });
+      const read = await options.proxy.readTrajectory({ trajectoryId: sessionId, drain: true });
+      if (read.data.length === 0) return aborted('no segments recorded');
+      return expandSegmentsToSamples(
+        { ...sample, session_id: sessionId, metadata: { ...sample.metadata, instance_id: instanceId } },
+        read.data as SegmentInput[],
+        { sessionId, instanceId, agentResponse: response, maxTokensPerGpu: options.maxTokensPerGpu ?? null },
+      );
+    } catch (error) {
+      return aborted(error instanceof Error ? error.message : String(error));
+    }
+  };
+}
+
+/** A {@link TrajectoryProxy} over HTTP (the Dressage proxy's `/session/*` and `/trajectory/read`). */
+export function httpTrajectoryProxy(baseUrl: string): TrajectoryProxy {
+  const base = baseUrl.replace(/\/+$/, '');
+  const post = async (path: string, body: Json) => {
+    const response = await fetch(`${base}${path}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
+    const parsed = (await response.json()) as Json;
+    if (!response.ok)
+      throw new Error(`${path} answered ${response.status}: ${JSON.stringify(parsed).slice(0, 300)}`);
+    return parsed;
+  };
+  return {
+    finalizeSession: (sessionId, options = {}) =>
+      post('/session/finalize', {
+        session_id: sessionId,
+        ...(options.instanceId ? { instance_id: options.instanceId } : {}),
+        ...(options.label !== undefined ? { label: options.label } : {}),
+      }),
+    readTrajectory: async (options) =>
+      (await post('/trajectory/read', {
+        trajectory_id: options.trajectoryId,
+        drain: options.drain ?? false,
+      })) as { data: unknown[] },
+    discardSession: (sessionId) => post('/session/discard', { session_id: sessionId }),
+  };
+}
