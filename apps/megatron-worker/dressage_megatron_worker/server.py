@@ -1,0 +1,86 @@
+"""Starts the worker: `python3 -m dressage_megatron_worker --port 50051 --actor slime -- <slime args>`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from concurrent import futures
+from typing import Any, Sequence
+
+import grpc
+
+from .actors import RecordingActor, SlimeMegatronActor, TrainingActor
+from .service import DEFAULT_MAX_MESSAGE_BYTES, TrainerService, message_limit_options
+from .stubs import trainer_pb2_grpc
+
+
+def create_server(
+    service: TrainerService, address: str = "127.0.0.1:0", max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+) -> tuple[grpc.Server, int]:
+    """A started gRPC server serving `service`; returns it with the bound port."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=message_limit_options(max_message_bytes))
+    trainer_pb2_grpc.add_TrainerServiceServicer_to_server(service, server)
+    port = server.add_insecure_port(address)
+    if port == 0:
+        raise OSError(f"could not listen on {address}")
+    server.start()
+    return server, port
+
+
+def _slime_args(argv: Sequence[str]) -> Any:
+    # slime parses its own (large) flag set; imported only when the slime actor is chosen.
+    from slime.utils.arguments import parse_args
+
+    saved = sys.argv
+    sys.argv = [saved[0], *argv]
+    try:
+        return parse_args()
+    finally:
+        sys.argv = saved
+
+
+def build_actor(kind: str, verify: str | None, slime_argv: Sequence[str]) -> TrainingActor:
+    if kind == "recording":
+        shape = tuple(int(part) for part in verify.split(",")) if verify else None
+        if shape is not None and len(shape) == 3:
+            shape = (*shape, 0)
+        return RecordingActor(verify=shape)  # type: ignore[arg-type]
+    actor = SlimeMegatronActor(_slime_args(slime_argv))
+    actor.start()
+    return actor
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    raw = list(sys.argv[1:] if argv is None else argv)
+    slime_argv: list[str] = []
+    if "--" in raw:
+        split = raw.index("--")
+        raw, slime_argv = raw[:split], raw[split + 1 :]
+    parser = argparse.ArgumentParser(prog="dressage_megatron_worker", description=__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=50051, help="0 picks a free port")
+    parser.add_argument("--actor", choices=("slime", "recording"), default="slime")
+    parser.add_argument("--model-name", default="")
+    parser.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES)
+    parser.add_argument("--max-batch-tokens", type=int, default=2**31 - 1)
+    parser.add_argument(
+        "--verify", default=None, help="recording actor: SAMPLES,TOKENS,RESPONSE[,SEED] of the synthetic batch"
+    )
+    options = parser.parse_args(raw)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    actor = build_actor(options.actor, options.verify, slime_argv)
+    service = TrainerService(actor, model_name=options.model_name, max_batch_tokens=options.max_batch_tokens)
+    server, port = create_server(service, f"{options.host}:{options.port}", options.max_message_bytes)
+    # The first stdout line tells a parent process where we listen.
+    print(f"listening on {options.host}:{port}", flush=True)
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    # A parent that goes away closes our stdin: stop with it rather than linger.
+    threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+    stop.wait()
+    server.stop(grace=2).wait()
+    return 0
