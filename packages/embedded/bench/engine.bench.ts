@@ -5,9 +5,7 @@ import * as tf from '@tensorflow/tfjs';
 import {
   type BackendName,
   CausalLanguageModel,
-  disposeCache,
   initializeBackend,
-  type SequenceCache,
   SupervisedTrainer,
   TokenVocabulary,
 } from '../src/index.js';
@@ -62,29 +60,21 @@ function argmaxRows(logprobs: Float32Array, rows: number): number[] {
 function decodeWithCache(model: CausalLanguageModel, rows: number[][], newTokens: number) {
   const sequences = rows.map((row) => [...row]);
   const logprobs: number[][] = rows.map(() => []);
-  const caches: SequenceCache[] = [];
+  const batch = model.createDecodeBatch<number>();
   const outputs = vocabulary.outputCount;
-  const next: number[] = [];
-  for (const row of rows) {
+  rows.forEach((row, index) => {
     const { cache, logits } = model.prefill(vocabulary.slotsOf(row));
     const values = tf.tidy(() => tf.logSoftmax(logits).dataSync() as Float32Array);
     logits.dispose();
-    caches.push(cache);
-    next.push(argmaxRows(values, 1)[0]!);
-    logprobs[caches.length - 1]!.push(values[next.at(-1)!]!);
-  }
-  sequences.forEach((sequence, row) => {
-    sequence.push(vocabulary.tokenIdOfOutputClass(next[row]!));
+    batch.add(index, cache);
+    const chosen = argmaxRows(values, 1)[0]!;
+    sequences[index]!.push(vocabulary.tokenIdOfOutputClass(chosen));
+    logprobs[index]!.push(values[chosen]!);
   });
   const started = performance.now();
   for (let step = 1; step < newTokens; step++) {
     const values = tf.tidy(() => {
-      const logits = model.decode(
-        sequences.map((sequence, row) => ({
-          slot: vocabulary.slotOf(sequence.at(-1)!),
-          cache: caches[row]!,
-        })),
-      );
+      const logits = batch.step(sequences.map((sequence) => vocabulary.slotOf(sequence.at(-1)!)));
       return tf.logSoftmax(logits).dataSync() as Float32Array;
     });
     argmaxRows(values, rows.length).forEach((chosen, row) => {
@@ -93,7 +83,7 @@ function decodeWithCache(model: CausalLanguageModel, rows: number[][], newTokens
     });
   }
   const seconds = (performance.now() - started) / 1000;
-  for (const cache of caches) disposeCache(cache);
+  batch.clear();
   return { tokensPerSecond: ((newTokens - 1) * rows.length) / seconds, sequences, logprobs };
 }
 

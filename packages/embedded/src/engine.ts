@@ -1,13 +1,6 @@
 import { DressageError } from '@dressage/protocol';
 import * as tf from '@tensorflow/tfjs';
-import {
-  type CausalLanguageModel,
-  type DecodeEntry,
-  disposeCache,
-  type NamedWeights,
-  type SequenceCache,
-  scaleLogits,
-} from './model.js';
+import { type CausalLanguageModel, type DecodeBatch, type NamedWeights, scaleLogits } from './model.js';
 import { hashSeed, SeededRandom } from './random.js';
 import { logprobTemperature, type SamplingSettings, sampleClass } from './sampling.js';
 
@@ -102,7 +95,6 @@ interface RequestState {
   outputIds: number[];
   outputLogprobs: number[];
   inputLogprobs: Float32Array | null;
-  cache: SequenceCache | null;
   random: SeededRandom;
   startedAt: number;
   resolve: (result: GenerationResult) => void;
@@ -112,7 +104,7 @@ const stopWindowTokens = 8;
 
 /**
  * The embedded inference engine: continuous batching over a {@link CausalLanguageModel} with a
- * key/value cache per sequence. Requests join the running batch between decode steps; every step is
+ * stacked key/value cache (see `DecodeBatch`). Requests join the running batch between decode steps; every step is
  * synchronous, so aborts, pauses and weight swaps always land on a token boundary.
  *
  * @example
@@ -145,6 +137,7 @@ export class InferenceEngine {
   #idleWaiters: Array<() => void> = [];
   #drainWaiters: Array<() => void> = [];
   #closed = false;
+  readonly #batch: DecodeBatch<RequestState>;
 
   constructor(options: InferenceEngineOptions) {
     this.model = options.model;
@@ -153,6 +146,7 @@ export class InferenceEngine {
     this.#seed = options.seed ?? 0;
     this.#eosTokenIds = new Set(options.eosTokenIds ?? []);
     this.#decodeText = options.decodeText;
+    this.#batch = options.model.createDecodeBatch<RequestState>();
     if (!Number.isInteger(this.maxBatchSize) || this.maxBatchSize < 1) {
       throw new DressageError({
         code: 'invalid_argument',
@@ -202,7 +196,6 @@ export class InferenceEngine {
         outputIds: [],
         outputLogprobs: [],
         inputLogprobs: null,
-        cache: null,
         random: new SeededRandom(seed),
         startedAt: performance.now(),
         resolve,
@@ -283,7 +276,7 @@ export class InferenceEngine {
     return result;
   }
 
-  /** True (and nothing else to do: caches live per request) when no request is held. */
+  /** True (caches live only as long as their requests) when no request is held. */
   flushCache(): boolean {
     return this.#running.length === 0 && this.#waiting.length === 0;
   }
@@ -385,14 +378,14 @@ export class InferenceEngine {
       // A retracted request: re-read everything but the last sampled token, which the next step reads.
       const { cache, logits } = model.prefill(model.vocabulary.slotsOf(state.tokens.slice(0, -1)));
       logits.dispose();
-      state.cache = cache;
+      this.#batch.add(state, cache);
       return;
     }
     const wantInput = request.logprobStartLength >= 0;
     const { cache, logits } = model.prefill(model.vocabulary.slotsOf(state.tokens), {
       allPositions: wantInput,
     });
-    state.cache = cache;
+    this.#batch.add(state, cache);
     const temperature = logprobTemperature(request.sampling);
     const logprobs = tf.tidy(
       () => tf.logSoftmax(scaleLogits(logits, temperature)).dataSync() as Float32Array,
@@ -418,14 +411,12 @@ export class InferenceEngine {
   }
 
   #decodeStep(): void {
-    const states = this.#running.slice();
-    const entries: DecodeEntry[] = states.map((state) => ({
-      slot: this.model.vocabulary.slotOf(state.tokens[state.tokens.length - 1]!),
-      cache: state.cache!,
-    }));
+    // Row order of the batch: every running request has a row once prefilled.
+    const states = this.#batch.owners;
+    const slots = states.map((state) => this.model.vocabulary.slotOf(state.tokens[state.tokens.length - 1]!));
     const temperatures = states.map((state) => logprobTemperature(state.request.sampling));
     const logprobs = tf.tidy(() => {
-      const logits = this.model.decode(entries);
+      const logits = this.#batch.step(slots);
       const scale = temperatures.every((value) => value === 1)
         ? 1
         : tf.tensor2d(temperatures, [temperatures.length, 1]);
@@ -474,10 +465,7 @@ export class InferenceEngine {
   #finish(state: RequestState, finishReason: FinishReason): void {
     removeFrom(this.#running, state);
     removeFrom(this.#waiting, state);
-    if (state.cache !== null) {
-      disposeCache(state.cache);
-      state.cache = null;
-    }
+    this.#batch.remove(state);
     if (finishReason.type === 'abort') this.statistics.abortedRequests += 1;
     else this.statistics.completedRequests += 1;
     state.resolve({
@@ -503,10 +491,7 @@ export class InferenceEngine {
   }
 
   #retractRunning(): void {
-    for (const state of this.#running) {
-      if (state.cache !== null) disposeCache(state.cache);
-      state.cache = null;
-    }
+    this.#batch.clear();
     this.#waiting.unshift(...this.#running.splice(0));
   }
 

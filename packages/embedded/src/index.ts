@@ -33,7 +33,7 @@ export {
 } from './engine.js';
 export {
   CausalLanguageModel,
-  type DecodeEntry,
+  DecodeBatch,
   disposeCache,
   type ForwardOptions,
   type NamedWeights,

@@ -3,7 +3,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { smallConfig, testVocabulary } from './__fixtures__/embedded-fixture.js';
 import { initializeBackend } from './backend.js';
 import { weightsEqual } from './checkpoint.js';
-import { CausalLanguageModel, disposeCache } from './model.js';
+import { CausalLanguageModel } from './model.js';
 import { SupervisedTrainer } from './supervised-trainer.js';
 import type { TokenVocabulary } from './vocabulary.js';
 
@@ -40,36 +40,40 @@ describe('CausalLanguageModel', () => {
 
   it('decodes with the KV cache to the logprobs of a full forward pass, batched over ragged rows', () => {
     const model = CausalLanguageModel.create(vocabulary, smallConfig);
-    const rows = [sequence(40, 1), sequence(45, 3), sequence(33, 7)];
+    const rows = [sequence(60, 1), sequence(70, 3), sequence(50, 7), sequence(90, 2)];
     const reference = model.sequenceLogprobs(rows);
     const before = tf.memory().numTensors;
-    const prompts = [5, 12, 1];
-    const caches = rows.map((row, index) => {
-      const { cache, logits } = model.prefill(vocabulary.slotsOf(row.slice(0, prompts[index])));
-      const first = logprobRow(logits, 0)[vocabulary.outputClassOf(row[prompts[index]!]!)]!;
-      expect(Math.abs(first - reference[index]![prompts[index]! - 1]!)).toBeLessThan(1e-5);
-      logits.dispose();
-      return cache;
-    });
+    const batch = model.createDecodeBatch<number>();
+    const positions = [5, 40, 1, 30];
     let maxDiff = 0;
-    const positions = [...prompts];
-    for (let step = 0; step < 20; step++) {
-      const logits = model.decode(
-        rows.map((row, index) => ({
-          slot: vocabulary.slotOf(row[positions[index]!]!),
-          cache: caches[index]!,
-        })),
-      );
-      rows.forEach((row, index) => {
+    const join = (index: number) => {
+      const { cache, logits } = model.prefill(vocabulary.slotsOf(rows[index]!.slice(0, positions[index])));
+      const first = logprobRow(logits, 0)[vocabulary.outputClassOf(rows[index]![positions[index]!]!)]!;
+      maxDiff = Math.max(maxDiff, Math.abs(first - reference[index]![positions[index]! - 1]!));
+      logits.dispose();
+      batch.add(index, cache);
+    };
+    [0, 1, 2].forEach(join);
+    for (let step = 0; step < 24; step++) {
+      // Rows come and go: row 1 (the longest) leaves, row 3 joins late; holes and compaction follow.
+      if (step === 8) batch.remove(1);
+      if (step === 10) join(3);
+      const owners = batch.owners;
+      const logits = batch.step(owners.map((index) => vocabulary.slotOf(rows[index]![positions[index]!]!)));
+      owners.forEach((index, row) => {
         const position = positions[index]!;
-        const value = logprobRow(logits, index)[vocabulary.outputClassOf(row[position + 1]!)]!;
+        const value = logprobRow(logits, row)[vocabulary.outputClassOf(rows[index]![position + 1]!)]!;
         maxDiff = Math.max(maxDiff, Math.abs(value - reference[index]![position]!));
         positions[index] = position + 1;
+        expect(batch.lengthOf(index)).toBe(position + 1);
       });
       logits.dispose();
     }
     expect(maxDiff).toBeLessThan(1e-5);
-    for (const cache of caches) disposeCache(cache);
+    expect(batch.owners).toEqual([0, 2, 3]);
+    // Row 1 left 40 positions of holes; the batch compacted them away.
+    expect(batch.columns).toBeLessThan(60);
+    batch.clear();
     expect(tf.memory().numTensors).toBe(before);
     model.dispose();
   });

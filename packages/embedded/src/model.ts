@@ -24,14 +24,6 @@ export interface SequenceCache {
   length: number;
 }
 
-/** One row of a batched decode step. */
-export interface DecodeEntry {
-  /** Input slot of the token to read (see {@link TokenVocabulary.slotOf}). */
-  slot: number;
-  /** Its cache; extended by one position. */
-  cache: SequenceCache;
-}
-
 /** Options of {@link CausalLanguageModel.forward}. */
 export interface ForwardOptions {
   /**
@@ -51,6 +43,23 @@ export interface PreparedBatch {
   inputSlots: Int32Array;
   /** Output class of the next token at each position, -1 where none (padding or an id outside the table). */
   targetClasses: Int32Array;
+}
+
+/** What a {@link DecodeBatch} hands the model for one step (internal). */
+interface StackedStepInput {
+  keys: ReadonlyArray<tf.Tensor4D | undefined>;
+  values: ReadonlyArray<tf.Tensor4D | undefined>;
+  columns: number;
+  slots: number[];
+  positions: number[];
+  /** `[rows, columns + 1]` additive mask, the new column included. */
+  mask: Float32Array;
+}
+
+interface StackedStepOutput {
+  logits: tf.Tensor2D;
+  keys: tf.Tensor4D[];
+  values: tf.Tensor4D[];
 }
 
 // Additive mask value: large enough that exp() underflows to exactly 0, small enough to stay finite.
@@ -331,77 +340,46 @@ export class CausalLanguageModel {
   }
 
   /**
-   * One batched decode step: reads one token per row at the position after its cache, extends each
-   * cache by that position, and returns next-token logits `[rows, outputs]` (caller-owned). Work per
-   * token is constant in the layers and linear in the cache only inside attention.
+   * A set of sequences decoded together, whose caches are stacked into one tensor per layer so a
+   * step costs the same few operations whatever the batch size. See {@link DecodeBatch}.
    */
-  decode(entries: readonly DecodeEntry[]): tf.Tensor2D {
+  createDecodeBatch<TOwner>(): DecodeBatch<TOwner> {
     this.#assertLive();
-    const { modelDimension: width, headCount: heads, contextLength } = this.config;
+    return new DecodeBatch<TOwner>(this.config, (input) => this.#stackedStep(input));
+  }
+
+  #stackedStep(input: StackedStepInput): StackedStepOutput {
+    this.#assertLive();
+    const { modelDimension: width, headCount: heads } = this.config;
     const headDimension = this.#headDimension;
-    const rows = entries.length;
-    for (const entry of entries) {
-      if (entry.cache.length >= contextLength || entry.cache.keys.length !== this.config.layerCount) {
-        throw new DressageError({
-          code: 'out_of_range',
-          message: 'A decode entry has a full or empty cache',
-        });
-      }
-    }
-    const staleTensors: tf.Tensor[] = [];
+    const rows = input.slots.length;
+    const columns = input.columns + 1;
+    const keys: tf.Tensor4D[] = [];
+    const values: tf.Tensor4D[] = [];
     const logits = tf.tidy(() => {
       const positionRows = new Float32Array(rows * width);
-      entries.forEach((entry, row) => {
-        positionRows.set(
-          this.#positions.subarray(entry.cache.length * width, (entry.cache.length + 1) * width),
-          row * width,
-        );
+      input.positions.forEach((position, row) => {
+        positionRows.set(this.#positions.subarray(position * width, (position + 1) * width), row * width);
       });
-      const slots = tf.tensor1d(
-        entries.map((entry) => entry.slot),
-        'int32',
-      );
       let hidden = tf
-        .gather(this.#parameter('embedding.token'), slots)
+        .gather(this.#parameter('embedding.token'), tf.tensor1d(input.slots, 'int32'))
         .add(tf.tensor2d(positionRows, [rows, width]));
-      const newLength = entries.map((entry) => entry.cache.length + 1);
-      const longest = Math.max(...newLength);
-      // Rows with shorter caches are padded up to the longest; the additive mask hides the padding.
-      const mask = new Float32Array(rows * longest);
-      newLength.forEach((length, row) => {
-        mask.fill(maskValue, row * longest + length, (row + 1) * longest);
-      });
-      const maskTensor = tf.tensor4d(mask, [rows, 1, 1, longest]);
+      const mask = tf.tensor4d(input.mask, [rows, 1, 1, columns]);
       for (let layer = 0; layer < this.config.layerCount; layer++) {
         const prefix = `layers.${layer}`;
         const normed = this.#layerNorm(hidden, `${prefix}.attention_norm`);
-        const query = normed
-          .matMul(this.#parameter(`${prefix}.attention.query`))
-          .reshape([rows, heads, 1, headDimension]);
-        const newKeys = tf.unstack(
-          normed.matMul(this.#parameter(`${prefix}.attention.key`)).reshape([rows, heads, headDimension]),
-        );
-        const newValues = tf.unstack(
-          normed.matMul(this.#parameter(`${prefix}.attention.value`)).reshape([rows, heads, headDimension]),
-        );
-        const keys: tf.Tensor3D[] = [];
-        const values: tf.Tensor3D[] = [];
-        entries.forEach((entry, row) => {
-          const key = tf.concat([entry.cache.keys[layer]!, newKeys[row]!.expandDims(1)], 1) as tf.Tensor3D;
-          const value = tf.concat(
-            [entry.cache.values[layer]!, newValues[row]!.expandDims(1)],
-            1,
-          ) as tf.Tensor3D;
-          staleTensors.push(entry.cache.keys[layer]!, entry.cache.values[layer]!);
-          entry.cache.keys[layer] = tf.keep(key);
-          entry.cache.values[layer] = tf.keep(value);
-          keys.push(key);
-          values.push(value);
-        });
-        const stackedKeys = stackPadded(keys, longest);
-        const stackedValues = stackPadded(values, longest);
-        const scores = tf.matMul(query, stackedKeys, false, true).mul(this.#attentionScale).add(maskTensor);
-        const attended = tf.matMul(tf.softmax(scores), stackedValues).reshape([rows, width]);
+        const project = (name: string) =>
+          normed
+            .matMul(this.#parameter(`${prefix}.attention.${name}`))
+            .reshape([rows, heads, 1, headDimension]) as tf.Tensor4D;
+        const query = project('query');
+        // Every row appends its new position as the same last column.
+        const key = tf.keep(concatColumn(input.keys[layer], project('key')));
+        const value = tf.keep(concatColumn(input.values[layer], project('value')));
+        keys.push(key);
+        values.push(value);
+        const scores = tf.matMul(query, key, false, true).mul(this.#attentionScale).add(mask);
+        const attended = tf.matMul(tf.softmax(scores), value).reshape([rows, width]);
         hidden = hidden.add(attended.matMul(this.#parameter(`${prefix}.attention.output`)));
         hidden = hidden.add(
           this.#feedForward(this.#layerNorm(hidden, `${prefix}.feed_forward_norm`), prefix),
@@ -409,9 +387,7 @@ export class CausalLanguageModel {
       }
       return this.#outputLogits(hidden) as tf.Tensor2D;
     });
-    for (const tensor of staleTensors) tensor.dispose();
-    for (const entry of entries) entry.cache.length += 1;
-    return logits;
+    return { logits, keys, values };
   }
 
   /**
@@ -521,18 +497,8 @@ function causalMaskValues(length: number): Float32Array {
   return values;
 }
 
-function stackPadded(tensors: tf.Tensor3D[], length: number): tf.Tensor4D {
-  if (tensors.length === 1) return tensors[0]!.expandDims(0) as tf.Tensor4D;
-  const padded = tensors.map((tensor) =>
-    tensor.shape[1] === length
-      ? tensor
-      : tf.pad(tensor, [
-          [0, 0],
-          [0, length - tensor.shape[1]],
-          [0, 0],
-        ]),
-  );
-  return tf.stack(padded) as tf.Tensor4D;
+function concatColumn(cache: tf.Tensor4D | undefined, column: tf.Tensor4D): tf.Tensor4D {
+  return cache === undefined ? column.clone() : (tf.concat([cache, column], 2) as tf.Tensor4D);
 }
 
 function checkWeights(specs: readonly ParameterSpec[], weights: NamedWeights): void {
@@ -563,4 +529,208 @@ function checkWeights(specs: readonly ParameterSpec[], weights: NamedWeights): v
       });
     }
   }
+}
+
+interface BatchRow<TOwner> {
+  owner: TOwner;
+  /** Per column: 1 where the column holds one of this row's positions, 0 for a hole. */
+  valid: number[];
+  /** Positions held (the next token's position). */
+  length: number;
+}
+
+/**
+ * Sequences decoded together (continuous batching). Their key/value caches live stacked in one
+ * `[rows, heads, columns, headDimension]` tensor per layer; each step appends one column for every
+ * row, so a step is a constant number of operations however many rows there are. Rows that joined
+ * shorter than others leave holes, which an additive mask hides: attention does not depend on where
+ * a key sits (positions are in the embeddings), so holes change no result.
+ *
+ * Create one with {@link CausalLanguageModel.createDecodeBatch}; free it with
+ * {@link DecodeBatch.clear}.
+ */
+export class DecodeBatch<TOwner = unknown> {
+  readonly #config: ModelConfig;
+  readonly #step: (input: StackedStepInput) => StackedStepOutput;
+  #rows: BatchRow<TOwner>[] = [];
+  #keys: tf.Tensor4D[] = [];
+  #values: tf.Tensor4D[] = [];
+  #columns = 0;
+
+  /** @internal Use {@link CausalLanguageModel.createDecodeBatch}. */
+  constructor(config: ModelConfig, step: (input: StackedStepInput) => StackedStepOutput) {
+    this.#config = config;
+    this.#step = step;
+  }
+
+  /** The rows' owners, in row order (the order of {@link DecodeBatch.step}'s slots and logits). */
+  get owners(): TOwner[] {
+    return this.#rows.map((row) => row.owner);
+  }
+
+  /** Rows held. */
+  get size(): number {
+    return this.#rows.length;
+  }
+
+  /** Columns of the stacked caches (at least the longest row). */
+  get columns(): number {
+    return this.#columns;
+  }
+
+  /** True when `owner` has a row. */
+  has(owner: TOwner): boolean {
+    return this.#rows.some((row) => row.owner === owner);
+  }
+
+  /** Positions held for `owner` (the next token's position), or -1. */
+  lengthOf(owner: TOwner): number {
+    return this.#rows.find((row) => row.owner === owner)?.length ?? -1;
+  }
+
+  /** Adds a row from a prefill cache, taking ownership of (and freeing) the cache's tensors. */
+  add(owner: TOwner, cache: SequenceCache): void {
+    if (this.has(owner)) {
+      disposeCache(cache);
+      throw new DressageError({
+        code: 'already_exists',
+        message: 'This owner already has a row in the batch',
+      });
+    }
+    const length = cache.length;
+    const columns = Math.max(this.#columns, length);
+    const merge = (stacked: tf.Tensor4D | undefined, rowCache: tf.Tensor3D) =>
+      tf.tidy(() => {
+        const row = padColumns(rowCache.expandDims(0) as tf.Tensor4D, columns);
+        return stacked === undefined
+          ? row
+          : (tf.concat([padColumns(stacked, columns), row], 0) as tf.Tensor4D);
+      });
+    const keys = cache.keys.map((key, layer) => merge(this.#keys[layer], key));
+    const values = cache.values.map((value, layer) => merge(this.#values[layer], value));
+    this.#replace(keys, values);
+    disposeCache(cache);
+    for (const row of this.#rows) row.valid.push(...new Array<number>(columns - this.#columns).fill(0));
+    const valid = new Array<number>(columns).fill(0);
+    valid.fill(1, 0, length);
+    this.#rows.push({ owner, valid, length });
+    this.#columns = columns;
+  }
+
+  /** Drops `owner`'s row; returns false when it has none. */
+  remove(owner: TOwner): boolean {
+    const index = this.#rows.findIndex((row) => row.owner === owner);
+    if (index < 0) return false;
+    this.#rows.splice(index, 1);
+    if (this.#rows.length === 0) {
+      this.clear();
+      return true;
+    }
+    const kept = tf.tensor1d(
+      [...Array(this.#rows.length + 1).keys()].filter((row) => row !== index),
+      'int32',
+    );
+    this.#replace(
+      this.#keys.map((key) => tf.gather(key, kept, 0)),
+      this.#values.map((value) => tf.gather(value, kept, 0)),
+    );
+    kept.dispose();
+    return true;
+  }
+
+  /** Drops every row and frees the caches. */
+  clear(): void {
+    this.#replace([], []);
+    this.#rows = [];
+    this.#columns = 0;
+  }
+
+  /**
+   * One decode step: reads one token per row (input `slots` in row order) at the row's next
+   * position and returns next-token logits `[rows, outputs]` (caller-owned).
+   * @throws DressageError `out_of_range` when a row is at the context length.
+   */
+  step(slots: readonly number[]): tf.Tensor2D {
+    const rows = this.#rows;
+    if (slots.length !== rows.length || rows.length === 0) {
+      throw new DressageError({
+        code: 'invalid_argument',
+        message: `A step of ${rows.length} rows got ${slots.length} slots`,
+      });
+    }
+    if (rows.some((row) => row.length >= this.#config.contextLength)) {
+      throw new DressageError({ code: 'out_of_range', message: 'A batch row is at the context length' });
+    }
+    this.#compactWhenSparse();
+    const columns = this.#columns + 1;
+    const mask = new Float32Array(rows.length * columns);
+    rows.forEach((row, index) => {
+      for (let column = 0; column < this.#columns; column++) {
+        if (row.valid[column] === 0) mask[index * columns + column] = maskValue;
+      }
+    });
+    const { logits, keys, values } = this.#step({
+      keys: this.#keys,
+      values: this.#values,
+      columns: this.#columns,
+      slots: [...slots],
+      positions: rows.map((row) => row.length),
+      mask,
+    });
+    this.#replace(keys, values);
+    this.#columns = columns;
+    for (const row of rows) {
+      row.valid.push(1);
+      row.length += 1;
+    }
+    return logits;
+  }
+
+  // Holes accumulate as long rows leave; once they outnumber the positions, gather each row's own
+  // columns into a dense stack again.
+  #compactWhenSparse(): void {
+    const longest = Math.max(...this.#rows.map((row) => row.length));
+    if (this.#columns <= 2 * longest + 16) return;
+    const compact = (stacked: tf.Tensor4D) =>
+      tf.tidy(
+        () =>
+          tf.concat(
+            this.#rows.map((row, index) => {
+              const columns = row.valid.flatMap((flag, column) => (flag === 1 ? [column] : []));
+              const own = tf.gather(
+                stacked.slice([index, 0, 0, 0], [1, -1, -1, -1]),
+                tf.tensor1d(columns, 'int32'),
+                2,
+              );
+              return padColumns(own as tf.Tensor4D, longest);
+            }),
+            0,
+          ) as tf.Tensor4D,
+      );
+    this.#replace(this.#keys.map(compact), this.#values.map(compact));
+    for (const row of this.#rows) {
+      row.valid = new Array<number>(longest).fill(0);
+      row.valid.fill(1, 0, row.length);
+    }
+    this.#columns = longest;
+  }
+
+  #replace(keys: tf.Tensor4D[], values: tf.Tensor4D[]): void {
+    for (const tensor of [...this.#keys, ...this.#values]) {
+      if (!keys.includes(tensor) && !values.includes(tensor)) tensor.dispose();
+    }
+    this.#keys = keys;
+    this.#values = values;
+  }
+}
+
+function padColumns(tensor: tf.Tensor4D, columns: number): tf.Tensor4D {
+  const missing = columns - tensor.shape[2];
+  if (missing === 0) return tensor;
+  return tf.pad(tensor, [
+    [0, 0],
+    [0, 0],
+    [0, missing],
+    [0, 0],
+  ]);
 }
