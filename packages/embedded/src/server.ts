@@ -10,6 +10,7 @@ import {
   type GenerationResult,
   type InferenceEngine,
 } from './engine.js';
+import { disposeCache } from './model.js';
 import {
   abortRequestSchema,
   type GenerateRequestBody,
@@ -319,7 +320,7 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
         if (engine.runningCount === 0) {
           const { cache, logits } = engine.model.prefill(Int32Array.of(0));
           logits.dispose();
-          for (const tensor of [...cache.keys, ...cache.values]) tensor.dispose();
+          disposeCache(cache);
         }
         sendJson(response, 200, undefined);
       },
