@@ -13,6 +13,7 @@ import {
   httpTrajectoryProxy,
   makeGenerate,
   PaddockWhiteboxAgent,
+  WhiteboxAgent,
   type WhiteboxRunContext,
 } from './whitebox.js';
 
@@ -192,5 +193,42 @@ describe('generate functions', () => {
     expect(messages.find((message) => message.role === 'tool')?.content).toBe('tool-output\n');
     expect(provider.pool.status().leases).toBe(0);
     await provider.close();
+  });
+
+  it('fills sampling defaults, merges agent metadata, and turns a cancelled run into a placeholder', async () => {
+    class AnswerAgent extends WhiteboxAgent {
+      async run(sample: Sample, context: WhiteboxRunContext): Promise<string | null> {
+        const messages: Json[] = [{ role: 'user', content: String(sample.prompt) }];
+        const reply = (await context.chat({ model: 'm', messages, temperature: 0.5 })) as {
+          choices: { message: Json }[];
+        };
+        context.metadata.answer_seen = reply.choices[0]?.message.content;
+        if (context.signal.aborted) throw new Error('cancelled');
+        return String(reply.choices[0]?.message.content);
+      }
+    }
+    const generate = makeGenerate(AnswerAgent, {
+      proxy: httpTrajectoryProxy(model.url),
+      proxyUrl: model.url,
+    });
+    const before = model.requests.length;
+    const [sample] = await generate(template('answer directly'), {
+      temperature: 1,
+      top_p: 0.9,
+      max_new_tokens: 7,
+    });
+    const body = model.requests
+      .slice(before)
+      .find((request) => request.path.endsWith('/chat/completions'))?.body;
+    // The agent's own temperature wins; the scheduler's parameters fill the rest.
+    expect(body).toMatchObject({ temperature: 0.5, top_p: 0.9, max_tokens: 7, stream: false });
+    expect(sample?.metadata.answer_seen).toBe('working');
+    expect(sample?.metadata.instance_id).toBe('task-1');
+
+    const controller = new AbortController();
+    controller.abort();
+    const [cancelled] = await generate(template('answer directly'), {}, { signal: controller.signal });
+    expect(cancelled).toMatchObject({ remove_sample: true, status: 'failed' });
+    expect(String(cancelled?.metadata.whitebox_error)).toMatch(/abort/i);
   });
 });

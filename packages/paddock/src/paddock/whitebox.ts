@@ -58,8 +58,28 @@ export interface WhiteboxRunContext {
   instanceId: string;
   /** The Dressage proxy base URL. */
   proxyUrl: string;
-  /** Posts a chat completion to the proxy under this session. */
+  /**
+   * Posts a chat completion to the proxy under this session. The scheduler's sampling parameters
+   * (`temperature`, `top_p`, `top_k`, `max_new_tokens` as `max_tokens`) fill keys the body leaves out.
+   */
   chat(body: Json): Promise<Json>;
+  /** Aborted when the scheduler cancels the rollout; pending model calls are cancelled with it. */
+  signal: AbortSignal;
+  /** The scheduler's sampling parameters for this sample. */
+  samplingParams: Readonly<Json>;
+  /** Written by the agent, merged into the metadata of every sample the run produces (e.g. for the reward). */
+  metadata: Json;
+}
+
+// OpenAI request keys filled from the scheduler's sampling parameters when the agent omits them.
+function samplingDefaults(samplingParams: Readonly<Json>): Json {
+  const defaults: Json = {};
+  for (const key of ['temperature', 'top_p', 'top_k'] as const) {
+    if (samplingParams[key] !== undefined) defaults[key] = samplingParams[key];
+  }
+  const maxTokens = samplingParams.max_new_tokens ?? samplingParams.max_tokens;
+  if (maxTokens !== undefined) defaults.max_tokens = maxTokens;
+  return defaults;
 }
 
 /** Settings shared by every whitebox agent of a generate function. */
@@ -125,14 +145,23 @@ export type WhiteboxAgentClass = new (options: WhiteboxGenerateOptions) => White
  * no-gradient placeholder.
  */
 export function makeGenerate(AgentClass: WhiteboxAgentClass, options: WhiteboxGenerateOptions) {
-  return async (sample: Sample): Promise<Sample[]> => {
+  return async (
+    sample: Sample,
+    samplingParams: Readonly<Json> = {},
+    generateContext: { signal?: AbortSignal } = {},
+  ): Promise<Sample[]> => {
     const sessionId = `wb-${randomBytes(16).toString('hex')}`;
     const instanceId = String(sample.metadata.instance_id ?? sample.group_index ?? sessionId);
     const base = options.proxyUrl.replace(/\/+$/, '');
+    const signal = generateContext.signal ?? new AbortController().signal;
+    const defaults = samplingDefaults(samplingParams);
     const context: WhiteboxRunContext = {
       sessionId,
       instanceId,
       proxyUrl: base,
+      signal,
+      samplingParams,
+      metadata: {},
       async chat(body) {
         const response = await fetch(`${base}/v1/chat/completions`, {
           method: 'POST',
@@ -141,7 +170,8 @@ export function makeGenerate(AgentClass: WhiteboxAgentClass, options: WhiteboxGe
             'x-session-id': sessionId,
             'x-instance-id': instanceId,
           },
-          body: JSON.stringify({ ...body, stream: false }),
+          body: JSON.stringify({ ...defaults, ...body, stream: false }),
+          signal,
         });
         const parsed = (await response.json()) as Json;
         if (!response.ok)
@@ -156,7 +186,7 @@ export function makeGenerate(AgentClass: WhiteboxAgentClass, options: WhiteboxGe
       await options.proxy.discardSession(sessionId).catch(() => undefined);
       return [
         markAbortedNoGrad(
-          { ...sample, metadata: { ...sample.metadata, whitebox_error: reason } },
+          { ...sample, metadata: { ...sample.metadata, ...context.metadata, whitebox_error: reason } },
           { sessionId, instanceId },
         ),
       ];
@@ -175,7 +205,11 @@ export function makeGenerate(AgentClass: WhiteboxAgentClass, options: WhiteboxGe
       const read = await options.proxy.readTrajectory({ trajectoryId: sessionId, drain: true });
       if (read.data.length === 0) return aborted('no segments recorded');
       return expandSegmentsToSamples(
-        { ...sample, session_id: sessionId, metadata: { ...sample.metadata, instance_id: instanceId } },
+        {
+          ...sample,
+          session_id: sessionId,
+          metadata: { ...sample.metadata, ...context.metadata, instance_id: instanceId },
+        },
         read.data as SegmentInput[],
         { sessionId, instanceId, agentResponse: response, maxTokensPerGpu: options.maxTokensPerGpu ?? null },
       );
