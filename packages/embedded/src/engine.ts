@@ -27,6 +27,8 @@ export interface GenerationRequest {
   sampling: GenerationSampling;
   /** First prompt position whose logprob to report; -1 reports none. */
   logprobStartLength: number;
+  /** Called after each sampled token (for streaming); must not throw. */
+  onToken?: (tokenId: number, logprob: number) => void;
 }
 
 /** Why a generation ended, in SGLang's shape. */
@@ -440,6 +442,7 @@ export class InferenceEngine {
     state.tokens.push(tokenId);
     state.outputIds.push(tokenId);
     state.outputLogprobs.push(logprobs[offset + chosen]!);
+    state.request.onToken?.(tokenId, logprobs[offset + chosen]!);
     if ((!sampling.ignoreEos && this.#eosTokenIds.has(tokenId)) || sampling.stopTokenIds.includes(tokenId)) {
       this.#finish(state, { type: 'stop', matched: tokenId });
       return;

@@ -44,7 +44,7 @@ export const generateRequestSchema = z
     logprob_start_len: z.number().int().gte(-1).optional(),
     return_text_in_logprobs: z.boolean().optional(),
     rid: z.string().min(1).optional(),
-    stream: z.literal(false, 'stream is not supported by the embedded engine').optional(),
+    stream: z.boolean().optional(),
   })
   .refine((body) => (body.input_ids === undefined) !== (body.text === undefined), {
     message: 'Give exactly one of input_ids (a flat list of token ids) or text',

@@ -192,7 +192,7 @@ describe('POST /generate', () => {
       [{ input_ids: prompt, sampling_params: { top_p: 0 } }, 'sampling_params.top_p'],
       [{ input_ids: prompt, sampling_params: { top_k: 0 } }, 'top_k'],
       [{ input_ids: prompt, sampling_params: { temperature: 'hot' } }, 'sampling_params.temperature'],
-      [{ input_ids: prompt, stream: true }, 'stream is not supported'],
+      [{ input_ids: prompt, stream: 'yes' }, 'stream'],
       [{ input_ids: new Array(300).fill(prompt[0]) }, 'context length'],
       [{ input_ids: prompt, return_logprob: true, logprob_start_len: prompt.length }, 'logprob_start_len'],
     ];
@@ -208,6 +208,36 @@ describe('POST /generate', () => {
     expect((await getJson(`${fixture.server.url}/generate`)).status).toBe(501);
     const ok = await generate({ sampling_params: { max_new_tokens: 2 } });
     expect(ok.status).toBe(200);
+  });
+
+  it('streams cumulative chunks over SSE, ending with the full response and [DONE]', async () => {
+    const sampling = { temperature: 1, max_new_tokens: 6, sampling_seed: 31, ignore_eos: true };
+    const plain = (await generate({ sampling_params: sampling })).body;
+    const response = await fetch(`${fixture.server.url}/generate`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        input_ids: prompt,
+        return_logprob: true,
+        sampling_params: sampling,
+        stream: true,
+      }),
+    });
+    expect(response.headers.get('content-type')).toBe('text/event-stream');
+    const frames = (await response.text()).split('\n\n').filter((frame) => frame !== '');
+    expect(frames.at(-1)).toBe('data: [DONE]');
+    const chunks = frames
+      .slice(0, -1)
+      .map((frame) => JSON.parse(frame.slice('data: '.length)) as GenerateResponseBody);
+    expect(chunks).toHaveLength(7);
+    chunks.slice(0, 6).forEach((chunk, index) => {
+      expect(chunk.output_ids).toEqual(plain.output_ids.slice(0, index + 1));
+      expect(chunk.meta_info.finish_reason).toBeNull();
+    });
+    const last = chunks.at(-1)!;
+    expect(last.output_ids).toEqual(plain.output_ids);
+    expect(last.meta_info.finish_reason).toEqual({ type: 'length', length: 6 });
+    expect(last.meta_info.output_token_logprobs).toEqual(plain.meta_info.output_token_logprobs);
   });
 
   it('accepts a text prompt', async () => {

@@ -6,6 +6,7 @@ import type { z } from 'zod';
 import { loadWeightsFor } from './checkpoint.js';
 import {
   defaultSampling,
+  type FinishReason,
   type GenerationRequest,
   type GenerationResult,
   type InferenceEngine,
@@ -53,6 +54,9 @@ export interface EngineServer {
 }
 
 type Handler = (context: RequestContext) => Promise<void> | void;
+
+/** A finished result, or a streaming chunk's view of one (no finish reason yet). */
+type ResponseSnapshot = Omit<GenerationResult, 'finishReason'> & { finishReason: FinishReason | null };
 
 interface RequestContext {
   request: IncomingMessage;
@@ -169,15 +173,16 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
   const specialIds = new Set(tokenizer?.specialTokens.values() ?? []);
   let advertisedUrl = options.advertisedUrl ?? '';
 
-  const responseText = (result: GenerationResult, skipSpecial: boolean, noStopTrim: boolean): string => {
+  const responseText = (result: ResponseSnapshot, skipSpecial: boolean, noStopTrim: boolean): string => {
     if (tokenizer === undefined) return '';
     let ids = Array.from(result.outputIds);
     const { finishReason } = result;
-    if (!noStopTrim && finishReason.type === 'stop' && typeof finishReason.matched === 'number')
+    if (!noStopTrim && finishReason?.type === 'stop' && typeof finishReason.matched === 'number') {
       ids = ids.slice(0, -1);
+    }
     if (skipSpecial) ids = ids.filter((id) => !specialIds.has(id));
     let text = ids.length === 0 ? '' : tokenizer.decode(ids);
-    if (!noStopTrim && finishReason.type === 'stop' && typeof finishReason.matched === 'string') {
+    if (!noStopTrim && finishReason?.type === 'stop' && typeof finishReason.matched === 'string') {
       const at = text.indexOf(finishReason.matched);
       if (at >= 0) text = text.slice(0, at);
     }
@@ -212,48 +217,85 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
     };
   };
 
+  const renderResponse = (
+    parsed: GenerateRequestBody,
+    generation: GenerationRequest,
+    snapshot: ResponseSnapshot,
+  ): Record<string, unknown> => {
+    const sampling = parsed.sampling_params ?? {};
+    const withText = parsed.return_text_in_logprobs ?? false;
+    const metaInfo: Record<string, unknown> = {
+      id: snapshot.rid,
+      finish_reason: snapshot.finishReason,
+      prompt_tokens: snapshot.promptTokens,
+      completion_tokens: snapshot.outputIds.length,
+      cached_tokens: 0,
+      weight_version: snapshot.weightVersion,
+      e2e_latency: snapshot.latencySeconds,
+    };
+    if (parsed.return_logprob) {
+      metaInfo.output_token_logprobs = logprobEntries(
+        snapshot.outputLogprobs,
+        snapshot.outputIds,
+        tokenizer,
+        withText,
+      );
+      if (snapshot.inputLogprobs !== null) {
+        const ids = Array.from(generation.inputIds).slice(generation.logprobStartLength);
+        metaInfo.input_token_logprobs = logprobEntries(snapshot.inputLogprobs, ids, tokenizer, withText);
+      }
+    }
+    return {
+      text: responseText(snapshot, sampling.skip_special_tokens ?? true, sampling.no_stop_trim ?? false),
+      output_ids: Array.from(snapshot.outputIds),
+      meta_info: metaInfo,
+    };
+  };
+
   const routes: Record<string, Partial<Record<string, Handler>>> = {
     '/generate': {
       POST: async ({ response, body }) => {
         const parsed = parse(generateRequestSchema, await body(), 'generate request');
         const generation = toGenerationRequest(parsed);
+        const render = (snapshot: ResponseSnapshot) => renderResponse(parsed, generation, snapshot);
+        const startedAt = performance.now();
+        if (parsed.stream) {
+          // SSE with cumulative chunks, as SGLang streams by default.
+          const outputIds: number[] = [];
+          const outputLogprobs: number[] = [];
+          generation.onToken = (tokenId, logprob) => {
+            outputIds.push(tokenId);
+            outputLogprobs.push(logprob);
+            const chunk = render({
+              rid: generation.rid,
+              outputIds: Int32Array.from(outputIds),
+              outputLogprobs: Float32Array.from(outputLogprobs),
+              inputLogprobs: null,
+              finishReason: null,
+              weightVersion: engine.weightVersion,
+              promptTokens: generation.inputIds.length,
+              latencySeconds: (performance.now() - startedAt) / 1000,
+            });
+            response.write(`data: ${JSON.stringify(chunk)}\n\n`);
+          };
+        }
         const pending = engine.generate(generation);
         // A client that hangs up cancels its generation at the next token boundary.
         const onClose = () => {
           if (!response.writableFinished) engine.abort(generation.rid, 'Client disconnected');
         };
         response.on('close', onClose);
+        if (parsed.stream) {
+          response.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
+        }
         const result = await pending;
         response.off('close', onClose);
-        const sampling = parsed.sampling_params ?? {};
-        const withText = parsed.return_text_in_logprobs ?? false;
-        const metaInfo: Record<string, unknown> = {
-          id: result.rid,
-          finish_reason: result.finishReason,
-          prompt_tokens: result.promptTokens,
-          completion_tokens: result.outputIds.length,
-          cached_tokens: 0,
-          weight_version: result.weightVersion,
-          e2e_latency: result.latencySeconds,
-        };
-        if (parsed.return_logprob) {
-          metaInfo.output_token_logprobs = logprobEntries(
-            result.outputLogprobs,
-            result.outputIds,
-            tokenizer,
-            withText,
-          );
-          if (result.inputLogprobs !== null) {
-            const start = generation.logprobStartLength;
-            const ids = Array.from(generation.inputIds).slice(start);
-            metaInfo.input_token_logprobs = logprobEntries(result.inputLogprobs, ids, tokenizer, withText);
-          }
+        if (parsed.stream) {
+          if (!response.destroyed)
+            response.end(`data: ${JSON.stringify(render(result))}\n\ndata: [DONE]\n\n`);
+          return;
         }
-        sendJson(response, 200, {
-          text: responseText(result, sampling.skip_special_tokens ?? true, sampling.no_stop_trim ?? false),
-          output_ids: Array.from(result.outputIds),
-          meta_info: metaInfo,
-        });
+        sendJson(response, 200, render(result));
       },
     },
     '/abort_request': {
