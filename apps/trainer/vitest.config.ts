@@ -1,3 +1,3 @@
 import { definePackageConfig } from '@dressage/vitest-config';
 
-export default definePackageConfig();
+export default definePackageConfig({ test: { include: ['src/**/*.test.ts', 'recipes/**/*.test.ts'] } });

@@ -1,0 +1,159 @@
+// The calculator task of the embedded recipe: the model is asked an arithmetic question, should call
+// the `calculator` tool with the expression, read the tool result, and answer with the number.
+//
+// The final answer turn is sent without tools, so the tools change between the two model turns and
+// the proxy starts a second segment: every trajectory exercises TITO (the tool result is appended
+// to the model's own ids), tool-result masking and multi-segment training.
+import { WhiteboxAgent, type WhiteboxRunContext } from '@dressage/paddock';
+import type { ChatMessage, Sample, Tool } from '@dressage/protocol';
+
+/** The one tool the agent offers. */
+export const calculatorTool: Tool = {
+  type: 'function',
+  function: {
+    name: 'calculator',
+    description: 'Evaluate an integer expression',
+    parameters: {
+      type: 'object',
+      properties: { expression: { type: 'string' } },
+      required: ['expression'],
+    },
+  },
+};
+
+/** The agent's system prompt. */
+export const systemPrompt = 'Use the calculator, then answer with the number.';
+
+/**
+ * Evaluates `a + b`, `a - b` style expressions of non-negative integers; anything else is refused
+ * (the tool never runs arbitrary code).
+ */
+export function evaluateExpression(expression: string): number | null {
+  const compact = expression.replace(/\s+/g, '');
+  if (!/^\d{1,6}([+-]\d{1,6}){0,3}$/.test(compact)) return null;
+  let total = 0;
+  for (const term of compact.match(/[+-]?\d+/g) ?? []) total += Number(term);
+  return total;
+}
+
+/** The question's operands and operator, parsed from the prompt text ("What is 37 + 45?"). */
+export function questionExpression(prompt: string): string | null {
+  return prompt.match(/(\d+\s*[+-]\s*\d+)/)?.[1]?.replace(/\s+/g, '') ?? null;
+}
+
+/** What a finished calculator trajectory records in the sample's metadata for the reward. */
+export interface CalculatorOutcome {
+  called_tool: boolean;
+  /** The tool's expression evaluates to the question's value. */
+  arguments_correct: boolean;
+  final_answer: string;
+}
+
+/** The ideal conversation for a question: used for the supervised warm-start and the vocabulary. */
+export function idealConversation(question: string, answer: string): ChatMessage[] {
+  const expression = questionExpression(question) ?? question;
+  return [
+    { role: 'system', content: systemPrompt },
+    { role: 'user', content: question },
+    {
+      role: 'assistant',
+      content: '',
+      reasoning_content: '',
+      tool_calls: [
+        {
+          id: 'call_0',
+          type: 'function',
+          function: { name: 'calculator', arguments: JSON.stringify({ expression }) },
+        },
+      ],
+    },
+    { role: 'tool', tool_call_id: 'call_0', content: answer },
+    { role: 'assistant', content: answer, reasoning_content: '' },
+  ];
+}
+
+/**
+ * Reward: 1 for the right final number; otherwise partial credit that shapes the first turn, 0.1 for
+ * a calculator call and 0.2 more when its expression has the right value.
+ */
+export function calculatorReward(sample: Sample): number {
+  const outcome = sample.metadata.calculator as CalculatorOutcome | undefined;
+  const label = String(sample.label ?? sample.metadata.label ?? '').trim();
+  const answer = (outcome?.final_answer ?? sample.response).trim();
+  if (label !== '' && answer === label) return 1;
+  if (outcome === undefined || !outcome.called_tool) return 0;
+  return outcome.arguments_correct ? 0.3 : 0.1;
+}
+
+/** Registered by the reward registry when the recipe names this module. */
+export const rewards = { calculator: calculatorReward };
+
+/** Posts one chat completion (through the proxy) and returns the parsed response. */
+export type ChatFunction = (body: Record<string, unknown>) => Promise<Record<string, unknown>>;
+
+interface CompletionMessage {
+  content?: string | null;
+  tool_calls?: { id: string; function: { name: string; arguments: string } }[] | null;
+}
+
+function firstMessage(response: Record<string, unknown>): CompletionMessage {
+  const choices = response.choices as { message?: CompletionMessage }[] | undefined;
+  return choices?.[0]?.message ?? {};
+}
+
+/**
+ * Runs one calculator conversation: the question with the tool offered, the tool result if the
+ * model called it, and a final answer turn without tools.
+ */
+export async function runCalculatorConversation(
+  chat: ChatFunction,
+  question: string,
+): Promise<CalculatorOutcome> {
+  const messages: ChatMessage[] = [
+    { role: 'system', content: systemPrompt },
+    { role: 'user', content: question },
+  ];
+  const reply = firstMessage(await chat({ model: 'proxy-model', messages, tools: [calculatorTool] }));
+  const call = reply.tool_calls?.find((candidate) => candidate.function.name === 'calculator');
+  if (call === undefined) {
+    return { called_tool: false, arguments_correct: false, final_answer: (reply.content ?? '').trim() };
+  }
+  let expression = '';
+  try {
+    const parsed = JSON.parse(call.function.arguments) as { expression?: unknown };
+    expression = typeof parsed.expression === 'string' ? parsed.expression : String(parsed.expression ?? '');
+  } catch {
+    expression = '';
+  }
+  const value = evaluateExpression(expression);
+  const expected = questionExpression(question);
+  const argumentsCorrect = value !== null && expected !== null && value === evaluateExpression(expected);
+  messages.push(
+    {
+      role: 'assistant',
+      content: reply.content ?? '',
+      tool_calls: [{ id: call.id, type: 'function', function: call.function }],
+    },
+    {
+      role: 'tool',
+      tool_call_id: call.id,
+      content: value === null ? 'error: not an expression' : String(value),
+    },
+  );
+  // No tools on the answer turn: the tools change, so the proxy starts a second segment here.
+  const answer = firstMessage(await chat({ model: 'proxy-model', messages }));
+  return {
+    called_tool: true,
+    arguments_correct: argumentsCorrect,
+    final_answer: (answer.content ?? '').trim(),
+  };
+}
+
+/** The recipe's whitebox agent: one calculator conversation per sample, its outcome kept for the reward. */
+export class CalculatorAgent extends WhiteboxAgent {
+  async run(sample: Sample, context: WhiteboxRunContext): Promise<string | null> {
+    const outcome = await runCalculatorConversation(context.chat, String(sample.prompt));
+    context.metadata.calculator = outcome;
+    return outcome.final_answer;
+  }
+}
