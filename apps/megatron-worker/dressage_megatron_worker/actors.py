@@ -72,6 +72,15 @@ class RecordingActor:
         return self.checkpoints.get(path, 0)
 
 
+class SinkActor(RecordingActor):
+    """Accepts every batch and keeps nothing: measures transfer and reassembly alone (benchmarks)."""
+
+    kind = "sink"
+
+    def train(self, rollout_id: int, header: Any, batch: PackedBatch, loss: dict[str, Any]) -> TrainResult:
+        return TrainResult(batch.sample_count, int(batch.tokens.size), 0, {})
+
+
 # slime's CLI flag for each LossConfig field (see the contract §9).
 LOSS_FLAGS = {
     "advantage_estimator": "advantage_estimator",

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 import grpc
 
-from .actors import RecordingActor, SlimeMegatronActor, TrainingActor
+from .actors import RecordingActor, SinkActor, SlimeMegatronActor, TrainingActor
 from .service import DEFAULT_MAX_MESSAGE_BYTES, TrainerService, message_limit_options
 from .stubs import trainer_pb2_grpc
 
@@ -43,6 +43,8 @@ def _slime_args(argv: Sequence[str]) -> Any:
 
 
 def build_actor(kind: str, verify: str | None, slime_argv: Sequence[str]) -> TrainingActor:
+    if kind == "sink":
+        return SinkActor()
     if kind == "recording":
         shape = tuple(int(part) for part in verify.split(",")) if verify else None
         if shape is not None and len(shape) == 3:
@@ -62,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dressage_megatron_worker", description=__doc__)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=50051, help="0 picks a free port")
-    parser.add_argument("--actor", choices=("slime", "recording"), default="slime")
+    parser.add_argument("--actor", choices=("slime", "recording", "sink"), default="slime")
     parser.add_argument("--model-name", default="")
     parser.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES)
     parser.add_argument("--max-batch-tokens", type=int, default=2**31 - 1)

@@ -2,9 +2,11 @@
 // copy of the same output bytes (allocation included, like the conversion's), measured in the same run;
 // a copy into preallocated arrays is reported too, as a stricter reference.
 //
-//   pnpm --filter @dressage/trainer-bridge bench [-- --samples 100000 --tokens 2048 --segments 4]
+//   node --import tsx --expose-gc bench/convert.bench.ts [--samples 100000 --tokens 2048 --segments 4]
 //
-// The last output line is one JSON object of headline figures.
+// The last output line is one JSON object of headline figures; `--json-out FILE` also writes it to FILE
+// (the package's `bench` script merges it into the transfer benchmark's last line).
+import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { createSample, type PackedTrainBatch, type Sample } from '@dressage/protocol';
 import { convertSamplesToPackedTrainBatch } from '../src/index.js';
@@ -17,6 +19,7 @@ const { values } = parseArgs({
     'prompt-tokens': { type: 'string', default: '512' },
     repeats: { type: 'string', default: '5' },
     'group-size': { type: 'string', default: '8' },
+    'json-out': { type: 'string' },
   },
 });
 const sampleCount = Number(values.samples);
@@ -190,21 +193,21 @@ console.log(
 console.log(
   `peak memory growth during conversion: ${mib(peakGrowth).toFixed(0)} MiB = ${memoryRatio.toFixed(2)}× the packed output${peakGrowthIsUpperBound ? ' (upper bound)' : ''} (target ≤ 2×)`,
 );
-console.log(
-  JSON.stringify({
-    samples: sampleCount,
-    tokens_per_sample: tokensPerSample,
-    segments_per_trajectory: segmentsPerTrajectory,
-    tokens: tokenCount,
-    convert_tokens_per_second: Math.round(conversionTokensPerSecond),
-    copy_tokens_per_second: Math.round(copyTokensPerSecond),
-    throughput_ratio: Number(throughputRatio.toFixed(4)),
-    preallocated_copy_tokens_per_second: Math.round(preallocatedTokensPerSecond),
-    preallocated_throughput_ratio: Number(preallocatedRatio.toFixed(4)),
-    packed_output_bytes: outputBytes,
-    peak_memory_growth_bytes: peakGrowth,
-    memory_ratio: Number(memoryRatio.toFixed(3)),
-    meets_throughput_target: throughputRatio >= 0.25,
-    meets_memory_target: memoryRatio <= 2,
-  }),
-);
+const headline = JSON.stringify({
+  samples: sampleCount,
+  tokens_per_sample: tokensPerSample,
+  segments_per_trajectory: segmentsPerTrajectory,
+  tokens: tokenCount,
+  convert_tokens_per_second: Math.round(conversionTokensPerSecond),
+  copy_tokens_per_second: Math.round(copyTokensPerSecond),
+  throughput_ratio: Number(throughputRatio.toFixed(4)),
+  preallocated_copy_tokens_per_second: Math.round(preallocatedTokensPerSecond),
+  preallocated_throughput_ratio: Number(preallocatedRatio.toFixed(4)),
+  packed_output_bytes: outputBytes,
+  peak_memory_growth_bytes: peakGrowth,
+  memory_ratio: Number(memoryRatio.toFixed(3)),
+  meets_throughput_target: throughputRatio >= 0.25,
+  meets_memory_target: memoryRatio <= 2,
+});
+console.log(headline);
+if (values['json-out'] !== undefined) writeFileSync(values['json-out'], headline);

@@ -12,7 +12,7 @@ import {
   type SaveCheckpointResponse,
   type TrainBatchHeader,
   type TrainChunk,
-  TrainerServiceClient,
+  type TrainerServiceClient,
   type TrainResponse,
   trainBatchToChunks,
   UpdateWeightsRequest,
@@ -25,10 +25,12 @@ import {
   type ClientUnaryCall,
   credentials as grpcCredentials,
   Metadata,
+  makeGenericClientConstructor,
   type ServiceError,
 } from '@grpc/grpc-js';
 import { errorFromGrpc } from './grpc-errors.js';
 import { DEFAULT_MAX_CHUNK_BYTES, DEFAULT_MAX_MESSAGE_BYTES, messageLimitOptions } from './grpc-limits.js';
+import { trainerServiceDefinition } from './train-chunk-codec.js';
 
 /** Options of {@link createTrainerClient}. */
 export interface TrainerClientOptions {
@@ -77,6 +79,12 @@ type UnaryMethod<TRequest, TResponse> = (
   callback: (error: ServiceError | null, response: TResponse) => void,
 ) => ClientUnaryCall;
 
+// The generated client with the fast TrainChunk codec (same wire format).
+const FastTrainerServiceClient = makeGenericClientConstructor(
+  trainerServiceDefinition,
+  'dressage.trainer.v1.TrainerService',
+) as unknown as typeof TrainerServiceClient;
+
 function distinctCount(values: Int32Array): number {
   return new Set(values).size;
 }
@@ -97,7 +105,7 @@ export class TrainerClient {
     this.address = address;
     this.deadlineMs = options.deadlineMs ?? 60_000;
     this.trainDeadlineMs = options.trainDeadlineMs ?? 3_600_000;
-    this.grpcClient = new TrainerServiceClient(
+    this.grpcClient = new FastTrainerServiceClient(
       address,
       options.credentials ?? grpcCredentials.createInsecure(),
       {

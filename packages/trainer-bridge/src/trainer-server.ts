@@ -14,7 +14,6 @@ import {
   type TrainBatchHeader,
   type TrainChunk,
   type TrainerServiceServer,
-  TrainerServiceService,
   TrainResponse,
   type UpdateWeightsRequest,
   UpdateWeightsResponse,
@@ -30,6 +29,7 @@ import {
 } from '@grpc/grpc-js';
 import { errorToGrpcStatus } from './grpc-errors.js';
 import { DEFAULT_MAX_MESSAGE_BYTES, messageLimitOptions } from './grpc-limits.js';
+import { trainerServiceDefinition } from './train-chunk-codec.js';
 
 type Awaitable<T> = T | Promise<T>;
 
@@ -103,7 +103,7 @@ function callSignal(call: {
 
 /**
  * grpc-js handlers of TrainerService over any {@link TrainerImplementation}, for a server you own:
- * `server.addService(TrainerServiceService, createTrainerServiceHandlers(trainer))`.
+ * `server.addService(trainerServiceDefinition, createTrainerServiceHandlers(trainer))`.
  */
 export function createTrainerServiceHandlers(
   implementation: TrainerImplementation,
@@ -272,7 +272,7 @@ export async function startTrainerServer(
 ): Promise<RunningTrainerServer> {
   const maxMessageBytes = options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
   const server = new Server({ ...messageLimitOptions(maxMessageBytes), ...options.channelOptions });
-  server.addService(TrainerServiceService, createTrainerServiceHandlers(implementation, options));
+  server.addService(trainerServiceDefinition, createTrainerServiceHandlers(implementation, options));
   const requested = options.address ?? '127.0.0.1:0';
   const port = await new Promise<number>((resolve, reject) => {
     server.bindAsync(
