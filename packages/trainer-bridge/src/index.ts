@@ -10,6 +10,7 @@ export {
   type SelectedBackend,
   selectBackend,
 } from './backend.js';
+export { TrainBatchReceiver } from './batch-receiver.js';
 export {
   assignRolloutIds,
   type ConvertOptions,

@@ -1,0 +1,54 @@
+import { type TrainChunk, trainBatchFromChunks, trainBatchToChunks } from '@dressage/protocol';
+import { describe, expect, it } from 'vitest';
+import { TrainBatchReceiver } from './batch-receiver.js';
+import { createSyntheticTrainBatch } from './synthetic-batch.js';
+import { decodeTrainChunk, encodeTrainChunk } from './train-chunk-codec.js';
+
+const header = { batch_id: 'r', rollout_id: 1, global_batch_size: 4, expected_weight_version: '' };
+
+function receive(chunks: TrainChunk[]) {
+  const receiver = new TrainBatchReceiver();
+  for (const chunk of chunks) receiver.push(chunk);
+  return receiver.finish();
+}
+
+describe('TrainBatchReceiver', () => {
+  it('reassembles exactly what the protocol assembler does, from views at odd offsets', () => {
+    for (const withLogProbs of [true, false]) {
+      const batch = createSyntheticTrainBatch({
+        samples: 37,
+        tokensPerSample: 101,
+        responseTokens: 33,
+        withLogProbs,
+      });
+      const chunks = trainBatchToChunks(batch, header, { maxChunkBytes: 3000 });
+      const wire = chunks.map((chunk) => decodeTrainChunk(encodeTrainChunk(chunk)));
+      expect(receive(wire)).toEqual(trainBatchFromChunks(chunks));
+    }
+  });
+
+  it('rejects the same malformed streams with the same messages', () => {
+    const batch = createSyntheticTrainBatch({ samples: 6, tokensPerSample: 20, responseTokens: 6 });
+    const chunks = () => trainBatchToChunks(batch, header, { maxChunkBytes: 200 });
+    expect(() => receive(chunks().slice(1))).toThrow('sample block before the header');
+    expect(() => receive(chunks().slice(0, -1))).toThrow(/header announced 6/);
+    const [first, ...rest] = chunks();
+    expect(() => receive([first as TrainChunk, first as TrainChunk, ...rest])).toThrow('a second header');
+    const partial = chunks();
+    const block = partial[2]?.payload;
+    if (block?.$case === 'samples') block.value.rollout_log_probs = Buffer.alloc(0);
+    expect(() => receive(partial)).toThrow('rollout_log_probs present in some blocks only');
+    const badMask = chunks();
+    const masked = badMask[1]?.payload;
+    if (masked?.$case === 'samples') {
+      masked.value.loss_masks = Buffer.from(masked.value.loss_masks);
+      masked.value.loss_masks[0] = 2;
+    }
+    expect(() => receive(badMask)).toThrow(/not 0 or 1/);
+    const truncated = chunks();
+    const cut = truncated[1]?.payload;
+    if (cut?.$case === 'samples')
+      cut.value.tokens = cut.value.tokens.subarray(0, cut.value.tokens.length - 1);
+    expect(() => receive(truncated)).toThrow(expect.objectContaining({ code: 'data_loss' }));
+  });
+});
