@@ -65,8 +65,14 @@ interface StackedStepOutput {
 // Additive mask value: large enough that exp() underflows to exactly 0, small enough to stay finite.
 const maskValue = -1e9;
 const normEpsilon = 1e-5;
-// tfjs registers variables by name process-wide: each model prefixes its own.
-let modelCounter = 0;
+// tfjs registers variables by name process-wide: each model prefixes its own. The counter lives on
+// globalThis so two installed copies of this package never hand out the same prefix.
+const modelCounterKey = Symbol.for('dressage.embedded.modelCounter');
+function nextModelScope(): string {
+  const holder = globalThis as unknown as Record<symbol, number | undefined>;
+  holder[modelCounterKey] = (holder[modelCounterKey] ?? 0) + 1;
+  return `embedded-model-${holder[modelCounterKey]}`;
+}
 
 /** Every parameter of a model of this shape, in a fixed order (the checkpoint order). */
 export function parameterSpecs(config: ModelConfig, vocabulary: TokenVocabulary): ParameterSpec[] {
@@ -169,7 +175,7 @@ export class CausalLanguageModel {
     this.specs = parameterSpecs(config, vocabulary);
     checkWeights(this.specs, weights);
     const parameters = new Map<string, tf.Variable>();
-    const scope = `embedded-model-${++modelCounter}`;
+    const scope = nextModelScope();
     for (const spec of this.specs) {
       const initial = tf.tensor(weights.get(spec.name)!, spec.shape);
       parameters.set(spec.name, tf.variable(initial, true, `${scope}/${spec.name}`));
