@@ -442,7 +442,11 @@ export class InferenceEngine {
     state.tokens.push(tokenId);
     state.outputIds.push(tokenId);
     state.outputLogprobs.push(logprobs[offset + chosen]!);
-    state.request.onToken?.(tokenId, logprobs[offset + chosen]!);
+    try {
+      state.request.onToken?.(tokenId, logprobs[offset + chosen]!);
+    } catch {
+      // A failing listener (a closed stream) must not stop the batch; the request ends on its own.
+    }
     if ((!sampling.ignoreEos && this.#eosTokenIds.has(tokenId)) || sampling.stopTokenIds.includes(tokenId)) {
       this.#finish(state, { type: 'stop', matched: tokenId });
       return;

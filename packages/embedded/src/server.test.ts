@@ -311,6 +311,25 @@ describe('aborts', () => {
     await waitFor(() => fixture.engine.statistics.abortedRequests === aborted + 1);
     await fixture.engine.idle();
     expect(fixture.engine.runningCount).toBe(0);
+
+    // The same for a stream that is being read.
+    const streamController = new AbortController();
+    const stream = await fetch(`${fixture.server.url}/generate`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        input_ids: prompt,
+        sampling_params: { ...long, max_new_tokens: 220 },
+        stream: true,
+      }),
+      signal: streamController.signal,
+    });
+    const reader = stream.body!.getReader();
+    await reader.read();
+    streamController.abort();
+    await waitFor(() => fixture.engine.statistics.abortedRequests === aborted + 2);
+    await fixture.engine.idle();
+    expect((await generate({ sampling_params: { max_new_tokens: 2 } })).status).toBe(200);
   });
 });
 

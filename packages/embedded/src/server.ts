@@ -276,7 +276,8 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
               promptTokens: generation.inputIds.length,
               latencySeconds: (performance.now() - startedAt) / 1000,
             });
-            response.write(`data: ${JSON.stringify(chunk)}\n\n`);
+            if (!response.destroyed && !response.writableEnded)
+              response.write(`data: ${JSON.stringify(chunk)}\n\n`);
           };
         }
         const pending = engine.generate(generation);
