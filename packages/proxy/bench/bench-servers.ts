@@ -91,6 +91,15 @@ async function main(): Promise<void> {
 // A clean exit on SIGINT lets profilers (--cpu-prof) write their output.
 process.on('SIGINT', () => process.exit(0));
 
+// The load generator asks for this process's CPU time (user + system microseconds) over IPC, so
+// it can report CPU per request, which is far less sensitive to machine load than wall time.
+process.on('message', (message) => {
+  if (message === 'cpu') {
+    const usage = process.cpuUsage();
+    process.send?.({ cpu: usage.user + usage.system });
+  }
+});
+
 main().catch((error: unknown) => {
   process.stderr.write(`${String(error)}\n`);
   process.exit(1);

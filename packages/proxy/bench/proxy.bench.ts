@@ -3,6 +3,7 @@
 // resident bytes per stored token with 10M tokens held. The last line is a JSON object of headlines.
 import { type ChildProcess, spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
+import { loadavg } from 'node:os';
 import { dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setFlagsFromString } from 'node:v8';
@@ -20,7 +21,7 @@ function startServer(role: string, ...args: string[]): Promise<{ child: ChildPro
   const child = spawn(
     process.execPath,
     ['--conditions=@dressage/source', '--import', 'tsx', 'bench/bench-servers.ts', role, ...args],
-    { cwd: packageRoot, stdio: ['ignore', 'pipe', 'inherit'] },
+    { cwd: packageRoot, stdio: ['ignore', 'pipe', 'inherit', 'ipc'] },
   );
   return new Promise((resolve, reject) => {
     let output = '';
@@ -33,6 +34,20 @@ function startServer(role: string, ...args: string[]): Promise<{ child: ChildPro
   });
 }
 
+// CPU microseconds a server child has used so far (asked over IPC).
+function cpuMicroseconds(child: ChildProcess): Promise<number> {
+  return new Promise((resolve) => {
+    const listener = (message: unknown) => {
+      const cpu = (message as { cpu?: unknown }).cpu;
+      if (typeof cpu !== 'number') return;
+      child.off('message', listener);
+      resolve(cpu);
+    };
+    child.on('message', listener);
+    child.send('cpu');
+  });
+}
+
 function percentile(sorted: Float64Array, fraction: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor(fraction * sorted.length))]!;
 }
@@ -42,10 +57,19 @@ interface RunResult {
   p99: number;
   requestsPerSecond: number;
   requests: number;
+  /** Server CPU microseconds per request (the proxy's, or the pass-through's). */
+  cpuPerRequest: number;
 }
 
 // N sessions, each a 20-turn conversation whose history grows by the reply and a new user message.
-async function run(url: string, sessions: number, kind: 'proxy' | 'bare', tag: string): Promise<RunResult> {
+async function run(
+  url: string,
+  server: ChildProcess,
+  sessions: number,
+  kind: 'proxy' | 'bare',
+  tag: string,
+): Promise<RunResult> {
+  const cpuBefore = await cpuMicroseconds(server);
   const dispatcher = new Agent({ connections: sessions, keepAliveTimeout: 60_000 });
   const latencies = new Float64Array(sessions * turns);
   let count = 0;
@@ -79,6 +103,7 @@ async function run(url: string, sessions: number, kind: 'proxy' | 'bare', tag: s
     }),
   );
   const seconds = (performance.now() - started) / 1000;
+  const cpuAfter = await cpuMicroseconds(server);
   await dispatcher.close();
   const sorted = latencies.slice(0, count).sort();
   return {
@@ -86,6 +111,7 @@ async function run(url: string, sessions: number, kind: 'proxy' | 'bare', tag: s
     p99: percentile(sorted, 0.99),
     requestsPerSecond: count / seconds,
     requests: count,
+    cpuPerRequest: (cpuAfter - cpuBefore) / count,
   };
 }
 
@@ -160,6 +186,8 @@ async function bytesPerStoredToken(): Promise<{ rssBytesPerToken: number; heapBy
 }
 
 async function main(): Promise<void> {
+  // Other work on the machine moves wall-clock figures: record how busy it was.
+  const loadBefore = loadavg()[0]!;
   const engine = await startServer('engine');
   const children = [engine.child];
   try {
@@ -168,19 +196,32 @@ async function main(): Promise<void> {
     const proxy = await startServer('proxy', engine.url, modelDirectory);
     children.push(proxy.child);
     // Warm up both paths (JIT, connection pools, tokenizer caches).
-    await run(`${bare.url}/v1/chat/completions`, 16, 'bare', 'warm');
-    await run(`${proxy.url}/v1/chat/completions`, 16, 'proxy', 'warm');
+    await run(`${bare.url}/v1/chat/completions`, bare.child, 16, 'bare', 'warm');
+    await run(`${proxy.url}/v1/chat/completions`, proxy.child, 16, 'proxy', 'warm');
     const rows: Record<string, { bare: RunResult; proxy: RunResult }> = {};
     for (const sessions of concurrencies) {
-      const bareResult = await run(`${bare.url}/v1/chat/completions`, sessions, 'bare', `b${sessions}`);
-      const proxyResult = await run(`${proxy.url}/v1/chat/completions`, sessions, 'proxy', `p${sessions}`);
+      const bareResult = await run(
+        `${bare.url}/v1/chat/completions`,
+        bare.child,
+        sessions,
+        'bare',
+        `b${sessions}`,
+      );
+      const proxyResult = await run(
+        `${proxy.url}/v1/chat/completions`,
+        proxy.child,
+        sessions,
+        'proxy',
+        `p${sessions}`,
+      );
       rows[sessions] = { bare: bareResult, proxy: proxyResult };
       console.log(
         `${String(sessions).padStart(3)} sessions x ${turns} turns: ` +
           `bare p50 ${bareResult.p50.toFixed(3)} ms p99 ${bareResult.p99.toFixed(3)} ms ${bareResult.requestsPerSecond.toFixed(0)} req/s | ` +
           `proxy p50 ${proxyResult.p50.toFixed(3)} ms p99 ${proxyResult.p99.toFixed(3)} ms ${proxyResult.requestsPerSecond.toFixed(0)} req/s | ` +
           `added p50 ${(proxyResult.p50 - bareResult.p50).toFixed(3)} ms p99 ${(proxyResult.p99 - bareResult.p99).toFixed(3)} ms | ` +
-          `throughput ratio ${(proxyResult.requestsPerSecond / bareResult.requestsPerSecond).toFixed(2)}`,
+          `throughput ratio ${(proxyResult.requestsPerSecond / bareResult.requestsPerSecond).toFixed(2)} | ` +
+          `cpu/request proxy ${proxyResult.cpuPerRequest.toFixed(0)} us pass-through ${bareResult.cpuPerRequest.toFixed(0)} us`,
       );
     }
     for (const child of children) child.kill('SIGKILL');
@@ -199,7 +240,11 @@ async function main(): Promise<void> {
       headline[`throughput_ratio_${sessions}`] = Number(
         (proxyRow.requestsPerSecond / bareRow.requestsPerSecond).toFixed(3),
       );
+      headline[`proxy_cpu_us_per_request_${sessions}`] = Math.round(proxyRow.cpuPerRequest);
+      headline[`bare_cpu_us_per_request_${sessions}`] = Math.round(bareRow.cpuPerRequest);
     }
+    headline.load_average_before = Number(loadBefore.toFixed(2));
+    headline.load_average_after = Number(loadavg()[0]!.toFixed(2));
     headline.bytes_per_stored_token = Number(memory.rssBytesPerToken.toFixed(2));
     headline.heap_bytes_per_stored_token = Number(memory.heapBytesPerToken.toFixed(2));
     console.log(JSON.stringify(headline));

@@ -25,8 +25,10 @@ export interface GenerateResult {
   weightVersion: string | null;
   /** `meta_info.finish_reason.type`, null when absent. */
   finishReason: string | null;
-  /** Base64 routed-expert ids when R3 is on. */
+  /** Base64 routed-expert ids (little-endian int32) when R3 is on. */
   routedExperts: string | null;
+  /** `meta_info.routed_experts_start_len`: the first token position the routed experts cover (0 when absent). */
+  routedExpertsStart: number;
 }
 
 /** A worker behind the router as `GET /workers` lists it. */
@@ -358,5 +360,9 @@ export function parseGenerateResponse(payload: unknown): GenerateResult {
     weightVersion: toVersion(meta.weight_version ?? meta.version),
     finishReason,
     routedExperts: typeof meta.routed_experts === 'string' ? meta.routed_experts : null,
+    routedExpertsStart:
+      typeof meta.routed_experts_start_len === 'number' && meta.routed_experts_start_len > 0
+        ? Math.floor(meta.routed_experts_start_len)
+        : 0,
   };
 }

@@ -14,7 +14,13 @@ function freeze(buffer: TokenBuffer, end: number, maskNonlast: boolean): StoredB
   const versionRuns = buffer.versionRunsIn(0, end);
   let ranges: number[] = [...buffer.responseRanges];
   if (maskNonlast) ranges = lastVersionRanges(buffer.responseRanges, versionRuns);
-  return { ids, logprobs, maskRanges: Uint32Array.from(ranges), versionRuns };
+  const block: StoredBlock = { ids, logprobs, maskRanges: Uint32Array.from(ranges), versionRuns };
+  const routing = buffer.routing;
+  if (routing !== null && !buffer.routingInvalid) {
+    const rows = Math.min(routing.rows, Math.max(0, end - 1));
+    block.routing = { ...routing, rows, data: routing.data.slice(0, rows * routing.width) };
+  }
+  return block;
 }
 
 // With --mask-nonlast-version-tokens only output produced by the segment's last real version stays

@@ -25,8 +25,18 @@ export interface GenerationOutput {
   logprobsInvalid: boolean;
   /** Prompt logprobs of the first chunk (snapshot mode). */
   inputLogprobs: Float32Array | null;
-  /** Base64 routed-expert payloads, one per chunk that returned them. */
-  routedExperts: string[];
+  /** Routed-expert payloads, one per chunk that returned them, in chunk order. */
+  routedExperts: RoutedExpertsPiece[];
+}
+
+/** The routed experts one engine call returned, placed in the call's token positions. */
+export interface RoutedExpertsPiece {
+  /** Base64 of little-endian int32 expert ids, `rows × (layers × top-k)`. */
+  data: string;
+  /** First token position covered (`routed_experts_start_len`). */
+  start: number;
+  /** Token positions the call saw: its input ids plus its output ids. */
+  sequenceLength: number;
 }
 
 /** What a generation needs from its caller. */
@@ -283,7 +293,7 @@ export class GenerationController {
     let text = '';
     let logprobsInvalid = false;
     let inputLogprobs: Float32Array | null = null;
-    const routedExperts: string[] = [];
+    const routedExperts: RoutedExpertsPiece[] = [];
     let wasSuspended = false;
     const context = { session_id: request.sessionId, instance_id: request.instanceId };
     try {
@@ -355,6 +365,7 @@ export class GenerationController {
             weightVersion: null,
             finishReason: 'abort',
             routedExperts: null,
+            routedExpertsStart: 0,
           };
           logprobsInvalid = true;
         } finally {
@@ -394,7 +405,13 @@ export class GenerationController {
           }
         }
         if (chunks.length === 0) inputLogprobs = result.inputLogprobs;
-        if (result.routedExperts) routedExperts.push(result.routedExperts);
+        if (result.routedExperts) {
+          routedExperts.push({
+            data: result.routedExperts,
+            start: result.routedExpertsStart,
+            sequenceLength: inputIds.length + count,
+          });
+        }
         const preempted = generation.preempted || preemptedFinishReasons.has(result.finishReason ?? '');
         pieces.push(result);
         text += result.text;

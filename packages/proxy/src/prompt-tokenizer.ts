@@ -43,6 +43,36 @@ export interface PromptTokenizer {
   encodeText(text: string): Int32Array;
 }
 
+// Texts up to this length are memoized: the generation prompt, turn separators and other fixed
+// pieces repeat on every request, and the tokenizer's per-call cost dwarfs a map lookup.
+const memoTextLength = 256;
+const memoEntries = 4096;
+
+/**
+ * The tokenizer with a bounded memo of short texts, as the same instance type (the encoder calls
+ * `encode`; every other member is forwarded to the original). Callers get copies, never the memo.
+ */
+function memoizeEncode(tokenizer: TitoTokenizer): TitoTokenizer {
+  const memo = new Map<string, Int32Array>();
+  const encode = (text: string): Int32Array => {
+    if (text.length > memoTextLength) return tokenizer.encode(text);
+    let ids = memo.get(text);
+    if (ids === undefined) {
+      ids = tokenizer.encode(text);
+      if (memo.size >= memoEntries) memo.clear();
+      memo.set(text, ids);
+    }
+    return ids.slice();
+  };
+  return new Proxy(tokenizer, {
+    get(target, property) {
+      if (property === 'encode') return encode;
+      const value: unknown = Reflect.get(target, property, target);
+      return typeof value === 'function' ? value.bind(target) : value;
+    },
+  });
+}
+
 /** Builds a {@link PromptTokenizer} from a tito tokenizer and renderer. */
 export function createPromptTokenizer(options: {
   tokenizer: TitoTokenizer;
@@ -50,7 +80,8 @@ export function createPromptTokenizer(options: {
   tokenizerId: string;
   chatTemplate: string | null;
 }): PromptTokenizer {
-  const { tokenizer, renderer } = options;
+  const { renderer } = options;
+  const tokenizer = memoizeEncode(options.tokenizer);
   const encoder = new TitoEncoder({ tokenizer, renderer });
   return {
     tokenizerId: options.tokenizerId,

@@ -44,6 +44,29 @@ function parseBody<TSchema extends z.ZodType>(
   return result.data;
 }
 
+// JSON values compared exactly as sent: the same keys in the same order and the same scalars. Equal
+// inputs validate to equal outputs, so a message equal to one validated before needs no validation.
+function sameJson(left: unknown, right: unknown): boolean {
+  if (left === right) return true;
+  if (typeof left !== 'object' || typeof right !== 'object' || left === null || right === null) return false;
+  if (Array.isArray(left)) {
+    if (!Array.isArray(right) || left.length !== right.length) return false;
+    for (let index = 0; index < left.length; index++) if (!sameJson(left[index], right[index])) return false;
+    return true;
+  }
+  if (Array.isArray(right)) return false;
+  const leftKeys = Object.keys(left);
+  const rightKeys = Object.keys(right);
+  if (leftKeys.length !== rightKeys.length) return false;
+  for (let index = 0; index < leftKeys.length; index++) {
+    const key = leftKeys[index]!;
+    if (key !== rightKeys[index]) return false;
+    if (!sameJson((left as Record<string, unknown>)[key], (right as Record<string, unknown>)[key]))
+      return false;
+  }
+  return true;
+}
+
 function header(headers: IncomingHttpHeaders, name: string): string | null {
   const value = headers[name];
   const text = Array.isArray(value) ? value[0] : value;
@@ -96,7 +119,11 @@ export class ProxyService {
       reasoningType: config.modelReasoningType,
       reasoningBackend: config.reasoningParseBackend,
     });
-    this.#planOptions = { tokenizer, mode: config.tokenBuildMode };
+    this.#planOptions = {
+      tokenizer,
+      mode: config.tokenBuildMode,
+      routedExpertsDtype: config.routedExpertsDtype,
+    };
     const sweepMs = Math.max(50, Math.min(60_000, (config.sessionTimeoutSeconds * 1000) / 4));
     this.#sweeper = setInterval(() => this.expireIdle(), sweepMs);
     this.#sweeper.unref();
@@ -135,7 +162,7 @@ export class ProxyService {
     signal: AbortSignal,
   ): Promise<CompletionOutcome> {
     if (this.controller.shuttingDown) throw detailError(503, { error: 'proxy_shutting_down' });
-    const body = parseBody(chatCompletionRequestSchema, rawBody, 'chat completion request');
+    const body = this.#parseChatBody(rawBody, headers);
     const sessionId =
       header(headers, 'x-session-id') ??
       header(headers, 'x-smg-routing-key') ??
@@ -153,6 +180,13 @@ export class ProxyService {
     } else if (instanceId !== null) {
       session.instanceId = instanceId;
     }
+    const raw = rawBody as { messages: unknown[]; tools?: unknown };
+    session.requestCache = {
+      rawMessages: raw.messages,
+      messages: body.messages as ChatMessage[],
+      rawTools: raw.tools,
+      tools: body.tools as Tool[] | null | undefined,
+    };
     const current = session;
     this.#inFlight += 1;
     try {
@@ -163,6 +197,44 @@ export class ProxyService {
       this.#inFlight -= 1;
       current.lastActivity = Date.now();
     }
+  }
+
+  /**
+   * Validates a chat body. Agents resend the whole history every turn, so the messages (and tools)
+   * equal to the session's previous request reuse its validated objects and only the new tail goes
+   * through the schema; any failure falls back to validating everything, so errors are unchanged.
+   */
+  #parseChatBody(rawBody: unknown, headers: IncomingHttpHeaders): ChatCompletionRequest {
+    const raw = rawBody as Record<string, unknown> | null;
+    const rawMessages = raw?.messages;
+    if (typeof raw === 'object' && raw !== null && !Array.isArray(raw) && Array.isArray(rawMessages)) {
+      const key =
+        header(headers, 'x-session-id') ??
+        header(headers, 'x-smg-routing-key') ??
+        (typeof raw.session_id === 'string' ? raw.session_id : null);
+      const cache = key === null ? null : (this.#sessions.get(key)?.requestCache ?? null);
+      if (cache !== null) {
+        const limit = Math.min(rawMessages.length, cache.rawMessages.length);
+        let shared = 0;
+        while (shared < limit && sameJson(rawMessages[shared], cache.rawMessages[shared])) shared++;
+        if (shared > 0 && shared < rawMessages.length) {
+          const sameTools = sameJson(raw.tools, cache.rawTools);
+          const partial = {
+            ...raw,
+            messages: rawMessages.slice(shared),
+            tools: sameTools ? null : raw.tools,
+          };
+          const result = chatCompletionRequestSchema.safeParse(partial);
+          if (result.success) {
+            const body = result.data;
+            body.messages = [...cache.messages.slice(0, shared), ...body.messages];
+            if (sameTools) body.tools = cache.tools;
+            return body;
+          }
+        }
+      }
+    }
+    return parseBody(chatCompletionRequestSchema, rawBody, 'chat completion request');
   }
 
   async #runCompletion(
@@ -322,6 +394,7 @@ export class ProxyService {
         assistantMessage: message as ChatMessage,
         rawText,
         requestVersion,
+        routedExperts: output.routedExperts,
       },
       this.#planOptions,
     );

@@ -217,7 +217,8 @@ export async function startProxyServer(
   const server = createProxyHttpServer(service);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
-    server.listen(config.port, config.host, () => {
+    // Node's default backlog (511) is below a rollout's burst of agent connections.
+    server.listen({ port: config.port, host: config.host, backlog: 4096 }, () => {
       server.off('error', reject);
       resolve();
     });

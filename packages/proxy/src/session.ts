@@ -2,6 +2,8 @@ import { createHash, randomBytes } from 'node:crypto';
 import type { ChatMessage, RouteType, SegmentReason, Tool } from '@dressage/protocol';
 import { isRealVersion } from '@dressage/protocol';
 import { canonicalToolsJson, isMessagePrefix } from '@dressage/tito';
+import type { RoutedExpertsDtype } from './config.js';
+import type { RoutedExpertsPiece } from './generation-controller.js';
 import { detailError } from './http-error.js';
 import type { PromptTokenizer } from './prompt-tokenizer.js';
 import { TokenBuffer, type VersionRun } from './token-buffer.js';
@@ -43,9 +45,12 @@ export interface Step {
   messagesSnapshot: ChatMessage[];
   tools: Tool[] | null;
   toolsJson: string;
-  /** Rendered snapshot (no generation prompt), kept as length + hash: routing only tests prefixes. */
+  /**
+   * Rendered snapshot (no generation prompt): its length, and where its text is: the first
+   * `snapshotRenderedLength` characters of a shared {@link RenderedSource}. Routing only tests prefixes.
+   */
   snapshotRenderedLength: number;
-  snapshotRenderedHash: string;
+  snapshotSource: RenderedSource | null;
   /** Token storage: the step's prompt is `[0, promptEnd)`, its response `[promptEnd, responseEnd)`. */
   buffer: TokenBuffer;
   promptEnd: number;
@@ -94,10 +99,48 @@ export interface StepOutput {
   assistantMessage: ChatMessage;
   rawText: string;
   requestVersion: string | null;
+  /** R3 payloads of the generation's engine calls, in order. */
+  routedExperts?: readonly RoutedExpertsPiece[];
 }
 
 function hashText(text: string): string {
   return createHash('sha1').update(text).digest('base64');
+}
+
+/**
+ * The rendered snapshot text of a chain of steps whose snapshots extend one another: each step's
+ * snapshot is a prefix of `text`. While hot, `text` is the longest snapshot of the chain, so routing
+ * tests a step with a plain `startsWith` instead of hashing the request per candidate. A cold source
+ * drops its text and keeps one SHA-1 per step length (bounded memory for sessions that rewrite).
+ */
+export interface RenderedSource {
+  text: string | null;
+  /** Hash of each step prefix length, filled when the source goes cold. */
+  hashes: Map<number, string> | null;
+  /** Lengths of the steps that point here (to hash them when going cold). */
+  lengths: number[];
+  lastUsed: number;
+}
+
+// Hot sources kept per session: enough for the live lineage tails of ordinary agents, while a session
+// that rewrites history every turn keeps O(1) texts instead of one per step.
+const hotSourceLimit = 4;
+
+function coolSource(source: RenderedSource): void {
+  const text = source.text;
+  if (text === null) return;
+  const hashes = new Map<number, string>();
+  // One running SHA-1 over the text, copied at each step length: O(text) for the whole chain.
+  const lengths = [...new Set(source.lengths)].sort((left, right) => left - right);
+  const hash = createHash('sha1');
+  let position = 0;
+  for (const length of lengths) {
+    hash.update(text.slice(position, length));
+    position = length;
+    hashes.set(length, hash.copy().digest('base64'));
+  }
+  source.hashes = hashes;
+  source.text = null;
 }
 
 const lineageReasonSet = new Set<SegmentReason>([
@@ -113,6 +156,14 @@ const reasonOrder: SegmentReason[] = [
   'tito_routing_render_failed',
   'tito_incremental_tokenization_failed',
 ];
+
+/** What {@link Session.requestCache} keeps of the last request that passed validation. */
+export interface RequestCache {
+  rawMessages: readonly unknown[];
+  messages: ChatMessage[];
+  rawTools: unknown;
+  tools: Tool[] | null | undefined;
+}
 
 /** A FIFO mutex: requests of one session, finalize and discard run one at a time. */
 export class SessionLock {
@@ -157,6 +208,10 @@ export class Session {
   boundEpoch: number | null = null;
   /** Distinct real versions of every response token so far, in order. */
   readonly realVersions: string[] = [];
+  /** Hot rendered-snapshot sources, least recently extended first. */
+  readonly hotSources: RenderedSource[] = [];
+  /** The previous request's raw and validated messages and tools (validation reuses the prefix). */
+  requestCache: RequestCache | null = null;
   lastActivity = Date.now();
   closed = false;
 
@@ -225,12 +280,23 @@ export class Session {
 export interface PlanOptions {
   tokenizer: PromptTokenizer;
   mode: 'tito' | 'snapshot';
+  /** Element type of stored routed experts (R3). Default int32. */
+  routedExpertsDtype?: RoutedExpertsDtype;
 }
+
+// Canonical JSON of a tool list, by list: validation hands back the same list object while an agent's
+// tools do not change, so large tool schemas are not re-serialized on every request.
+const toolsJsonCache = new WeakMap<readonly Tool[], string>();
 
 function toolsKey(tools: readonly Tool[] | null | undefined, noToolsEqualsEmpty: boolean): string {
   if (tools === null || tools === undefined) return 'null';
   if (tools.length === 0 && noToolsEqualsEmpty) return 'null';
-  return canonicalToolsJson(tools);
+  let json = toolsJsonCache.get(tools);
+  if (json === undefined) {
+    json = canonicalToolsJson(tools);
+    toolsJsonCache.set(tools, json);
+  }
+  return json;
 }
 
 /**
@@ -354,15 +420,44 @@ function bestPrefixCandidate(session: Session, rendered: string): Step | null {
   });
   const hashes = new Map<number, string>();
   for (const step of ordered) {
-    if (step.snapshotRenderedLength < 0 || step.snapshotRenderedLength > rendered.length) continue;
-    let hash = hashes.get(step.snapshotRenderedLength);
-    if (hash === undefined) {
-      hash = hashText(rendered.slice(0, step.snapshotRenderedLength));
-      hashes.set(step.snapshotRenderedLength, hash);
+    const length = step.snapshotRenderedLength;
+    const source = step.snapshotSource;
+    if (source === null || length < 0 || length > rendered.length) continue;
+    if (source.text !== null) {
+      // Hot: compare the characters themselves (no hashing, no copy for the chain's longest step).
+      const prefix = length === source.text.length ? source.text : source.text.slice(0, length);
+      if (rendered.startsWith(prefix)) return step;
+      continue;
     }
-    if (hash === step.snapshotRenderedHash) return step;
+    let hash = hashes.get(length);
+    if (hash === undefined) {
+      hash = hashText(rendered.slice(0, length));
+      hashes.set(length, hash);
+    }
+    if (hash === source.hashes?.get(length)) return step;
   }
   return null;
+}
+
+// Attaches a new step's rendered snapshot to the hot source it extends (the base step's, else the
+// session's previous step's), or to a new source; cools the least recently used beyond the limit.
+function attachSnapshot(session: Session, base: Step | null, rendered: string | null): RenderedSource | null {
+  if (rendered === null) return null;
+  const tick = session.steps.length;
+  for (const candidate of [base?.snapshotSource, session.steps.at(-1)?.snapshotSource]) {
+    if (!candidate || candidate.text === null || !rendered.startsWith(candidate.text)) continue;
+    candidate.text = rendered;
+    candidate.lengths.push(rendered.length);
+    candidate.lastUsed = tick;
+    const position = session.hotSources.indexOf(candidate);
+    if (position !== -1) session.hotSources.splice(position, 1);
+    session.hotSources.push(candidate);
+    return candidate;
+  }
+  const source: RenderedSource = { text: rendered, hashes: null, lengths: [rendered.length], lastUsed: tick };
+  session.hotSources.push(source);
+  while (session.hotSources.length > hotSourceLimit) coolSource(session.hotSources.shift()!);
+  return source;
 }
 
 function newSegment(reasons: SegmentReason[]): LineageSegment {
@@ -402,12 +497,16 @@ export function commitStep(session: Session, plan: StepPlan, output: StepOutput,
   const promptEnd = buffer.length;
   buffer.appendResponse(output.ids, output.logprobs, output.versionRuns);
   const responseEnd = buffer.length;
+  // Engine calls see the step's prompt (plus earlier chunks' output) from position 0 of this buffer.
+  for (const piece of output.routedExperts ?? [])
+    buffer.addRouting(piece.data, piece.start, piece.sequenceLength, options.routedExpertsDtype ?? 'int32');
   segment.contextCount += plan.contextDelta.length;
   segment.outputCount += output.ids.length;
   segment.logprobsInvalid ||= output.logprobsInvalid;
   segment.incrementalFailed ||= plan.incrementalFailed;
   const snapshot = [...plan.messages, output.assistantMessage];
   const renderedSnapshot = safeRender(options.tokenizer, snapshot, plan.tools);
+  const snapshotSource = attachSnapshot(session, plan.baseStep, renderedSnapshot);
   const index = session.steps.length;
   const lastVersion = output.versionRuns.at(-1)?.version ?? null;
   const step: Step = {
@@ -423,7 +522,7 @@ export function commitStep(session: Session, plan: StepPlan, output: StepOutput,
     tools: plan.tools,
     toolsJson: plan.toolsJson,
     snapshotRenderedLength: renderedSnapshot === null ? -1 : renderedSnapshot.length,
-    snapshotRenderedHash: renderedSnapshot === null ? '' : hashText(renderedSnapshot),
+    snapshotSource,
     buffer,
     promptEnd,
     responseEnd,

@@ -1,4 +1,24 @@
 import { CONTEXT_TOKEN_VERSION } from '@dressage/protocol';
+import type { RoutedExpertsDtype } from './config.js';
+
+/** Expert ids in the configured element type. */
+export type RoutingArray = Int32Array | Uint16Array | Uint8Array;
+
+/** Routed-expert rows of a buffer: row `r` is the routing of token position `r`. */
+export interface RoutingRows {
+  dtype: RoutedExpertsDtype;
+  /** Ids per row (layers × top-k). */
+  width: number;
+  /** Rows filled, from 0. */
+  rows: number;
+  data: RoutingArray;
+}
+
+function routingArray(dtype: RoutedExpertsDtype, length: number): RoutingArray {
+  if (dtype === 'uint8') return new Uint8Array(length);
+  if (dtype === 'uint16') return new Uint16Array(length);
+  return new Int32Array(length);
+}
 
 /** A run of token versions: tokens before `end` (and after the previous run) carry `version`. */
 export interface VersionRun {
@@ -17,6 +37,10 @@ export class TokenBuffer {
   /** Flat `[start, end, start, end, …]` of model-output ranges (loss mask 1). */
   readonly responseRanges: number[] = [];
   readonly versionRuns: VersionRun[] = [];
+  /** R3 rows of `[0, length - 1)` as far as the engine reported them; null without R3 data. */
+  routing: RoutingRows | null = null;
+  /** True once an engine payload did not fit (odd size, width or dtype change): no R3 rows at all. */
+  routingInvalid = false;
 
   constructor(capacity = 256) {
     this.ids = new Int32Array(capacity);
@@ -65,6 +89,52 @@ export class TokenBuffer {
       this.responseRanges[lastRange - 1] = this.length;
     else this.responseRanges.push(start, this.length);
     for (const run of runs) this.#pushVersion(start + run.end, run.version);
+  }
+
+  /**
+   * Places one engine call's routed experts (little-endian int32, `rows × width`, covering token
+   * positions `[start, sequenceLength - 1)`). Rows already filled keep their first value: each row
+   * stays the routing of the call that first processed that position, so the rows of a step's output
+   * are the ones the engine used while generating it.
+   */
+  addRouting(base64: string, start: number, sequenceLength: number, dtype: RoutedExpertsDtype): void {
+    if (this.routingInvalid) return;
+    const bytes = Buffer.from(base64, 'base64');
+    const rows = sequenceLength - 1 - start;
+    const width = rows > 0 ? bytes.length / 4 / rows : 0;
+    const filled = this.routing?.rows ?? 0;
+    if (rows <= 0) return;
+    if (!Number.isInteger(width) || width === 0) {
+      this.#dropRouting();
+      return;
+    }
+    // A gap before the payload: rows so far stay (earlier records keep theirs), later ones are unknown.
+    if (start > filled) return;
+    if (this.routing !== null && (this.routing.width !== width || this.routing.dtype !== dtype)) {
+      this.#dropRouting();
+      return;
+    }
+    // Positions past the buffer (an output that was not recorded) have no row here.
+    const stop = Math.min(start + rows, Math.max(0, this.length - 1));
+    if (stop <= filled) return;
+    const ids = new Int32Array(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.length));
+    let routing = this.routing;
+    if (routing === null || routing.data.length < stop * width) {
+      let capacity = Math.max(64, routing === null ? 0 : routing.data.length / width);
+      while (capacity < stop) capacity *= 2;
+      const data = routingArray(dtype, capacity * width);
+      if (routing !== null) data.set(routing.data.subarray(0, filled * width));
+      routing = { dtype, width, rows: filled, data };
+      this.routing = routing;
+    }
+    // The typed array converts int32 to the narrower type (uint8 keeps ids below 256).
+    routing.data.set(ids.subarray((filled - start) * width, (stop - start) * width), filled * width);
+    routing.rows = stop;
+  }
+
+  #dropRouting(): void {
+    this.routingInvalid = true;
+    this.routing = null;
   }
 
   /** A copy of the ids in `[start, end)`. */

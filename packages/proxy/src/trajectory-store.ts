@@ -2,7 +2,7 @@ import { closeSync, openSync, readSync } from 'node:fs';
 import { type FileHandle, mkdir, open, rename, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { DressageError, packTypedArray, unpackTypedArray } from '@dressage/protocol';
-import { expandVersionRuns, type VersionRun } from './token-buffer.js';
+import { expandVersionRuns, type RoutingRows, type VersionRun } from './token-buffer.js';
 
 /** Token data of one frozen lineage segment or snapshot step. */
 export interface StoredBlock {
@@ -11,6 +11,8 @@ export interface StoredBlock {
   /** Flat `[start, end, …]` ranges of loss mask 1 (lineage view). */
   maskRanges: Uint32Array;
   versionRuns: VersionRun[];
+  /** R3 routed-expert rows from position 0 (absent without R3 data). */
+  routing?: RoutingRows;
 }
 
 /** One segment record: JSON fields plus a window into a block. */
@@ -58,11 +60,15 @@ const logName = 'trajectories.jsonl';
 function blockBytes(blocks: readonly StoredBlock[]): number {
   let bytes = 0;
   for (const block of blocks)
-    bytes += block.ids.byteLength + block.logprobs.byteLength + block.maskRanges.byteLength;
+    bytes +=
+      block.ids.byteLength +
+      block.logprobs.byteLength +
+      block.maskRanges.byteLength +
+      (block.routing?.data.byteLength ?? 0);
   return bytes;
 }
 
-function toBase64(array: Int32Array | Float32Array | Uint32Array): string {
+function toBase64(array: Int32Array | Float32Array | Uint32Array | Uint16Array | Uint8Array): string {
   return Buffer.from(packTypedArray(array)).toString('base64');
 }
 
@@ -88,6 +94,16 @@ function serialize(trajectory: StoredTrajectory): string {
         logprobs: toBase64(block.logprobs),
         mask_ranges: toBase64(block.maskRanges),
         versions: block.versionRuns.map((run) => [run.end, run.version]),
+        ...(block.routing
+          ? {
+              routing: {
+                dtype: block.routing.dtype,
+                width: block.routing.width,
+                rows: block.routing.rows,
+                data: toBase64(block.routing.data),
+              },
+            }
+          : {}),
       })),
     },
   })}\n`;
@@ -107,7 +123,13 @@ interface SerializedTrajectory {
     end: number;
     response_start: number | null;
   }>;
-  blocks: Array<{ ids: string; logprobs: string; mask_ranges: string; versions: Array<[number, string]> }>;
+  blocks: Array<{
+    ids: string;
+    logprobs: string;
+    mask_ranges: string;
+    versions: Array<[number, string]>;
+    routing?: { dtype: RoutingRows['dtype']; width: number; rows: number; data: string };
+  }>;
 }
 
 function deserializeBlocks(value: SerializedTrajectory): StoredBlock[] {
@@ -120,6 +142,18 @@ function deserializeBlocks(value: SerializedTrajectory): StoredBlock[] {
       field: 'mask_ranges',
     }) as Uint32Array,
     versionRuns: block.versions.map(([end, version]) => ({ end, version })),
+    ...(block.routing
+      ? {
+          routing: {
+            dtype: block.routing.dtype,
+            width: block.routing.width,
+            rows: block.routing.rows,
+            data: unpackTypedArray(Buffer.from(block.routing.data, 'base64'), block.routing.dtype, {
+              field: 'routing',
+            }) as RoutingRows['data'],
+          },
+        }
+      : {}),
   }));
 }
 
@@ -191,6 +225,18 @@ export function recordToSegment(
     const versions = expandVersionRuns(block.versionRuns, length);
     if (record.responseStart !== null) versions.fill('-1', 0, record.responseStart);
     segment.full_versions = versions;
+  }
+  // R3: one chunk of `len(tokens) - 1` rows; a record whose rows are not all known gets none.
+  const routing = block.routing;
+  const rows = length - 1;
+  if (routing && rows >= 0 && routing.rows >= rows) {
+    segment.routed_experts_chunks = [
+      {
+        data: toBase64(routing.data.subarray(0, rows * routing.width)),
+        row_count: rows,
+        dtype: routing.dtype,
+      },
+    ];
   }
   return segment;
 }

@@ -22,6 +22,13 @@ export interface ScriptedReply {
   omitOutputIds?: boolean;
   /** Return this many more tokens than max_new_tokens allows (a backend ignoring the clamp). */
   ignoreMaxNewTokens?: boolean;
+  /** R3: report routed experts from this position (`routed_experts_start_len`); default 0. */
+  routedExpertsStart?: number;
+}
+
+/** The expert id the scripted engine reports for a token id at one (layer × top-k) slot. */
+export function scriptedExpert(tokenId: number, slot: number): number {
+  return (tokenId * 7 + slot * 3) % 251;
 }
 
 /** One `/generate` call as the engine saw it. */
@@ -52,6 +59,8 @@ export class ScriptedEngine {
   readonly aborts: string[] = [];
   version: string | null = 'v1';
   healthy = true;
+  /** Ids per routed-experts row (layers × top-k) when a request asks for them. */
+  routedExpertsWidth = 4;
   script: (request: SeenRequest, index: number) => ScriptedReply = () => ({ text: 'ok' });
   readonly #server: Server;
   readonly #running = new Map<string, Running>();
@@ -190,6 +199,19 @@ export class ScriptedEngine {
       output_token_logprobs: out.map((id, index) => [logprobs[index] ?? -0.1, id, null]),
     };
     if (version !== null) meta.weight_version = version;
+    if (body.return_routed_experts === true) {
+      // One row per position of input + output except the last, from the position's token id.
+      const sequence = [...body.input_ids, ...out];
+      const start = reply.routedExpertsStart ?? 0;
+      const width = this.routedExpertsWidth;
+      const rows = Math.max(0, sequence.length - 1 - start);
+      const experts = new Int32Array(rows * width);
+      for (let row = 0; row < rows; row++)
+        for (let slot = 0; slot < width; slot++)
+          experts[row * width + slot] = scriptedExpert(sequence[start + row]!, slot);
+      meta.routed_experts = Buffer.from(experts.buffer).toString('base64');
+      if (start > 0) meta.routed_experts_start_len = start;
+    }
     if (body.logprob_start_len === 0)
       meta.input_token_logprobs = body.input_ids.map((id, index) => [index === 0 ? null : -1, id, null]);
     const payload: Record<string, unknown> = { text: this.#decode(out), meta_info: meta };

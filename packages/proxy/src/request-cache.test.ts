@@ -1,0 +1,129 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { decodeCharacters } from './__fixtures__/fake-tokenizer.js';
+import { type Harness, startHarness } from './__fixtures__/harness.js';
+
+// The per-session caches (validated message prefix, rendered-snapshot sources) must never change what
+// a request routes to, how it segments or how it fails.
+let harness: Harness;
+afterEach(async () => {
+  await harness?.close();
+});
+
+const user = (content: unknown) => ({ role: 'user', content });
+const assistant = (content: string) => ({ role: 'assistant', content });
+const tool = (name: string) => ({ type: 'function', function: { name, parameters: { type: 'object' } } });
+
+async function chat(session: string, messages: unknown[], extra: Record<string, unknown> = {}) {
+  return harness.call(
+    'POST',
+    '/v1/chat/completions',
+    { model: 'm', messages, ...extra },
+    { 'x-session-id': session },
+  );
+}
+
+async function timeline(session: string) {
+  expect((await harness.call('POST', '/session/finalize', { session_id: session })).status).toBe(200);
+  const read = await harness.call('POST', '/trajectory/read', {
+    trajectory_id: session,
+    segment_view: 'timeline',
+  });
+  return read.body.data as Array<{
+    messages: Array<{ content: unknown }>;
+    tools: unknown;
+    extra_info: Record<string, unknown>;
+  }>;
+}
+
+describe('request caches', () => {
+  it('a rewritten early message after cached turns is a history rewrite and is recorded as sent', async () => {
+    harness = await startHarness();
+    harness.engine.script = (_request, index) => ({ text: `r${index}` });
+    expect((await chat('s', [user('one')])).status).toBe(200);
+    expect((await chat('s', [user('one'), assistant('r0'), user('two')])).status).toBe(200);
+    const rewritten = [user('ONE'), assistant('r0'), user('two'), assistant('r1'), user('three')];
+    expect((await chat('s', rewritten)).status).toBe(200);
+    const records = await timeline('s');
+    expect(records.map((record) => record.extra_info.route_type)).toEqual(['create', 'append', 'create']);
+    expect(records[2]!.extra_info.segment_reasons).toEqual(['history_rewrite']);
+    expect(records[2]!.messages[0]!.content).toBe('ONE');
+    expect(decodeCharacters(harness.engine.requests[2]!.body.input_ids)).toBe(
+      '<user>ONE<assistant>r0<user>two<assistant>r1<user>three<assistant>',
+    );
+  });
+
+  it('invalid messages after cached turns fail exactly as on a fresh session', async () => {
+    harness = await startHarness();
+    harness.engine.script = () => ({ text: 'ok' });
+    expect((await chat('s', [user('one')])).status).toBe(200);
+    expect((await chat('s', [user('one'), assistant('ok'), user('two')])).status).toBe(200);
+    const bodies = [
+      // A cached position changed to something invalid.
+      [user(5), assistant('ok'), user('two'), assistant('ok'), user('three')],
+      // A valid cached prefix and an invalid tail.
+      [user('one'), assistant('ok'), user('two'), assistant('ok'), { role: 'robot', content: 'x' }],
+      [user('one'), assistant('ok'), user('two'), assistant('ok'), user({ text: 'not a list' })],
+    ];
+    for (const messages of bodies) {
+      const cached = await chat('s', messages);
+      const fresh = await chat(`fresh-${bodies.indexOf(messages)}`, messages);
+      expect(cached.status).toBe(400);
+      expect(cached.body).toEqual(fresh.body);
+    }
+    // The failures recorded nothing and the session goes on from its cached state.
+    expect(
+      (await chat('s', [user('one'), assistant('ok'), user('two'), assistant('ok'), user('3')])).status,
+    ).toBe(200);
+    expect((await timeline('s')).map((record) => record.extra_info.route_type)).toEqual([
+      'create',
+      'append',
+      'append',
+    ]);
+  });
+
+  it('a tools change after cached turns still starts a segment with the new tools', async () => {
+    harness = await startHarness();
+    harness.engine.script = (_request, index) => ({ text: `r${index}` });
+    const first = { tools: [tool('read')] };
+    expect((await chat('s', [user('a')], first)).status).toBe(200);
+    expect((await chat('s', [user('a'), assistant('r0'), user('b')], first)).status).toBe(200);
+    const second = { tools: [tool('read'), tool('write')] };
+    const messages = [user('a'), assistant('r0'), user('b'), assistant('r1'), user('c')];
+    expect((await chat('s', messages, second)).status).toBe(200);
+    const records = await timeline('s');
+    expect(records[1]!.extra_info.segment_reasons).toEqual(['initial']);
+    expect(records[2]!.extra_info.segment_reasons).toEqual(['tools_changed']);
+    expect(records[2]!.extra_info.route_type).toBe('append');
+    expect(records[2]!.tools).toEqual(second.tools);
+    const lineage = await harness.call('POST', '/trajectory/read', {
+      trajectory_id: 's',
+      segment_view: 'lineage',
+    });
+    expect(lineage.body.data).toHaveLength(2);
+    expect(lineage.body.data[1].extra_info.segment_reasons).toEqual(['tools_changed']);
+  });
+
+  it('routes to steps whose snapshot text was dropped (more lineages than hot sources)', async () => {
+    harness = await startHarness();
+    harness.engine.script = (_request, index) => ({ text: `r${index}` });
+    // Six unrelated openings: six lineages, more than the hot sources a session keeps.
+    for (let index = 0; index < 6; index++) expect((await chat('s', [user(`x${index}`)])).status).toBe(200);
+    expect((await chat('s', [user('x0'), assistant('r0'), user('more')])).status).toBe(200);
+    expect((await chat('s', [user('x0'), assistant('r0'), user('other')])).status).toBe(200);
+    expect((await chat('s', [user('x4'), assistant('r4'), user('late')])).status).toBe(200);
+    expect(decodeCharacters(harness.engine.requests[6]!.body.input_ids)).toBe(
+      '<user>x0<assistant>r0<user>more<assistant>',
+    );
+    const records = await timeline('s');
+    const routes = records.map((record) => [
+      record.extra_info.route_type,
+      record.extra_info.route_base_step_id,
+      record.extra_info.lineage_id,
+    ]);
+    expect(routes.slice(6)).toEqual([
+      ['append', 'step-000001', 'lineage-000001'],
+      ['branch', 'step-000001', 'lineage-000007'],
+      ['append', 'step-000005', 'lineage-000005'],
+    ]);
+  });
+});

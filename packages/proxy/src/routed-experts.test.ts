@@ -1,0 +1,149 @@
+import { segmentSchema } from '@dressage/protocol';
+import { afterEach, describe, expect, it } from 'vitest';
+import { type Harness, startHarness, temporaryDirectory } from './__fixtures__/harness.js';
+import { scriptedExpert } from './__fixtures__/scripted-engine.js';
+import { TrajectoryStore } from './trajectory-store.js';
+
+let harness: Harness | undefined;
+afterEach(async () => {
+  await harness?.close();
+  harness = undefined;
+});
+
+const user = (content: string) => ({ role: 'user', content });
+const assistant = (content: string) => ({ role: 'assistant', content });
+
+function decodeChunk(chunk: { data: string; dtype: string }): number[] {
+  const bytes = Buffer.from(chunk.data, 'base64');
+  const copy = bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.length);
+  if (chunk.dtype === 'uint8') return Array.from(new Uint8Array(copy));
+  if (chunk.dtype === 'uint16') return Array.from(new Uint16Array(copy));
+  return Array.from(new Int32Array(copy));
+}
+
+// The rows a record must carry: one per token but the last, from that token's id.
+function expectedRows(tokens: number[], width: number): number[] {
+  const out: number[] = [];
+  for (let row = 0; row < tokens.length - 1; row++)
+    for (let slot = 0; slot < width; slot++) out.push(scriptedExpert(tokens[row]!, slot));
+  return out;
+}
+
+async function twoTurns(replies: Array<Record<string, unknown>>): Promise<void> {
+  harness!.engine.script = (_request, index) => replies[index] ?? { text: 'done' };
+  const headers = { 'x-session-id': 's' };
+  const body = (messages: unknown[]) => ({ model: 'm', messages });
+  expect((await harness!.call('POST', '/v1/chat/completions', body([user('hi')]), headers)).status).toBe(200);
+  const second = await harness!.call(
+    'POST',
+    '/v1/chat/completions',
+    body([user('hi'), assistant('hello'), user('again')]),
+    headers,
+  );
+  expect(second.status).toBe(200);
+  expect((await harness!.call('POST', '/session/finalize', { session_id: 's' })).status).toBe(200);
+}
+
+describe('R3 routed experts', () => {
+  it('writes len(tokens) - 1 rows per record in the configured dtype, lineage and timeline', async () => {
+    harness = await startHarness({
+      config: { useRolloutRoutingReplay: true, routedExpertsDtype: 'uint8' },
+    });
+    await twoTurns([{ text: 'hello' }, { text: 'follow' }]);
+    expect(harness!.engine.requests.every((request) => request.body.return_routed_experts === true)).toBe(
+      true,
+    );
+    for (const view of ['lineage', 'timeline']) {
+      const read = await harness!.call('POST', '/trajectory/read', {
+        trajectory_id: 's',
+        segment_view: view,
+      });
+      expect(read.body.data.length).toBe(view === 'lineage' ? 1 : 2);
+      for (const segment of read.body.data) {
+        segmentSchema.parse(segment);
+        expect(segment.routed_experts_chunks).toHaveLength(1);
+        const [chunk] = segment.routed_experts_chunks;
+        expect(chunk.row_count).toBe(segment.tokens.length - 1);
+        expect(chunk.dtype).toBe('uint8');
+        expect(decodeChunk(chunk)).toEqual(expectedRows(segment.tokens, 4));
+      }
+    }
+  });
+
+  it('fills the rows an engine left out (routed_experts_start_len) from earlier calls', async () => {
+    harness = await startHarness({ config: { useRolloutRoutingReplay: true, routedExpertsDtype: 'int32' } });
+    // The second call only reports rows from the end of the first step's sequence on.
+    const firstSequence = '<user>hi<assistant>hello'.length;
+    await twoTurns([{ text: 'hello' }, { text: 'follow', routedExpertsStart: firstSequence - 1 }]);
+    const read = await harness!.call('POST', '/trajectory/read', { trajectory_id: 's' });
+    const [segment] = read.body.data;
+    expect(segment.routed_experts_chunks[0].row_count).toBe(segment.tokens.length - 1);
+    expect(decodeChunk(segment.routed_experts_chunks[0])).toEqual(expectedRows(segment.tokens, 4));
+  });
+
+  it('leaves chunks out when rows are missing, and without R3', async () => {
+    harness = await startHarness({ config: { useRolloutRoutingReplay: true } });
+    // A gap: the second call starts past every row known so far.
+    await twoTurns([{ text: 'hello' }, { text: 'follow', routedExpertsStart: 30 }]);
+    const read = await harness!.call('POST', '/trajectory/read', {
+      trajectory_id: 's',
+      segment_view: 'timeline',
+    });
+    expect(read.body.data[0].routed_experts_chunks).toHaveLength(1);
+    expect(read.body.data[1].routed_experts_chunks).toBeUndefined();
+    await harness!.close();
+
+    harness = await startHarness();
+    await twoTurns([{ text: 'hello' }, { text: 'follow' }]);
+    expect(harness!.engine.requests.some((request) => 'return_routed_experts' in request.body)).toBe(false);
+    const plain = await harness!.call('POST', '/trajectory/read', { trajectory_id: 's' });
+    expect(plain.body.data[0].routed_experts_chunks).toBeUndefined();
+  });
+
+  it('survives the store log: rows read back after a reopen', async () => {
+    const directory = temporaryDirectory();
+    try {
+      const store = await TrajectoryStore.open({ directory: directory.path });
+      const ids = Int32Array.of(5, 6, 7, 8);
+      await store.put({
+        trajectoryId: 't',
+        sessionId: 't',
+        instanceId: 'g',
+        finalizedAt: Date.now(),
+        recordVersions: false,
+        records: [
+          {
+            view: 'lineage',
+            segmentIndex: 0,
+            meta: { uid: 't:lineage:0' },
+            block: 0,
+            end: 4,
+            responseStart: null,
+          },
+        ],
+        blocks: [
+          {
+            ids,
+            logprobs: new Float32Array(4),
+            maskRanges: Uint32Array.of(2, 4),
+            versionRuns: [{ end: 4, version: 'v1' }],
+            routing: { dtype: 'uint16', width: 2, rows: 3, data: Uint16Array.of(1, 2, 3, 4, 500, 600) },
+          },
+        ],
+      });
+      await store.close();
+      const reopened = await TrajectoryStore.open({ directory: directory.path });
+      const { data } = await reopened.read('t', { instanceId: null, view: null, drain: false });
+      expect(data[0]!.routed_experts_chunks).toEqual([
+        {
+          data: Buffer.from(Uint16Array.of(1, 2, 3, 4, 500, 600).buffer).toString('base64'),
+          row_count: 3,
+          dtype: 'uint16',
+        },
+      ]);
+      await reopened.close();
+    } finally {
+      directory.remove();
+    }
+  });
+});
