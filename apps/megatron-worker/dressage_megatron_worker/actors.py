@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import time
 from dataclasses import dataclass, field
@@ -121,7 +122,7 @@ class SlimeMegatronActor:
 
     def __init__(self, args: Any, importer: Callable[[str], Any] | None = None) -> None:
         self.args = args
-        self._import = importer or __import__("importlib").import_module
+        self._import = importer or importlib.import_module
         self._actor_model: Any = None
         self._ray: Any = None
         self.weight_version = 0
