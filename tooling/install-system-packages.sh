@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the test suite needs, when they are missing:
-#   bubblewrap  real sandboxes (@dressage/paddock)
-#   ripgrep     opencode's grep tool inside sandboxes
+#   bubblewrap                          real sandboxes (@dressage/paddock)
+#   ripgrep                             opencode's grep tool inside sandboxes
+#   python3-grpcio python3-protobuf     the Megatron worker's gRPC server and its tests
+#   python3-numpy protobuf-compiler
+#   protobuf-compiler-grpc
 # Runs apt-get as root, or through sudo when available.
 set -euo pipefail
 
-packages=(bubblewrap ripgrep)
+packages=(bubblewrap ripgrep python3-grpcio python3-protobuf python3-numpy protobuf-compiler protobuf-compiler-grpc)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

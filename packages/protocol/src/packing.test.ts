@@ -66,6 +66,16 @@ describe('packed typed arrays', () => {
     expect(values.buffer).not.toBe(backing.buffer);
   });
 
+  it('reads unaligned Node Buffers (whose slice() is a view, not a copy)', () => {
+    const pool = Buffer.alloc(3 + 12);
+    pool.set(packTypedArray(new Float32Array([1.5, -2.25, 3])), 3);
+    const unaligned = pool.subarray(3);
+    expect(Array.from(unpackTypedArray(unaligned, 'float32'))).toEqual([1.5, -2.25, 3]);
+    const ids = Buffer.alloc(1 + 8);
+    ids.set(packTypedArray(new Int32Array([151645, -1])), 1);
+    expect(Array.from(unpackTypedArray(ids.subarray(1), 'int32'))).toEqual([151645, -1]);
+  });
+
   it('round-trips 10 million token ids', () => {
     const count = 10_000_000;
     const ids = new Int32Array(count);

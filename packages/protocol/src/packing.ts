@@ -104,8 +104,10 @@ export function unpackTypedArray<K extends PackedType>(
   }
   if (!hostIsLittleEndian && size > 1) return readLittleEndian(bytes, type, length);
   if (bytes.byteOffset % size === 0) return new ctor(bytes.buffer, bytes.byteOffset, length);
-  // Unaligned view: one copy into a fresh, aligned buffer.
-  const copy = bytes.slice();
+  // Unaligned view: one copy into a fresh, aligned buffer. (Not `bytes.slice()`: on a Node Buffer
+  // that is a view sharing the original memory, not a copy.)
+  const copy = new Uint8Array(bytes.byteLength);
+  copy.set(bytes);
   return new ctor(copy.buffer, 0, length);
 }
 
