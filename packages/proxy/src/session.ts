@@ -81,6 +81,8 @@ export interface StepPlan {
   segmentReasons: SegmentReason[];
   historyRewrite: boolean;
   promptIds: Int32Array;
+  /** `promptIds` as comma-joined decimals when built from a cached prefix, else null. */
+  promptIdsText: string | null;
   /** Ids this step adds before its output in its lineage segment (the whole prompt for a new segment). */
   contextDelta: Int32Array;
   incrementalFailed: boolean;
@@ -359,6 +361,7 @@ export function planStep(
   if (renderFailed) reasons.add('tito_routing_render_failed');
 
   let promptIds: Int32Array;
+  let promptIdsText: string | null = null;
   let contextDelta: Int32Array;
   let incrementalFailed = false;
   const lineageBoundaryPlanned =
@@ -374,6 +377,13 @@ export function planStep(
       promptIds.set(prefix);
       promptIds.set(delta, prefix.length);
       contextDelta = routeType === 'append' ? delta : promptIds;
+      if (routeType === 'append') {
+        const joined = baseStep.segment.buffer.joinedIds(prefix.length);
+        promptIdsText =
+          delta.length === 0 || joined === ''
+            ? `${joined}${delta.join(',')}`
+            : `${joined},${delta.join(',')}`;
+      }
     } catch {
       incrementalFailed = true;
       reasons.add('tito_incremental_tokenization_failed');
@@ -397,6 +407,7 @@ export function planStep(
     segmentReasons: previous === null ? [] : segmentReasons,
     historyRewrite,
     promptIds,
+    promptIdsText,
     contextDelta,
     incrementalFailed,
     messages,
@@ -405,38 +416,46 @@ export function planStep(
   };
 }
 
-// Sort order of §1.7: longest rendered snapshot, then latest of its lineage, then most recent,
-// then lineage index. The first candidate whose snapshot prefixes the request wins.
+// True when `left` comes before `right` in the candidate order of §1.7: longest rendered snapshot,
+// then latest of its lineage, then most recent, then lineage index.
+function ranksBefore(left: Step, right: Step): boolean {
+  if (left.snapshotRenderedLength !== right.snapshotRenderedLength)
+    return left.snapshotRenderedLength > right.snapshotRenderedLength;
+  const leftLatest = left.lineage.steps.at(-1) === left;
+  const rightLatest = right.lineage.steps.at(-1) === right;
+  if (leftLatest !== rightLatest) return leftLatest;
+  if (left.index !== right.index) return left.index > right.index;
+  return left.lineage.index < right.lineage.index;
+}
+
+// The first candidate in §1.7 order whose snapshot prefixes the request, i.e. the best-ranked valid
+// one: one pass that only tests steps ranking above the best found so far (no sort, no copy; the
+// latest step usually wins at once and prunes the rest).
 function bestPrefixCandidate(session: Session, rendered: string): Step | null {
-  const ordered = [...session.steps].sort((left, right) => {
-    if (left.snapshotRenderedLength !== right.snapshotRenderedLength) {
-      return right.snapshotRenderedLength - left.snapshotRenderedLength;
-    }
-    const leftLatest = left.lineage.steps.at(-1) === left ? 1 : 0;
-    const rightLatest = right.lineage.steps.at(-1) === right ? 1 : 0;
-    if (leftLatest !== rightLatest) return rightLatest - leftLatest;
-    if (left.index !== right.index) return right.index - left.index;
-    return left.lineage.index - right.lineage.index;
-  });
   const hashes = new Map<number, string>();
-  for (const step of ordered) {
-    const length = step.snapshotRenderedLength;
-    const source = step.snapshotSource;
-    if (source === null || length < 0 || length > rendered.length) continue;
-    if (source.text !== null) {
-      // Hot: compare the characters themselves (no hashing, no copy for the chain's longest step).
-      const prefix = length === source.text.length ? source.text : source.text.slice(0, length);
-      if (rendered.startsWith(prefix)) return step;
-      continue;
-    }
-    let hash = hashes.get(length);
-    if (hash === undefined) {
-      hash = hashText(rendered.slice(0, length));
-      hashes.set(length, hash);
-    }
-    if (hash === source.hashes?.get(length)) return step;
+  let best: Step | null = null;
+  for (let index = session.steps.length - 1; index >= 0; index--) {
+    const step = session.steps[index]!;
+    if (best !== null && !ranksBefore(step, best)) continue;
+    if (snapshotPrefixes(step, rendered, hashes)) best = step;
   }
-  return null;
+  return best;
+}
+
+function snapshotPrefixes(step: Step, rendered: string, hashes: Map<number, string>): boolean {
+  const length = step.snapshotRenderedLength;
+  const source = step.snapshotSource;
+  if (source === null || length < 0 || length > rendered.length) return false;
+  if (source.text !== null) {
+    // Hot: compare the characters themselves (no hashing, no copy for the chain's longest step).
+    return rendered.startsWith(length === source.text.length ? source.text : source.text.slice(0, length));
+  }
+  let hash = hashes.get(length);
+  if (hash === undefined) {
+    hash = hashText(rendered.slice(0, length));
+    hashes.set(length, hash);
+  }
+  return hash === source.hashes?.get(length);
 }
 
 // Attaches a new step's rendered snapshot to the hot source it extends (the base step's, else the
@@ -485,6 +504,7 @@ export function commitStep(session: Session, plan: StepPlan, output: StepOutput,
     };
     session.lineages.push(lineage);
   } else if (plan.lineageBoundary) {
+    lineage.segments.at(-1)?.buffer.releaseJoinedIds();
     lineage.segments.push(newSegment(plan.lineageReasons));
   }
   const segment = lineage.segments.at(-1)!;

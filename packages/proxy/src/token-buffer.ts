@@ -42,6 +42,11 @@ export class TokenBuffer {
   /** True once an engine payload did not fit (odd size, width or dtype change): no R3 rows at all. */
   routingInvalid = false;
 
+  // Comma-joined decimal ids of [0, #joinedCount): joining is the costliest O(context) step of a
+  // request (milliseconds at 60K tokens), so the engine's input_ids JSON only joins the new ids.
+  #joined = '';
+  #joinedCount = 0;
+
   constructor(capacity = 256) {
     this.ids = new Int32Array(capacity);
     this.logprobs = new Float32Array(capacity);
@@ -135,6 +140,23 @@ export class TokenBuffer {
   #dropRouting(): void {
     this.routingInvalid = true;
     this.routing = null;
+  }
+
+  /** The ids of `[0, end)` as comma-joined decimals, extending the text joined so far. */
+  joinedIds(end: number): string {
+    if (end < this.#joinedCount) return this.ids.subarray(0, end).join(',');
+    if (end > this.#joinedCount) {
+      const tail = this.ids.subarray(this.#joinedCount, end).join(',');
+      this.#joined = this.#joinedCount === 0 ? tail : `${this.#joined},${tail}`;
+      this.#joinedCount = end;
+    }
+    return this.#joined;
+  }
+
+  /** Drops the joined text once nothing will extend this buffer again. */
+  releaseJoinedIds(): void {
+    this.#joined = '';
+    this.#joinedCount = 0;
   }
 
   /** A copy of the ids in `[start, end)`. */
