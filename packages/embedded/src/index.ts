@@ -78,6 +78,18 @@ export {
   type SupervisedTrainerOptions,
 } from './supervised-trainer.js';
 export {
+  type EmbeddedLossType,
+  EmbeddedTrainer,
+  type EmbeddedTrainerOptions,
+  nextWeightVersion,
+} from './trainer/embedded-trainer.js';
+export {
+  type EmbeddedTrainerServer,
+  type EmbeddedTrainerServerOptions,
+  startEmbeddedTrainerServer,
+} from './trainer/trainer-server.js';
+export { optimizerStateFile, trainerStateFile } from './trainer/trainer-state.js';
+export {
   type BuildVocabularyOptions,
   buildVocabulary,
   type TokenEncoder,

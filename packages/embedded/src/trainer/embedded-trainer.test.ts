@@ -1,0 +1,288 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { DressageError, type PackedTrainBatch } from '@dressage/protocol';
+import { createTrainerClient, type TrainerClient } from '@dressage/trainer-bridge';
+import * as tf from '@tensorflow/tfjs';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  chatPrompt,
+  type EmbeddedFixture,
+  postJson,
+  smallConfig,
+  startFixture,
+} from '../__fixtures__/embedded-fixture.js';
+import { packSequences, type TrainSequence } from '../__fixtures__/train-batch.js';
+import { loadModel, weightsEqual } from '../checkpoint.js';
+import { CausalLanguageModel } from '../model.js';
+import { EmbeddedTrainer, nextWeightVersion } from './embedded-trainer.js';
+import { type EmbeddedTrainerServer, startEmbeddedTrainerServer } from './trainer-server.js';
+
+let fixture: EmbeddedFixture;
+let scratch: string;
+let prompt: number[];
+let sequences: TrainSequence[];
+
+beforeAll(async () => {
+  fixture = await startFixture();
+  scratch = await mkdtemp(join(tmpdir(), 'embedded-trainer-'));
+  const { tokenizer } = fixture;
+  const end = tokenizer.requireTokenId('<|im_end|>');
+  prompt = Array.from(tokenizer.encode(chatPrompt('What is 12 + 30? Use the calculator.')));
+  const answers = ['The answer is 42.', 'The answer is 7.', '42', 'The answer is 0 1 2.'];
+  sequences = answers.map((text, index) => {
+    const response = [...tokenizer.encode(text), end];
+    return {
+      tokens: [...prompt, ...response],
+      responseLength: response.length,
+      reward: index === 0 ? 1 : -0.5,
+    };
+  });
+});
+
+afterAll(async () => {
+  await fixture.close();
+  await rm(scratch, { recursive: true, force: true });
+});
+
+function trainerFor(
+  options: Partial<ConstructorParameters<typeof EmbeddedTrainer>[0]> = {},
+): EmbeddedTrainer {
+  return new EmbeddedTrainer({ model: fixture.model, learningRate: 3e-3, ...options });
+}
+
+function sequenceLogprob(model: CausalLanguageModel, sequence: TrainSequence): number {
+  const [logprobs] = model.sequenceLogprobs([sequence.tokens]);
+  return Array.from(logprobs!.slice(sequence.tokens.length - sequence.responseLength - 1)).reduce(
+    (sum, value) => sum + value,
+    0,
+  );
+}
+
+describe('nextWeightVersion', () => {
+  it('increments a trailing number and starts others at 1', () => {
+    expect(nextWeightVersion('v1')).toBe('v2');
+    expect(nextWeightVersion('41')).toBe('42');
+    expect(nextWeightVersion('step-009')).toBe('step-10');
+    expect(nextWeightVersion('default')).toBe('1');
+  });
+});
+
+describe('EmbeddedTrainer over gRPC', () => {
+  let served: EmbeddedTrainerServer;
+  let client: TrainerClient;
+
+  beforeAll(async () => {
+    served = await startEmbeddedTrainerServer({
+      model: fixture.model,
+      engine: fixture.engine,
+      learningRate: 3e-3,
+    });
+    client = createTrainerClient(served.address);
+  });
+
+  afterAll(async () => {
+    client.close();
+    await served.close();
+  });
+
+  it('describes itself', async () => {
+    const info = await client.getInfo();
+    expect(info).toMatchObject({
+      trainer_kind: 'embedded',
+      weight_version: 'v1',
+      max_tokens_per_sample: (smallConfig.contextLength ?? 0) + 1,
+      train_steps: 0,
+    });
+    expect(['wasm', 'cpu']).toContain(info.backend);
+    expect((await client.health()).status).toBe(1);
+  });
+
+  it('recomputes on-policy logprobs exactly, lowers the clipped loss and keeps tensors flat', async () => {
+    const batch = packSequences(fixture.model, sequences);
+    const losses: number[] = [];
+    const tensorCounts: number[] = [];
+    const before = sequenceLogprob(served.trainer.model, sequences[0]!);
+    for (let step = 0; step < 5; step++) {
+      const response = await client.train(batch, { loss: { use_rollout_logprobs: true } });
+      expect(response.optimizer_steps).toBe(1);
+      expect(response.tokens_trained).toBe(batch.loss_masks.length);
+      losses.push(response.metrics.loss!);
+      tensorCounts.push(tf.memory().numTensors);
+      if (step === 0) {
+        // The first step sees the weights that produced the rollout logprobs.
+        expect(response.metrics.train_rollout_logprob_abs_diff_max).toBeLessThanOrEqual(1e-4);
+        expect(response.metrics.train_rollout_logprob_abs_diff).toBeLessThanOrEqual(1e-4);
+        expect(response.metrics.pg_clipfrac).toBe(0);
+      } else {
+        expect(response.metrics.train_rollout_logprob_abs_diff_max).toBeGreaterThan(1e-4);
+      }
+      for (const name of ['pg_loss', 'ppo_kl', 'grad_norm', 'tokens', 'learning_rate']) {
+        expect(Number.isFinite(response.metrics[name])).toBe(true);
+      }
+    }
+    for (let step = 1; step < losses.length; step++) expect(losses[step]).toBeLessThan(losses[step - 1]!);
+    // Adam's moments appear at the first step; nothing accumulates after it.
+    expect(new Set(tensorCounts.slice(1)).size).toBe(1);
+    expect(sequenceLogprob(served.trainer.model, sequences[0]!)).toBeGreaterThan(before);
+    expect((await client.getInfo()).train_steps).toBe(5);
+  });
+
+  it('rejects a sample longer than the context with invalid_argument', async () => {
+    const long = Array.from(
+      { length: (smallConfig.contextLength ?? 0) + 2 },
+      (_, index) => prompt[index % prompt.length]!,
+    );
+    const batch = packSequences(null, [{ tokens: long, responseLength: 4 }]);
+    await expect(client.train(batch)).rejects.toMatchObject({
+      code: 'invalid_argument',
+      message: expect.stringContaining('context length'),
+    });
+    await expect(client.train(batch, { loss: { loss_type: 'dpo' } })).rejects.toMatchObject({
+      code: 'invalid_argument',
+    });
+  });
+
+  it('publishes weights to the in-process engine: new version, new outputs', async () => {
+    const generate = () =>
+      postJson(`${fixture.server.url}/generate`, {
+        input_ids: prompt,
+        sampling_params: { temperature: 0, max_new_tokens: 6, ignore_eos: true },
+        return_logprob: true,
+      });
+    const before = await generate();
+    expect(before.body.meta_info.weight_version).toBe('v1');
+    const update = await client.updateWeights();
+    expect(update).toMatchObject({ weight_version: 'v2', engines_updated: 1, model_path: '' });
+    expect(fixture.engine.weightVersion).toBe('v2');
+    expect(weightsEqual(fixture.engine.model.getWeights(), served.trainer.model.getWeights())).toBe(true);
+    const after = await generate();
+    expect(after.body.meta_info.weight_version).toBe('v2');
+    expect(after.body.meta_info.output_token_logprobs).not.toEqual(
+      before.body.meta_info.output_token_logprobs,
+    );
+    expect((await client.getInfo()).weight_version).toBe('v2');
+  });
+});
+
+describe('EmbeddedTrainer', () => {
+  it('trains the same step whatever the micro-batch size', async () => {
+    const batch = packSequences(fixture.model, [
+      ...sequences,
+      ...sequences.map((s) => ({ ...s, reward: 0.25 })),
+    ]);
+    const whole = trainerFor();
+    const split = trainerFor({ maxMicroBatchTokens: 1 });
+    try {
+      const one = await whole.train({}, batch);
+      const many = await split.train({}, batch);
+      expect(one.metrics!.micro_batches).toBe(1);
+      expect(many.metrics!.micro_batches).toBe(batch.sample_count);
+      for (const name of ['loss', 'pg_loss', 'grad_norm', 'train_rollout_logprob_abs_diff_max']) {
+        expect(many.metrics![name]).toBeCloseTo(one.metrics![name]!, 5);
+      }
+    } finally {
+      await whole.dispose();
+      await split.dispose();
+    }
+  });
+
+  it('trains the supervised loss (loss_type sft_loss): the mean NLL of trainable tokens goes down', async () => {
+    const target = sequences[1]!;
+    const batch = packSequences(fixture.model, [target]);
+    const trainer = trainerFor({ learningRate: 1e-2 });
+    try {
+      const expected = -sequenceLogprob(fixture.model, target) / target.responseLength;
+      const losses: number[] = [];
+      for (let step = 0; step < 4; step++) {
+        const response = await trainer.train({ loss: { loss_type: 'sft_loss' } }, batch);
+        losses.push(response.metrics!.loss!);
+      }
+      expect(losses[0]).toBeCloseTo(expected, 4);
+      for (let step = 1; step < losses.length; step++) expect(losses[step]).toBeLessThan(losses[step - 1]!);
+    } finally {
+      await trainer.dispose();
+    }
+  });
+
+  it('does no optimizer step on a batch without trainable tokens', async () => {
+    const trainer = trainerFor();
+    try {
+      const batch = packSequences(fixture.model, [
+        { ...sequences[0]!, lossMask: new Array(sequences[0]!.responseLength).fill(0) },
+      ]);
+      const before = trainer.model.getWeights();
+      const response = await trainer.train({}, batch);
+      expect(response.optimizer_steps).toBe(0);
+      expect(weightsEqual(before, trainer.model.getWeights())).toBe(true);
+    } finally {
+      await trainer.dispose();
+    }
+  });
+
+  it('round-trips checkpoints bit-exactly, optimizer state included', async () => {
+    const batch: PackedTrainBatch = packSequences(fixture.model, sequences);
+    const first = trainerFor({ weightVersion: 'w5' });
+    const second = trainerFor();
+    try {
+      await first.train({ rollout_id: 3 }, batch);
+      await first.train({ rollout_id: 4 }, batch);
+      const directory = join(scratch, 'checkpoint');
+      const saved = await first.saveCheckpoint({ path: directory });
+      expect(saved).toMatchObject({ path: directory, rollout_id: 4, weight_version: 'w5' });
+      expect(saved.size_bytes).toBeGreaterThan(first.model.parameterCount * 4);
+      const snapshot = first.model.getWeights();
+      await first.train({}, batch);
+
+      const loaded = await second.loadCheckpoint({ path: directory });
+      expect(loaded).toMatchObject({ rollout_id: 4, weight_version: 'w5' });
+      expect(second.trainSteps).toBe(2);
+      expect(weightsEqual(second.model.getWeights(), snapshot)).toBe(true);
+      // The checkpoint is a plain model directory too.
+      const { model, weightVersion } = await loadModel(directory);
+      expect(weightVersion).toBe('w5');
+      expect(weightsEqual(model.getWeights(), snapshot)).toBe(true);
+      model.dispose();
+      // Same moments, same step: the next update is bit-identical.
+      await second.train({}, batch);
+      expect(weightsEqual(second.model.getWeights(), first.model.getWeights())).toBe(true);
+    } finally {
+      await first.dispose();
+      await second.dispose();
+    }
+  });
+
+  it('publishes to engine URLs through a checkpoint and /update_weights_from_disk', async () => {
+    const trainer = trainerFor({
+      engineUrls: [fixture.server.url],
+      weightsDirectory: join(scratch, 'weights'),
+    });
+    try {
+      await trainer.train({ loss: { loss_type: 'sft_loss' } }, packSequences(null, [sequences[2]!]));
+      const update = await trainer.updateWeights({ weight_version: 'disk-1' });
+      expect(update.engines_updated).toBe(1);
+      expect(update.model_path).toContain(join(scratch, 'weights'));
+      expect(fixture.engine.weightVersion).toBe('disk-1');
+      expect(weightsEqual(fixture.engine.model.getWeights(), trainer.model.getWeights())).toBe(true);
+      await expect(trainer.updateWeights({ engine_urls: ['http://127.0.0.1:9'] })).rejects.toBeInstanceOf(
+        DressageError,
+      );
+    } finally {
+      await trainer.dispose();
+    }
+  });
+
+  it('never changes the model it was created from', async () => {
+    const source = CausalLanguageModel.create(fixture.vocabulary, smallConfig);
+    const before = source.getWeights();
+    const trainer = new EmbeddedTrainer({ model: source });
+    try {
+      await trainer.train({}, packSequences(source, sequences));
+      expect(weightsEqual(before, source.getWeights())).toBe(true);
+      expect(weightsEqual(before, trainer.model.getWeights())).toBe(false);
+    } finally {
+      await trainer.dispose();
+      source.dispose();
+    }
+  });
+});
