@@ -6,7 +6,6 @@ export default defineConfig([
     format: ['esm'],
     dts: true,
     sourcemap: true,
-    clean: true,
     target: 'node20',
   },
   {
