@@ -22,6 +22,8 @@ interface Scenario {
   sessions: number;
   turns: number;
   userText: (turn: number, session: number) => string;
+  /** Agent think time between a reply and the next request (tool execution); 0 = closed loop. */
+  thinkMs?: number;
 }
 
 const shortUserText = (turn: number, session: number) =>
@@ -37,10 +39,27 @@ const longUserText = (turn: number, session: number) => {
 };
 const longScenario: Scenario = { sessions: 16, turns: 60, userText: longUserText };
 
+// A closed loop saturates the CPU, so its latencies are mostly queueing (concurrency / throughput).
+// With agent think time between turns (arrivals staggered) the servers run below saturation and the
+// added latency is the proxy's own work per call.
+const pacedScenario: Scenario = { sessions: 64, turns: 20, userText: shortUserText, thinkMs: 250 };
+
+// The V8 flags the `dressage-proxy` bin runs with (its shebang): the proxy is measured as deployed,
+// and the pass-through gets the same runtime so the comparison stays like for like.
+const serverNodeFlags = ['--max-semi-space-size=64'];
+
 function startServer(role: string, ...args: string[]): Promise<{ child: ChildProcess; url: string }> {
   const child = spawn(
     process.execPath,
-    ['--conditions=@dressage/source', '--import', 'tsx', 'bench/bench-servers.ts', role, ...args],
+    [
+      ...serverNodeFlags,
+      '--conditions=@dressage/source',
+      '--import',
+      'tsx',
+      'bench/bench-servers.ts',
+      role,
+      ...args,
+    ],
     { cwd: packageRoot, stdio: ['ignore', 'pipe', 'inherit', 'ipc'] },
   );
   return new Promise((resolve, reject) => {
@@ -90,6 +109,8 @@ async function run(
   tag: string,
 ): Promise<RunResult> {
   const { sessions, turns, userText } = scenario;
+  const thinkMs = scenario.thinkMs ?? 0;
+  const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
   const dispatcher = new Agent({ connections: sessions, keepAliveTimeout: 60_000 });
   // Open every connection before timing. Under CPU saturation Node (libuv) accepts one pending
   // connection per event-loop iteration, so a burst of new connections would put seconds of
@@ -110,7 +131,9 @@ async function run(
         { role: 'system', content: 'You are a helpful agent working in a sandbox.' },
       ];
       const headers = { 'content-type': 'application/json', 'x-session-id': `${tag}-${session}` };
+      if (thinkMs > 0) await sleep((session / sessions) * thinkMs);
       for (let turn = 0; turn < turns; turn++) {
+        if (thinkMs > 0 && turn > 0) await sleep(thinkMs);
         messages.push({ role: 'user', content: userText(turn, session) });
         const body =
           kind === 'proxy'
@@ -260,6 +283,11 @@ async function main(): Promise<void> {
       });
     }
     await measure(
+      '64_paced',
+      `${pacedScenario.sessions} sessions x ${pacedScenario.turns} turns, ${pacedScenario.thinkMs} ms think time`,
+      pacedScenario,
+    );
+    await measure(
       'long',
       `${longScenario.sessions} sessions x ${longScenario.turns} turns of ~1.5 KB tool output`,
       longScenario,
@@ -271,7 +299,7 @@ async function main(): Promise<void> {
       `store: ${memory.rssBytesPerToken.toFixed(2)} resident bytes per stored token (heap + array buffers ${memory.heapBytesPerToken.toFixed(2)}) with 10M tokens held; target <= 12`,
     );
     const headline: Record<string, number> = {};
-    for (const sessions of [...concurrencies, 'long']) {
+    for (const sessions of [...concurrencies, '64_paced', 'long']) {
       const { bare: bareRow, proxy: proxyRow } = rows[sessions]!;
       headline[`added_p50_ms_${sessions}`] = Number((proxyRow.p50 - bareRow.p50).toFixed(3));
       headline[`added_p99_ms_${sessions}`] = Number((proxyRow.p99 - bareRow.p99).toFixed(3));
