@@ -31,6 +31,7 @@ export {
   type PauseMode,
   type WeightUpdate,
 } from './engine.js';
+export { addedTokenIds, defaultEosTokenIds } from './engine-cli.js';
 export {
   CausalLanguageModel,
   DecodeBatch,
