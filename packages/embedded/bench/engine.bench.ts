@@ -1,10 +1,13 @@
 // Decode throughput of the embedded model: KV cache against recomputing the whole prefix per token,
-// at batch 1, 8 and 32, on the wasm and cpu backends; plus logprob parity and a training step.
+// at batch 1, 8 and 32, on the wasm and cpu backends; plus logprob parity, a supervised step and a
+// policy-loss Train step of the EmbeddedTrainer.
 // The last output line is one JSON object of headline figures.
 import * as tf from '@tensorflow/tfjs';
+import { packSequences } from '../src/__fixtures__/train-batch.js';
 import {
   type BackendName,
   CausalLanguageModel,
+  EmbeddedTrainer,
   initializeBackend,
   SupervisedTrainer,
   TokenVocabulary,
@@ -120,6 +123,25 @@ function trainTokensPerSecond(model: CausalLanguageModel, steps: number): number
   return (steps * 8 * 127) / seconds;
 }
 
+/** Policy-loss Train steps (8 samples of 128 tokens, 64 of them response) through the EmbeddedTrainer. */
+async function policyTrainTokensPerSecond(model: CausalLanguageModel, steps: number): Promise<number> {
+  const trainer = new EmbeddedTrainer({ model, learningRate: 1e-4 });
+  const batch = packSequences(
+    model,
+    prompts(8, 128).map((tokens, index) => ({
+      tokens,
+      responseLength: 64,
+      reward: index % 2 === 0 ? 1 : -1,
+    })),
+  );
+  await trainer.train({}, batch);
+  const started = performance.now();
+  for (let step = 0; step < steps; step++) await trainer.train({}, batch);
+  const seconds = (performance.now() - started) / 1000;
+  await trainer.dispose();
+  return (steps * batch.tokens.length) / seconds;
+}
+
 const round = (value: number, digits = 1) => Number(value.toFixed(digits));
 const headline: Record<string, unknown> = { model: { ...config, outputs: vocabulary.outputCount } };
 
@@ -163,6 +185,9 @@ for (const backend of ['wasm', 'cpu'] as const) {
   const trainRate = trainTokensPerSecond(model, backend === 'wasm' ? 3 : 1);
   results.train_tokens_per_second = round(trainRate);
   console.log(`  supervised Adam step (8 x 128 tokens): ${trainRate.toFixed(0)} tokens/s`);
+  const policyRate = await policyTrainTokensPerSecond(model, backend === 'wasm' ? 3 : 1);
+  results.policy_train_tokens_per_second = round(policyRate);
+  console.log(`  policy-loss Train step (8 x 128 tokens, 64 response): ${policyRate.toFixed(0)} tokens/s`);
   model.dispose();
   headline[backend] = results;
 }
