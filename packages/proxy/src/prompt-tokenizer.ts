@@ -73,6 +73,36 @@ function memoizeEncode(tokenizer: TitoTokenizer): TitoTokenizer {
   });
 }
 
+// Whole prompts by rendered text: the samples of a rollout group open with the same prompt (system,
+// tools, task), so all but the first skip tokenizing it. Bounded by the characters of the keys.
+const promptMemoCharacters = 8_000_000;
+
+/** A bounded least-recently-used map from prompt text to its ids. */
+class PromptMemo {
+  readonly #entries = new Map<string, Int32Array>();
+  #characters = 0;
+
+  get(text: string): Int32Array | undefined {
+    const ids = this.#entries.get(text);
+    if (ids !== undefined) {
+      this.#entries.delete(text);
+      this.#entries.set(text, ids);
+    }
+    return ids;
+  }
+
+  set(text: string, ids: Int32Array): void {
+    if (text.length > promptMemoCharacters / 8 || this.#entries.has(text)) return;
+    this.#entries.set(text, ids);
+    this.#characters += text.length;
+    for (const key of this.#entries.keys()) {
+      if (this.#characters <= promptMemoCharacters) break;
+      this.#entries.delete(key);
+      this.#characters -= key.length;
+    }
+  }
+}
+
 /** Builds a {@link PromptTokenizer} from a tito tokenizer and renderer. */
 export function createPromptTokenizer(options: {
   tokenizer: TitoTokenizer;
@@ -83,6 +113,7 @@ export function createPromptTokenizer(options: {
   const { renderer } = options;
   const tokenizer = memoizeEncode(options.tokenizer);
   const encoder = new TitoEncoder({ tokenizer, renderer });
+  const prompts = new PromptMemo();
   return {
     tokenizerId: options.tokenizerId,
     chatTemplateFingerprint:
@@ -90,7 +121,16 @@ export function createPromptTokenizer(options: {
     noToolsEqualsEmptyTools: rendersNoToolsLikeEmptyTools(renderer),
     render: (messages, tools, addGenerationPrompt) =>
       renderer.render(messages, { tools, addGenerationPrompt }),
-    encodeFull: (messages, tools) => encoder.encodeFull(messages, { tools, addGenerationPrompt: true }),
+    encodeFull: (messages, tools) => {
+      // encodeFull encodes exactly this rendered text, so equal texts have equal ids.
+      const text = renderer.render(messages, { tools, addGenerationPrompt: true });
+      let ids = prompts.get(text);
+      if (ids === undefined) {
+        ids = encoder.encodeFull(messages, { tools, addGenerationPrompt: true });
+        prompts.set(text, ids.slice());
+      }
+      return ids.slice();
+    },
     encodeIncremental: (prefixIds, baseMessages, messages) =>
       encoder.encodeIncremental({ prefixIds, baseMessages, messages }).ids,
     encodeText: (text) => tokenizer.encode(text),
