@@ -70,6 +70,39 @@ describe('R3 routed experts', () => {
     }
   });
 
+  it('snapshot mode: every timeline record carries the rows of its own prompt and output', async () => {
+    harness = await startHarness({ config: { useRolloutRoutingReplay: true, tokenBuildMode: 'snapshot' } });
+    await twoTurns([{ text: 'hello' }, { text: 'follow' }]);
+    const read = await harness!.call('POST', '/trajectory/read', { trajectory_id: 's' });
+    expect(read.body.data).toHaveLength(2);
+    for (const segment of read.body.data) {
+      expect(segment.routed_experts_chunks[0].row_count).toBe(segment.tokens.length - 1);
+      expect(decodeChunk(segment.routed_experts_chunks[0])).toEqual(expectedRows(segment.tokens, 4));
+    }
+  });
+
+  it('a call preempted and continued keeps the rows of both chunks', async () => {
+    harness = await startHarness({ config: { useRolloutRoutingReplay: true, partialRollout: true } });
+    harness!.engine.script = (_request, index) =>
+      index === 0 ? { text: 'abcdefghijklmnopqrstuvwxyz', tokenDelayMs: 10 } : { text: 'XYZ' };
+    const call = harness!.call(
+      'POST',
+      '/v1/chat/completions',
+      { messages: [user('hi')] },
+      { 'x-session-id': 's' },
+    );
+    await harness!.engine.waitForTokens(2);
+    await harness!.call('POST', '/v1/rollout/pause', { timeout_seconds: 10 });
+    await harness!.call('POST', '/v1/rollout/resume', {});
+    expect((await call).status).toBe(200);
+    expect(harness!.engine.requests).toHaveLength(2);
+    await harness!.call('POST', '/session/finalize', { session_id: 's' });
+    const read = await harness!.call('POST', '/trajectory/read', { trajectory_id: 's' });
+    const [segment] = read.body.data;
+    expect(segment.routed_experts_chunks[0].row_count).toBe(segment.tokens.length - 1);
+    expect(decodeChunk(segment.routed_experts_chunks[0])).toEqual(expectedRows(segment.tokens, 4));
+  });
+
   it('fills the rows an engine left out (routed_experts_start_len) from earlier calls', async () => {
     harness = await startHarness({ config: { useRolloutRoutingReplay: true, routedExpertsDtype: 'int32' } });
     // The second call only reports rows from the end of the first step's sequence on.
