@@ -2,7 +2,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DressageError, type PackedTrainBatch } from '@dressage/protocol';
-import { createTrainerClient, type TrainerClient } from '@dressage/trainer-bridge';
+import { createTrainerClient, policyLossReference, type TrainerClient } from '@dressage/trainer-bridge';
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -184,6 +184,45 @@ describe('EmbeddedTrainer', () => {
     } finally {
       await whole.dispose();
       await split.dispose();
+    }
+  });
+
+  it('matches the float64 reference loss with exact denominators below 1, across micro-batches', async () => {
+    const trainer = trainerFor({ maxMicroBatchTokens: 2 * prompt.length });
+    try {
+      const batch = packSequences(
+        fixture.model,
+        sequences.map((sequence, index) => ({
+          ...sequence,
+          lossMask: Array.from({ length: sequence.responseLength }, (_, token) =>
+            (token + index) % 3 === 0 ? 0 : 1,
+          ),
+        })),
+      );
+      // Off-policy rollout logprobs, so ratios leave 1 and some get clipped.
+      const rollout = batch.rollout_log_probs!;
+      for (let index = 0; index < rollout.length; index++)
+        rollout[index] = rollout[index]! + (index % 2 ? 0.4 : -0.3);
+      // Prompt-equal denominators can fall below 1: slime's max(d, 1) would change the weights.
+      batch.rollout_mask_sums.set([0.5, 0.25, 3, 0.75]);
+      const current = trainer.model.sequenceLogprobs(sequences.map((sequence) => sequence.tokens));
+      const logProbs = sequences.flatMap((sequence, row) =>
+        Array.from(current[row]!.slice(sequence.tokens.length - sequence.responseLength - 1)),
+      );
+      const options = { useRolloutLogProbs: true, globalBatchSize: 3 };
+      const reference = policyLossReference({ logProbs }, batch, options);
+      const response = await trainer.train(
+        { global_batch_size: 3, loss: { use_rollout_logprobs: true } },
+        batch,
+      );
+      expect(response.metrics!.micro_batches).toBeGreaterThan(1);
+      expect(reference.metrics.pg_clipfrac).toBeGreaterThan(0);
+      expect(response.metrics!.loss).toBeCloseTo(reference.loss, 5);
+      for (const name of ['pg_loss', 'pg_clipfrac', 'ppo_kl'] as const) {
+        expect(response.metrics![name]).toBeCloseTo(reference.metrics[name]!, 5);
+      }
+    } finally {
+      await trainer.dispose();
     }
   });
 
