@@ -244,6 +244,24 @@ describe('EmbeddedTrainer', () => {
     }
   });
 
+  it('stops on a cancelled signal without updating the weights', async () => {
+    const trainer = trainerFor({ maxMicroBatchTokens: 1 });
+    try {
+      const before = trainer.model.getWeights();
+      const controller = new AbortController();
+      controller.abort(new DressageError({ code: 'cancelled', message: 'the client cancelled the call' }));
+      await expect(
+        trainer.train({}, packSequences(fixture.model, sequences), controller.signal),
+      ).rejects.toMatchObject({
+        code: 'cancelled',
+      });
+      expect(weightsEqual(before, trainer.model.getWeights())).toBe(true);
+      expect(trainer.health().status).toBe(1);
+    } finally {
+      await trainer.dispose();
+    }
+  });
+
   it('does no optimizer step on a batch without trainable tokens', async () => {
     const trainer = trainerFor();
     try {
