@@ -70,6 +70,17 @@ describe('dressage train on the embedded stack', () => {
     const state = JSON.parse(await readFile(join(output, 'run-state.json'), 'utf8'));
     expect(state.step).toBe(2);
     expect(existsSync(state.checkpoint)).toBe(true);
+    // The trained samples are exported exactly: response masks and logprobs cover the response tail.
+    const exported = (await readFile(join(output, 'samples', 'step-000000.jsonl'), 'utf8'))
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line));
+    expect(exported.length).toBeGreaterThanOrEqual(8);
+    for (const sample of exported) {
+      expect(sample.loss_mask.length).toBe(sample.tokens.length - sample.prompt_length);
+      expect(sample.rollout_log_probs.length).toBe(sample.loss_mask.length);
+      if (sample.full_versions !== null) expect(sample.full_versions.length).toBe(sample.tokens.length);
+    }
     const report = await readFile(first.reportPath, 'utf8');
     expect(report).toContain('<th>RL steps</th><td>2</td>');
 

@@ -14,6 +14,7 @@ import { MetricsLog, type MetricsRecord, readMetricsLog } from './metrics-log.js
 import { ProgressLine } from './progress.js';
 import type { LoadedRecipe, Recipe } from './recipe.js';
 import { defaultReportPlots, renderReportHtml } from './report.js';
+import { exportSamples } from './sample-export.js';
 import { buildSupervisedBatch, type WarmStartExample } from './warm-start.js';
 
 /** Options of {@link runTraining}. */
@@ -198,6 +199,8 @@ export async function runTraining(
       const rollout = await scheduler.generateRollout(step, { signal: options.signal });
       const samples = rollout.samples.flat();
       await scoreSamples(samples, registry);
+      // What the trainer receives, kept for `dressage inspect` and bug reports.
+      await exportSamples(outputDirectory, step, samples);
       const packed = convertSamplesToPackedTrainBatch(samples, {
         advantageEstimator: recipe.loss.advantage_estimator,
         globalBatchSize,

@@ -1,0 +1,83 @@
+import { appendFile, mkdir } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { Sample } from '@dressage/protocol';
+
+/**
+ * One trained sample as a run exports it (`<output_dir>/samples/step-NNNNNN.jsonl`, one object per
+ * line): exactly the token ids, loss mask, rollout logprobs and per-token weight versions the trainer
+ * received, with the ids and metadata needed to find and explain it.
+ */
+export interface ExportedSample {
+  step: number;
+  session_id: string | null;
+  instance_id: string | null;
+  trajectory_id: string | null;
+  segment_index: number;
+  rollout_id: number | null;
+  group_index: number | null;
+  index: number | null;
+  status: string;
+  reward: number | null;
+  remove_sample: boolean;
+  /** All token ids (prompt and response). */
+  tokens: number[];
+  /** Tokens before the response (context only). */
+  prompt_length: number;
+  /** Over the response tokens (the tail of `tokens`). */
+  loss_mask: number[];
+  rollout_log_probs: number[];
+  /** Over all tokens, when the proxy recorded versions. */
+  full_versions: string[] | null;
+  /** The conversation the agent saw (the segment's last message snapshot). */
+  messages: unknown[];
+  segment_reason: string | null;
+  metadata: Record<string, unknown>;
+}
+
+const heavyMetadataKeys = new Set(['messages', 'full_versions', 'proxy_extra_info']);
+
+/** Converts a sample to its export form. */
+export function exportSample(sample: Sample, step: number): ExportedSample {
+  const metadata = sample.metadata;
+  const extra = (metadata.proxy_extra_info ?? {}) as Record<string, unknown>;
+  return {
+    step,
+    session_id: (metadata.session_id as string | undefined) ?? sample.session_id ?? null,
+    instance_id: (metadata.instance_id as string | undefined) ?? null,
+    trajectory_id: (metadata.parent_traj_id as string | undefined) ?? null,
+    segment_index: typeof metadata.segment_index === 'number' ? metadata.segment_index : 0,
+    rollout_id: sample.rollout_id,
+    group_index: sample.group_index,
+    index: sample.index,
+    status: sample.status,
+    reward: typeof sample.reward === 'number' ? sample.reward : null,
+    remove_sample: sample.remove_sample,
+    tokens: sample.tokens,
+    prompt_length: sample.tokens.length - sample.response_length,
+    loss_mask: sample.loss_mask ?? [],
+    rollout_log_probs: sample.rollout_log_probs ?? [],
+    full_versions: Array.isArray(metadata.full_versions) ? (metadata.full_versions as string[]) : null,
+    messages: Array.isArray(metadata.messages) ? (metadata.messages as unknown[]) : [],
+    segment_reason: typeof extra.segment_reason === 'string' ? extra.segment_reason : null,
+    metadata: Object.fromEntries(Object.entries(metadata).filter(([key]) => !heavyMetadataKeys.has(key))),
+  };
+}
+
+/** Appends a step's samples to `<directory>/samples/step-NNNNNN.jsonl`. */
+export async function exportSamples(
+  directory: string,
+  step: number,
+  samples: readonly Sample[],
+): Promise<string> {
+  const folder = join(directory, 'samples');
+  await mkdir(folder, { recursive: true });
+  const path = join(folder, `step-${String(step).padStart(6, '0')}.jsonl`);
+  await appendFile(
+    path,
+    samples
+      .map((sample) => JSON.stringify(exportSample(sample, step)))
+      .join('\n')
+      .concat('\n'),
+  );
+  return path;
+}
