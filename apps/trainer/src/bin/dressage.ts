@@ -7,12 +7,13 @@ import { dirname, join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { DressageError } from '@dressage/protocol';
 import { register } from 'tsx/esm/api';
+import { dryRun, formatChecks } from '../lib/dry-run.js';
 import { loadRecipe } from '../lib/recipe.js';
 import { runTraining, writeReport } from '../lib/training-run.js';
 
 const usage = `dressage — agentic RL training
 
-  dressage train --recipe FILE.yaml [--resume] [--steps N]
+  dressage train --recipe FILE.yaml [--resume] [--steps N] [--dry-run]
   dressage report --run DIR [--name NAME]
   dressage proxy [dressage-proxy flags]
   dressage engine [dressage-engine arguments]

@@ -8,6 +8,7 @@ import { ProxyClient } from '@dressage/proxy';
 import { computeRewards, RewardRegistry } from '@dressage/reward-registry';
 import { createRolloutScheduler, PromptDataSource, type RolloutScheduler } from '@dressage/schedulers';
 import { convertSamplesToPackedTrainBatch, type TrainerClient } from '@dressage/trainer-bridge';
+import { connectClusterStack } from './cluster-stack.js';
 import { type EmbeddedStack, startEmbeddedStack } from './embedded-stack.js';
 import { loadHook } from './hooks.js';
 import { MetricsLog, type MetricsRecord, readMetricsLog } from './metrics-log.js';
@@ -80,11 +81,11 @@ export async function runTraining(
   await mkdir(outputDirectory, { recursive: true });
   const previous = options.resume ? await readRunState(outputDirectory) : null;
   if (options.resume && previous === null) log(`resume: no checkpoint in ${outputDirectory}, starting fresh`);
-  if (recipe.engine.kind !== 'embedded' || recipe.trainer.kind !== 'embedded') {
+  const embedded = recipe.engine.kind === 'embedded' && recipe.trainer.kind === 'embedded';
+  if (!embedded && (recipe.engine.kind !== 'sglang' || recipe.trainer.kind !== 'grpc')) {
     throw new DressageError({
-      code: 'unimplemented',
-      message:
-        'this build trains the embedded recipe; cluster recipes use `dressage train --dry-run` to check endpoints',
+      code: 'invalid_argument',
+      message: `${loaded.path}: use an embedded engine with the embedded trainer, or SGLang with a gRPC trainer`,
     });
   }
   const agentReference = recipe.agent?.module;
@@ -110,13 +111,15 @@ export async function runTraining(
   }
 
   const dataPath = loaded.resolvePath(recipe.data.path);
-  const stack: EmbeddedStack = await startEmbeddedStack({
-    recipe,
-    dataPath,
-    warmStartExamples: examplesFunction,
-    outputDirectory,
-    log,
-  });
+  const stack: EmbeddedStack = embedded
+    ? await startEmbeddedStack({
+        recipe,
+        dataPath,
+        warmStartExamples: examplesFunction,
+        outputDirectory,
+        log,
+      })
+    : await connectClusterStack(loaded, log);
   const started = performance.now();
   let scheduler: RolloutScheduler | null = null;
   const metricsLog = new MetricsLog(join(outputDirectory, 'metrics.jsonl'));

@@ -1,0 +1,73 @@
+import { DressageError } from '@dressage/protocol';
+import { createProxyConfig, startProxyServer } from '@dressage/proxy';
+import { createTrainerClient } from '@dressage/trainer-bridge';
+import type { EmbeddedStack } from './embedded-stack.js';
+import type { LoadedRecipe } from './recipe.js';
+
+/**
+ * Connects to a cluster deployment: the trainer (e.g. the Megatron worker) over gRPC, and the proxy
+ * at `proxy.url` — or a proxy started here in front of the SGLang router when the recipe gives none.
+ * No warm-start: a cluster starts from a pretrained model.
+ */
+export async function connectClusterStack(
+  loaded: LoadedRecipe,
+  log: (line: string) => void,
+): Promise<EmbeddedStack> {
+  const { recipe } = loaded;
+  if (recipe.engine.kind !== 'sglang' || recipe.trainer.kind !== 'grpc') {
+    throw new DressageError({
+      code: 'invalid_argument',
+      message: 'a cluster recipe needs engine.kind sglang and trainer.kind grpc',
+    });
+  }
+  const trainer = createTrainerClient(recipe.trainer.address, {
+    trainDeadlineMs: recipe.trainer.deadline_seconds * 1000,
+  });
+  await trainer.waitForReady(30_000);
+  const info = await trainer.getInfo();
+  let proxyUrl = recipe.proxy.url;
+  let closeProxy = async () => {};
+  if (proxyUrl === undefined) {
+    if (recipe.tokenizer_path === undefined) {
+      throw new DressageError({
+        code: 'invalid_argument',
+        message: `${loaded.path}: tokenizer_path is required to start a proxy (or set proxy.url)`,
+      });
+    }
+    const proxy = await startProxyServer(
+      createProxyConfig({
+        tokenizerPath: loaded.resolvePath(recipe.tokenizer_path),
+        sglangRouterUrl: recipe.engine.router_url,
+        host: '0.0.0.0',
+        port: recipe.proxy.port === 0 ? 8800 : recipe.proxy.port,
+        apiKey: recipe.proxy.api_key,
+        tokenBuildMode: recipe.proxy.token_build_mode,
+        tokenBuildModel: recipe.proxy.token_build_model,
+        contextWindow: recipe.proxy.context_window ?? null,
+        maxOutputTokens: recipe.proxy.max_output_tokens ?? null,
+        rolloutTemperature: recipe.rollout.temperature,
+        recordTokenVersions: recipe.proxy.record_token_versions,
+        partialRollout: recipe.proxy.partial_rollout,
+        maxPartialRolloutPreempts: recipe.proxy.max_partial_rollout_preempts ?? null,
+      }),
+    );
+    proxyUrl = proxy.url;
+    closeProxy = () => proxy.close();
+  }
+  log(
+    `cluster: trainer ${recipe.trainer.address} (${info.trainer_kind} ${info.model_name}, weights ${info.weight_version}), proxy ${proxyUrl}, router ${recipe.engine.router_url}`,
+  );
+  return {
+    engineUrl: recipe.engine.router_url,
+    proxyUrl,
+    trainerAddress: recipe.trainer.address,
+    trainer,
+    weightVersion: info.weight_version,
+    warmStartBatches: [],
+    backend: info.backend,
+    async close() {
+      await closeProxy();
+      trainer.close();
+    },
+  };
+}

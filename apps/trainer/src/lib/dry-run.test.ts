@@ -1,0 +1,94 @@
+// The cluster dry run against real services on loopback: the embedded engine stands in for an SGLang
+// router (it serves `/workers`), the embedded trainer for the Megatron worker (same TrainerService).
+import { mkdtemp, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import {
+  buildVocabulary,
+  CausalLanguageModel,
+  InferenceEngine,
+  initializeBackend,
+  startEmbeddedTrainerServer,
+  startEngineServer,
+} from '@dressage/embedded';
+import { createProxyConfig, startProxyServer } from '@dressage/proxy';
+import { loadTokenizer } from '@dressage/tito';
+import { describe, expect, it } from 'vitest';
+import { dryRun, formatChecks } from './dry-run.js';
+import { defaultTokenizerPath } from './embedded-stack.js';
+import { loadRecipe } from './recipe.js';
+
+describe('dressage train --dry-run', () => {
+  it('passes against live services and names the one that is down', async () => {
+    await initializeBackend({ backend: 'auto' });
+    const tokenizerPath = defaultTokenizerPath();
+    const tokenizer = await loadTokenizer(tokenizerPath);
+    const model = CausalLanguageModel.create(buildVocabulary({ tokenizer, texts: ['What is 1 + 2?'] }), {
+      layerCount: 1,
+      modelDimension: 16,
+      headCount: 2,
+      contextLength: 64,
+    });
+    const engine = new InferenceEngine({ model, weightVersion: '5' });
+    const engineServer = await startEngineServer({ engine, tokenizer });
+    const trainerServer = await startEmbeddedTrainerServer({ model, engine, weightVersion: '5' });
+    const proxy = await startProxyServer(
+      createProxyConfig({ tokenizerPath, sglangRouterUrl: engineServer.url, host: '127.0.0.1', port: 0 }),
+    );
+    const directory = await mkdtemp(join(tmpdir(), 'dressage-dry-run-'));
+    await writeFile(
+      join(directory, 'prompts.jsonl'),
+      '{"prompt": "What is 1 + 2?", "label": "3"}\n{"prompt": "What is 2 + 2?", "label": "4"}\n',
+    );
+    const recipePath = join(directory, 'recipe.yaml');
+    await writeFile(
+      recipePath,
+      `name: dry
+output_dir: ${join(directory, 'run')}
+tokenizer_path: ${tokenizerPath}
+data: { path: prompts.jsonl }
+proxy: { url: "${proxy.url}", context_window: 64 }
+engine: { kind: sglang, router_url: "${engineServer.url}" }
+trainer: { kind: grpc, address: "${trainerServer.address}" }
+training: { steps: 1 }
+`,
+    );
+    try {
+      const loaded = await loadRecipe(recipePath);
+      const checks = await dryRun(loaded, { timeoutMs: 5_000 });
+      expect(checks.map((item) => item.name)).toEqual([
+        'data: prompt file',
+        'tokenizer',
+        'proxy: health',
+        'proxy: integration capabilities',
+        'engine: router workers',
+        'engine: consistent weight versions',
+        'trainer: GetInfo',
+        'trainer: health',
+      ]);
+      expect(
+        checks.filter((item) => !item.ok),
+        formatChecks(checks),
+      ).toEqual([]);
+      expect(checks.find((item) => item.name === 'data: prompt file')?.detail).toBe(
+        '2 prompts, every line valid',
+      );
+      expect(checks.find((item) => item.name === 'engine: consistent weight versions')?.detail).toBe('all 5');
+
+      await trainerServer.close();
+      const afterStop = await dryRun(loaded, { timeoutMs: 2_000 });
+      const failed = afterStop.filter((item) => !item.ok).map((item) => item.name);
+      expect(failed).toContain('trainer: GetInfo');
+      expect(afterStop.find((item) => item.name === 'trainer: GetInfo')?.detail).toMatch(
+        /unavailable|unreachable/,
+      );
+      expect(formatChecks(afterStop)).toMatch(/^FAIL {2}trainer: GetInfo/m);
+    } finally {
+      await proxy.close();
+      await trainerServer.close().catch(() => undefined);
+      await engineServer.close();
+      engine.close();
+      model.dispose();
+    }
+  }, 120_000);
+});

@@ -1,0 +1,157 @@
+import { access } from 'node:fs/promises';
+import { DressageError, HealthStatus } from '@dressage/protocol';
+import { PromptDataSource } from '@dressage/schedulers';
+import { loadTokenizer } from '@dressage/tito';
+import { createTrainerClient } from '@dressage/trainer-bridge';
+import type { LoadedRecipe } from './recipe.js';
+
+/** One check of a dry run. */
+export interface DeploymentCheck {
+  /** What was checked, e.g. `trainer: GetInfo`. */
+  name: string;
+  ok: boolean;
+  /** What was found (versions, counts) or why it failed. */
+  detail: string;
+}
+
+type Json = Record<string, unknown>;
+
+async function getJson(url: string, timeoutMs: number, headers: Record<string, string> = {}): Promise<Json> {
+  const response = await fetch(url, { headers, signal: AbortSignal.timeout(timeoutMs) });
+  const text = await response.text();
+  if (!response.ok) throw new Error(`HTTP ${response.status}: ${text.slice(0, 200)}`);
+  return JSON.parse(text) as Json;
+}
+
+async function check(name: string, checks: DeploymentCheck[], run: () => Promise<string>): Promise<void> {
+  try {
+    checks.push({ name, ok: true, detail: await run() });
+  } catch (error) {
+    const message = DressageError.isInstance(error)
+      ? `${error.code}: ${error.message}`
+      : (error as Error).message;
+    checks.push({ name, ok: false, detail: message });
+  }
+}
+
+/**
+ * Checks a cluster deployment before any GPU time is spent: the prompt file, the tokenizer, the proxy
+ * (health, integration capabilities, token build mode), the SGLang router and each worker (health,
+ * weight version), and the trainer (reachable, serving, model limits against the recipe). Returns
+ * every check; none of them changes state anywhere.
+ */
+export async function dryRun(
+  loaded: LoadedRecipe,
+  options: { timeoutMs?: number } = {},
+): Promise<DeploymentCheck[]> {
+  const { recipe } = loaded;
+  const timeoutMs = options.timeoutMs ?? 10_000;
+  const checks: DeploymentCheck[] = [];
+
+  const dataPath = loaded.resolvePath(recipe.data.path);
+  await check('data: prompt file', checks, async () => {
+    await access(dataPath);
+    const source = await PromptDataSource.fromJsonl(dataPath, {
+      inputKey: recipe.data.input_key,
+      labelKey: recipe.data.label_key,
+      metadataKey: recipe.data.metadata_key,
+      validateOnOpen: true,
+    });
+    if (source.size === 0) throw new Error(`${dataPath} has no prompts`);
+    return `${source.size} prompts, every line valid`;
+  });
+
+  if (recipe.tokenizer_path !== undefined) {
+    const tokenizerPath = loaded.resolvePath(recipe.tokenizer_path);
+    await check('tokenizer', checks, async () => {
+      const tokenizer = await loadTokenizer(tokenizerPath);
+      return `${tokenizerPath} (chat template ${tokenizer.chatTemplate === null ? 'absent' : 'present'})`;
+    });
+  }
+
+  const proxyHeaders: Record<string, string> =
+    recipe.proxy.api_key === 'no-auth' ? {} : { authorization: `Bearer ${recipe.proxy.api_key}` };
+  if (recipe.proxy.url !== undefined) {
+    const proxyUrl = recipe.proxy.url.replace(/\/+$/, '');
+    await check('proxy: health', checks, async () => {
+      const health = await getJson(`${proxyUrl}/health`, timeoutMs);
+      if (health.status !== 'ok') throw new Error(`status ${String(health.status)}`);
+      const config = (health.config ?? {}) as Json;
+      return `ok, router ${String(config.sglang_router_url)}, ${String(health.active_sessions)} active sessions`;
+    });
+    await check('proxy: integration capabilities', checks, async () => {
+      const capabilities = await getJson(`${proxyUrl}/integration/capabilities`, timeoutMs, proxyHeaders);
+      if (capabilities.token_build_mode !== recipe.proxy.token_build_mode) {
+        throw new Error(
+          `token_build_mode is ${String(capabilities.token_build_mode)}, the recipe wants ${recipe.proxy.token_build_mode}`,
+        );
+      }
+      if (capabilities.weight_versions_consistent === false)
+        throw new Error('the engines serve different weight versions');
+      return `${String(capabilities.token_build_mode)}, weight version ${String(capabilities.current_weight_version)}, partial rollout ${String(capabilities.partial_rollout)}`;
+    });
+  }
+
+  let engineVersions: string[] = [];
+  if (recipe.engine.kind === 'sglang') {
+    const router = recipe.engine.router_url.replace(/\/+$/, '');
+    await check('engine: router workers', checks, async () => {
+      const listing = await getJson(`${router}/workers`, timeoutMs);
+      const workers = (listing.workers ?? []) as Json[];
+      const healthy = workers.filter((worker) => worker.is_healthy !== false);
+      if (healthy.length === 0) throw new Error(`no healthy worker behind ${router}`);
+      const versions: string[] = [];
+      for (const worker of healthy) {
+        const url = String(worker.url).replace(/\/+$/, '');
+        await getJson(`${url}/health`, timeoutMs).catch(async () => {
+          // SGLang answers /health with an empty 200 body on some versions.
+          const response = await fetch(`${url}/health`, { signal: AbortSignal.timeout(timeoutMs) });
+          if (!response.ok) throw new Error(`${url}/health answered ${response.status}`);
+        });
+        const version = await getJson(`${url}/get_weight_version`, timeoutMs);
+        versions.push(String(version.weight_version));
+      }
+      engineVersions = versions;
+      return `${healthy.length} healthy of ${workers.length}, weight versions ${[...new Set(versions)].join(', ')}`;
+    });
+    await check('engine: consistent weight versions', checks, async () => {
+      const distinct = new Set(engineVersions);
+      if (distinct.size > 1) throw new Error(`workers serve ${[...distinct].join(', ')}`);
+      return distinct.size === 1 ? `all ${[...distinct][0]}` : 'no worker answered';
+    });
+  }
+
+  if (recipe.trainer.kind === 'grpc') {
+    const client = createTrainerClient(recipe.trainer.address, { deadlineMs: timeoutMs });
+    try {
+      await check('trainer: GetInfo', checks, async () => {
+        const info = await client.getInfo();
+        const longest = recipe.proxy.context_window ?? 0;
+        if (longest > 0 && info.max_tokens_per_sample > 0 && longest > info.max_tokens_per_sample) {
+          throw new Error(
+            `the proxy context window ${longest} exceeds the trainer's max_tokens_per_sample ${info.max_tokens_per_sample}`,
+          );
+        }
+        return `${info.trainer_kind} ${info.model_name} on ${info.backend}, weight version ${info.weight_version}, vocabulary ${info.vocab_size}, ≤ ${info.max_tokens_per_sample} tokens per sample`;
+      });
+      await check('trainer: health', checks, async () => {
+        const health = await client.health();
+        if (health.status !== HealthStatus.STATUS_SERVING && health.status !== HealthStatus.STATUS_BUSY) {
+          throw new Error(`status ${health.status}: ${health.message}`);
+        }
+        return health.status === HealthStatus.STATUS_BUSY ? 'busy' : 'serving';
+      });
+    } finally {
+      client.close();
+    }
+  }
+  return checks;
+}
+
+/** Renders checks as aligned lines, `ok` / `FAIL` first. */
+export function formatChecks(checks: readonly DeploymentCheck[]): string {
+  const width = Math.max(...checks.map((item) => item.name.length));
+  return checks
+    .map((item) => `${item.ok ? 'ok  ' : 'FAIL'}  ${item.name.padEnd(width)}  ${item.detail}`)
+    .join('\n');
+}
