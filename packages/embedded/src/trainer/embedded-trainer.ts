@@ -239,7 +239,8 @@ export class EmbeddedTrainer implements TrainerImplementation {
    * (`loss_type`), its settings and the learning rate; `header.global_batch_size` the per-rollout
    * reducer's step size.
    * @throws DressageError `invalid_argument` for a sample longer than the context, an unknown loss
-   * type, a trainable token outside the vocabulary or an invalid loss setting; `cancelled` /
+   * type, a trainable token outside the vocabulary, an invalid loss setting, or `entropy_coef` /
+   * `use_kl_loss` (not supported yet); `cancelled` /
    * `deadline_exceeded` when `signal` fires between micro-batches (no update is applied then).
    */
   train(
@@ -321,6 +322,13 @@ export class EmbeddedTrainer implements TrainerImplementation {
     );
     const options = policyLossOptionsFromLossConfig(header.loss, header.global_batch_size ?? 0);
     const resolved = resolvePolicyLossOptions(options);
+    if (resolved.entropyCoef !== 0 || resolved.useKlLoss) {
+      // Neither the entropy of the full distribution nor reference logprobs are computed here yet.
+      throw invalid('The embedded trainer supports neither entropy_coef nor use_kl_loss yet', {
+        entropy_coef: resolved.entropyCoef,
+        use_kl_loss: resolved.useKlLoss,
+      });
+    }
     const spans = sampleSpans(batch, this.model.config.contextLength);
     const trainable = trainableTokenCount(batch);
     // Reducer constants of the whole batch, so micro-batch losses add up to the batch loss.
