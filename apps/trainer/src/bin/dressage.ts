@@ -26,11 +26,25 @@ register();
 async function train(args: string[]): Promise<number> {
   const { values } = parseArgs({
     args,
-    options: { recipe: { type: 'string' }, resume: { type: 'boolean' }, steps: { type: 'string' } },
+    options: {
+      recipe: { type: 'string' },
+      resume: { type: 'boolean' },
+      steps: { type: 'string' },
+      'dry-run': { type: 'boolean' },
+    },
   });
   if (values.recipe === undefined)
     throw new DressageError({ code: 'invalid_argument', message: '--recipe is required' });
   const loaded = await loadRecipe(values.recipe);
+  if (values['dry-run']) {
+    const checks = await dryRun(loaded);
+    console.log(formatChecks(checks));
+    const failed = checks.filter((item) => !item.ok).length;
+    console.log(
+      failed === 0 ? 'dry run: every check passed' : `dry run: ${failed} of ${checks.length} checks failed`,
+    );
+    return failed === 0 ? 0 : 1;
+  }
   const controller = new AbortController();
   const interrupt = () => {
     if (controller.signal.aborted) process.exit(130);
