@@ -114,5 +114,6 @@ describe('restart persistence (real child process)', () => {
     } finally {
       await kill(second.child);
     }
-  });
+    // Two CLI process starts (module load included): generous on a loaded two-core machine.
+  }, 180_000);
 });
