@@ -12,8 +12,9 @@ export const baseConfig = defineConfig({
   test: {
     include: ['src/**/*.test.ts', 'test/**/*.test.ts'],
     environment: 'node',
-    testTimeout: 30_000,
-    hookTimeout: 30_000,
+    // Real servers, child processes and tfjs on shared two-core machines: bounds that fail a hang, not a slow run.
+    testTimeout: 120_000,
+    hookTimeout: 120_000,
     // Two-core CI machines: bound parallel forks so heavy suites do not starve servers under test.
     pool: 'forks',
     maxWorkers: 2,
