@@ -60,9 +60,7 @@ describe('calculator conversation', () => {
             {
               message: {
                 content: null,
-                tool_calls: [
-                  { id: 'call_9', function: { name: 'calculator', arguments: '{"expression":"37+45"}' } },
-                ],
+                tool_calls: [{ id: 'call_9', function: { name: 'calc', arguments: '{"e":"37+45"}' } }],
               },
             },
           ],
@@ -90,15 +88,9 @@ describe('calculator conversation', () => {
 
   it('builds the ideal conversation used for the warm-start', () => {
     const conversation = idealConversation('What is 4 + 30?', '34');
-    expect(conversation.map((message) => message.role)).toEqual([
-      'system',
-      'user',
-      'assistant',
-      'tool',
-      'assistant',
-    ]);
-    expect(conversation[2]).toMatchObject({
-      tool_calls: [{ function: { name: 'calculator', arguments: '{"expression":"4+30"}' } }],
+    expect(conversation.map((message) => message.role)).toEqual(['user', 'assistant', 'tool', 'assistant']);
+    expect(conversation[1]).toMatchObject({
+      tool_calls: [{ function: { name: 'calc', arguments: '{"e":"4+30"}' } }],
     });
   });
 });

@@ -1,5 +1,5 @@
 // The calculator task of the embedded recipe: the model is asked an arithmetic question, should call
-// the `calculator` tool with the expression, read the tool result, and answer with the number.
+// the `calc` tool with the expression, read the tool result, and answer with the number.
 //
 // The final answer turn is sent without tools, so the tools change between the two model turns and
 // the proxy starts a second segment: every trajectory exercises TITO (the tool result is appended
@@ -7,22 +7,21 @@
 import { WhiteboxAgent, type WhiteboxRunContext } from '@dressage/paddock';
 import type { ChatMessage, Sample, Tool } from '@dressage/protocol';
 
-/** The one tool the agent offers. */
+/** Name of the one tool the agent offers. */
+export const calculatorToolName = 'calc';
+
+/**
+ * The one tool the agent offers. Deliberately terse: every prompt token is paid for in every
+ * forward pass on a 2-core CPU, and the renderer's fixed instruction paragraph already explains
+ * the call format. (A description and a long parameter name cost ~25 tokens per segment.)
+ */
 export const calculatorTool: Tool = {
   type: 'function',
   function: {
-    name: 'calculator',
-    description: 'Evaluate an integer expression',
-    parameters: {
-      type: 'object',
-      properties: { expression: { type: 'string' } },
-      required: ['expression'],
-    },
+    name: calculatorToolName,
+    parameters: { type: 'object', properties: { e: { type: 'string' } } },
   },
 };
-
-/** The agent's system prompt. */
-export const systemPrompt = 'Use the calculator, then answer with the number.';
 
 /**
  * Evaluates `a + b`, `a - b` style expressions of non-negative integers; anything else is refused
@@ -52,8 +51,8 @@ export interface CalculatorOutcome {
 /** The ideal conversation for a question: used for the supervised warm-start and the vocabulary. */
 export function idealConversation(question: string, answer: string): ChatMessage[] {
   const expression = questionExpression(question) ?? question;
+  // No system message: the offered tool and the supervised warm-start carry the instruction.
   return [
-    { role: 'system', content: systemPrompt },
     { role: 'user', content: question },
     {
       role: 'assistant',
@@ -63,7 +62,7 @@ export function idealConversation(question: string, answer: string): ChatMessage
         {
           id: 'call_0',
           type: 'function',
-          function: { name: 'calculator', arguments: JSON.stringify({ expression }) },
+          function: { name: calculatorToolName, arguments: JSON.stringify({ e: expression }) },
         },
       ],
     },
@@ -109,19 +108,16 @@ export async function runCalculatorConversation(
   chat: ChatFunction,
   question: string,
 ): Promise<CalculatorOutcome> {
-  const messages: ChatMessage[] = [
-    { role: 'system', content: systemPrompt },
-    { role: 'user', content: question },
-  ];
+  const messages: ChatMessage[] = [{ role: 'user', content: question }];
   const reply = firstMessage(await chat({ model: 'proxy-model', messages, tools: [calculatorTool] }));
-  const call = reply.tool_calls?.find((candidate) => candidate.function.name === 'calculator');
+  const call = reply.tool_calls?.find((candidate) => candidate.function.name === calculatorToolName);
   if (call === undefined) {
     return { called_tool: false, arguments_correct: false, final_answer: (reply.content ?? '').trim() };
   }
   let expression = '';
   try {
-    const parsed = JSON.parse(call.function.arguments) as { expression?: unknown };
-    expression = typeof parsed.expression === 'string' ? parsed.expression : String(parsed.expression ?? '');
+    const parsed = JSON.parse(call.function.arguments) as { e?: unknown };
+    expression = typeof parsed.e === 'string' ? parsed.e : String(parsed.e ?? '');
   } catch {
     expression = '';
   }
@@ -169,7 +165,7 @@ export function warmStartExamples(
   const answer = String(record.label ?? '');
   const conversation = idealConversation(question, answer);
   return [
-    { messages: conversation.slice(0, 3), tools: [calculatorTool] },
-    { messages: conversation.slice(0, 5) },
+    { messages: conversation.slice(0, 2), tools: [calculatorTool] },
+    { messages: conversation.slice(0, 4) },
   ];
 }

@@ -63,15 +63,19 @@ export function sampleSpans(batch: PackedTrainBatch, contextLength: number): Sam
 }
 
 /**
- * Splits the samples that have response tokens into consecutive groups whose padded size (rows ×
- * longest row) stays within `maxTokens`; a sample larger than that forms a group of its own.
+ * Splits the samples that have response tokens into groups whose padded size (rows × longest row)
+ * stays within `maxTokens`; a sample larger than that forms a group of its own. Samples are grouped
+ * in order of length, so short rows (e.g. the answer segment of a tool conversation) are not padded
+ * to the longest row of the batch: padding is computed and thrown away.
  */
 export function planMicroBatches(spans: readonly SampleSpan[], maxTokens: number): SampleSpan[][] {
   const groups: SampleSpan[][] = [];
   let current: SampleSpan[] = [];
   let longest = 0;
-  for (const span of spans) {
-    if (span.responseLength === 0) continue;
+  const byLength = spans
+    .filter((span) => span.responseLength > 0)
+    .sort((left, right) => left.totalLength - right.totalLength || left.sample - right.sample);
+  for (const span of byLength) {
     const positions = span.totalLength - 1;
     const widened = Math.max(longest, positions);
     if (current.length > 0 && (current.length + 1) * widened > maxTokens) {
