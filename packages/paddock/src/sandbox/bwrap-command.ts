@@ -82,14 +82,9 @@ export function buildBwrapArgs(options: BwrapOptions, command: readonly string[]
   ];
   if (unsharePid) args.push('--unshare-pid');
   if (options.unshareNet) args.push('--unshare-net');
-  const seen = new Set<string>();
-  const system = options.readOnlyMounts.filter((path) => defaultSystemMounts.includes(path));
-  const others = options.readOnlyMounts.filter((path) => !defaultSystemMounts.includes(path));
-  for (const path of [...system, ...others]) {
-    if (seen.has(path)) continue;
-    seen.add(path);
-    args.push(...mountArgs(path));
-  }
+  const system = [...new Set(options.readOnlyMounts.filter((path) => defaultSystemMounts.includes(path)))];
+  const others = [...new Set(options.readOnlyMounts.filter((path) => !defaultSystemMounts.includes(path)))];
+  for (const path of system) args.push(...mountArgs(path));
   args.push('--dev', '/dev');
   // A fresh /proc only shows the sandbox's own processes; without a PID namespace the host's /proc is
   // shared read-only (what bwrap allows there).
@@ -101,6 +96,9 @@ export function buildBwrapArgs(options: BwrapOptions, command: readonly string[]
   args.push('--bind', directories.work, sandboxPaths.work);
   args.push('--bind', directories.runtime, sandboxPaths.runtime);
   args.push('--bind', directories.tmp, sandboxPaths.tmp);
+  // Extra read-only mounts go on top of the slot directories: a checkout under /tmp (as many CI
+  // runners use) must stay visible through the slot's private /tmp.
+  for (const path of others) args.push(...mountArgs(path));
   // The root itself is a tmpfs bwrap made; freeze it so nothing outside the binds is writable.
   args.push('--remount-ro', '/');
   args.push('--clearenv');

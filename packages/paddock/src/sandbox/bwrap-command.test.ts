@@ -1,0 +1,34 @@
+import { describe, expect, it } from 'vitest';
+import { buildBwrapArgs } from './bwrap-command.js';
+
+const directories = {
+  home: '/slots/0/home',
+  work: '/slots/0/work',
+  runtime: '/slots/0/runtime',
+  tmp: '/slots/0/tmp',
+};
+
+describe('bwrap arguments', () => {
+  it('binds extra read-only mounts over the slot directories, so a checkout under /tmp stays visible', () => {
+    const args = buildBwrapArgs(
+      {
+        directories,
+        hostname: 'slot-0',
+        readOnlyMounts: ['/usr', '/tmp/ci/checkout', '/usr', '/tmp/ci/checkout'],
+        env: {},
+      },
+      ['true'],
+    );
+    const slotTmp = args.findIndex(
+      (value, index) => value === '--bind' && args[index + 1] === '/slots/0/tmp',
+    );
+    const checkout = args.indexOf('/tmp/ci/checkout');
+    const system = args.indexOf('/usr');
+    expect(slotTmp).toBeGreaterThan(0);
+    expect(system).toBeLessThan(slotTmp);
+    expect(checkout).toBeGreaterThan(slotTmp);
+    // Each mount once, the system before the slot, the command last.
+    expect(args.filter((value) => value === '/tmp/ci/checkout')).toHaveLength(2);
+    expect(args.slice(-2)).toEqual(['--', 'true']);
+  });
+});
