@@ -5,6 +5,7 @@ import { spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { parseArgs } from 'node:util';
+import { startInspector } from '@dressage/inspector';
 import { DressageError } from '@dressage/protocol';
 import { register } from 'tsx/esm/api';
 import { dryRun, formatChecks } from '../lib/dry-run.js';
@@ -15,6 +16,7 @@ const usage = `dressage — agentic RL training
 
   dressage train --recipe FILE.yaml [--resume] [--steps N] [--dry-run]
   dressage report --run DIR [--name NAME]
+  dressage inspect --run DIR | --file FILE | --store DIR [--port N]
   dressage proxy [dressage-proxy flags]
   dressage engine [dressage-engine arguments]
   dressage blackbox-server
@@ -81,6 +83,32 @@ async function report(args: string[]): Promise<number> {
   return 0;
 }
 
+// Serves the inspector page until interrupted.
+async function inspect(args: string[]): Promise<number> {
+  const { values } = parseArgs({
+    args,
+    options: {
+      run: { type: 'string' },
+      file: { type: 'string', multiple: true },
+      store: { type: 'string' },
+      port: { type: 'string' },
+    },
+  });
+  const inspector = await startInspector({
+    ...(values.run === undefined ? {} : { run: values.run }),
+    ...(values.file === undefined ? {} : { file: values.file }),
+    ...(values.store === undefined ? {} : { store: values.store }),
+    ...(values.port === undefined ? {} : { port: Number(values.port) }),
+  });
+  console.log(`dressage inspect: ${inspector.index.size} sessions at ${inspector.url} (Ctrl-C to stop)`);
+  await new Promise((resolve) => {
+    process.once('SIGINT', resolve);
+    process.once('SIGTERM', resolve);
+  });
+  await inspector.close();
+  return 0;
+}
+
 // Runs another package's CLI as a child process, forwarding signals and the exit code.
 function delegate(packageName: string, binName: string, args: string[]): Promise<number> {
   const require = createRequire(import.meta.url);
@@ -101,6 +129,8 @@ async function main(argv: string[]): Promise<number> {
       return train(rest);
     case 'report':
       return report(rest);
+    case 'inspect':
+      return inspect(rest);
     case 'proxy':
       return delegate('@dressage/proxy', 'dressage-proxy', rest);
     case 'engine':

@@ -1,0 +1,46 @@
+// For users: start the inspector, or load and query a source programmatically.
+
+export type {
+  InspectedSegment,
+  InspectedSession,
+  SegmentView,
+  SessionSummary,
+} from './model.js';
+export { type InspectorServer, listenInspector, standaloneHtml } from './server.js';
+export {
+  sessionDetail,
+  sessionExport,
+  TokenDecoder,
+  type TokenTextDecoder,
+  tokenPage,
+} from './session-detail.js';
+export { maxPageSize, parseSessionQuery, SessionIndex, type SessionQuery } from './session-index.js';
+export { loadRunDirectory } from './sources/run-directory.js';
+export { loadSegmentFiles } from './sources/segment-file.js';
+export type { InspectorSource, SourceKind } from './sources/source.js';
+export { loadStoreDirectory } from './sources/store-directory.js';
+export {
+  defaultInspectorPort,
+  defaultTokenizerDirectory,
+  loadSource,
+  type SourceOptions,
+  type StartInspectorOptions,
+  startInspector,
+} from './start.js';
+export type {
+  InspectorInfo,
+  SegmentDetail,
+  SessionDetail,
+  SessionExport,
+  SessionPage,
+  TokenPage,
+  TokenRow,
+} from './views/api-types.js';
+export {
+  classifyTokens,
+  type TokenKind,
+  tokenClassName,
+  type VersionSpan,
+  versionSpans,
+  visibleText,
+} from './views/token-kinds.js';

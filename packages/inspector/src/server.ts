@@ -1,0 +1,234 @@
+import { existsSync, readFileSync } from 'node:fs';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { extname, join, normalize, sep } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { DressageError } from '@dressage/protocol';
+import type { InspectedSession, SegmentView } from './model.js';
+import { resolveView, sessionDetail, sessionExport, type TokenDecoder, tokenPage } from './session-detail.js';
+import { maxPageSize, parseSessionQuery, SessionIndex } from './session-index.js';
+import type { InspectorSource } from './sources/source.js';
+import type { InspectorInfo } from './views/api-types.js';
+
+/**
+ * The bundled front end. Both `src/server.ts` (tests, through the source condition) and the bundled
+ * `dist/index.js` sit one folder below the package root, so one relative URL serves both.
+ */
+export const webRoot = fileURLToPath(new URL('../dist/web/', import.meta.url));
+
+const contentTypes: Record<string, string> = {
+  '.html': 'text/html; charset=utf-8',
+  '.js': 'text/javascript; charset=utf-8',
+  '.css': 'text/css; charset=utf-8',
+  '.svg': 'image/svg+xml',
+  '.map': 'application/json; charset=utf-8',
+  '.json': 'application/json; charset=utf-8',
+};
+
+function readWebAsset(name: string): string {
+  const path = join(webRoot, name);
+  if (!existsSync(path)) {
+    throw new DressageError({
+      code: 'failed_precondition',
+      message: `The inspector front end is not built (${path} is missing): run pnpm --filter @dressage/inspector build`,
+    });
+  }
+  return readFileSync(path, 'utf8');
+}
+
+// JSON inside <script>: "<" escaped so no string in the data can close the element.
+function scriptSafeJson(value: unknown): string {
+  return JSON.stringify(value).replace(/</g, '\\u003c');
+}
+
+function escapeHtml(text: string): string {
+  return text.replace(/[&<>"]/g, (character) => `&#${character.charCodeAt(0)};`);
+}
+
+/**
+ * A single HTML file with the bundled script, the styles and the session's data inlined, so it opens
+ * from disk (or as a bug-report attachment) with no server.
+ */
+export function standaloneHtml(session: InspectedSession, decoder: TokenDecoder): string {
+  const script = readWebAsset('assets/inspector.js').replace(/<\/script/gi, '<\\/script');
+  const styles = readWebAsset('assets/inspector.css');
+  return `<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>dressage inspect · ${escapeHtml(session.id)}</title>
+<style>${styles}</style>
+</head>
+<body>
+<div id="app"></div>
+<script id="inspector-data" type="application/json">${scriptSafeJson(sessionExport(session, decoder))}</script>
+<script type="module">${script}</script>
+</body>
+</html>
+`;
+}
+
+function sendJson(
+  response: ServerResponse,
+  status: number,
+  body: unknown,
+  headers: Record<string, string> = {},
+) {
+  const text = JSON.stringify(body);
+  response.writeHead(status, {
+    'content-type': 'application/json; charset=utf-8',
+    'cache-control': 'no-store',
+    ...headers,
+  });
+  response.end(text);
+}
+
+function attachmentName(id: string, extension: string): string {
+  return `session-${id.replace(/[^A-Za-z0-9._-]+/g, '_')}.${extension}`;
+}
+
+/** Options of {@link createInspectorHandler}. */
+export interface InspectorHandlerOptions {
+  source: InspectorSource;
+  decoder: TokenDecoder;
+}
+
+/** The request handler of the inspector: the JSON API, the exports and the bundled front end. */
+export function createInspectorHandler(options: InspectorHandlerOptions): {
+  index: SessionIndex;
+  handle: (request: IncomingMessage, response: ServerResponse) => void;
+} {
+  const { source, decoder } = options;
+  const index = new SessionIndex(source.summaries);
+  const cache = new Map<string, InspectedSession>();
+  const loadSession = (id: string): InspectedSession => {
+    let session = cache.get(id);
+    if (session === undefined) {
+      session = source.load(id);
+      if (session === undefined)
+        throw new DressageError({ code: 'not_found', message: `No session ${id}`, details: { id } });
+      // A few recently opened sessions stay parsed: paging through tokens re-reads the same one.
+      if (cache.size >= 8) cache.delete(cache.keys().next().value!);
+      cache.set(id, session);
+    }
+    return session;
+  };
+
+  const route = (request: IncomingMessage, response: ServerResponse): void => {
+    const url = new URL(request.url ?? '/', 'http://inspector.local');
+    const parts = url.pathname.split('/').filter(Boolean).map(decodeURIComponent);
+    if (request.method !== 'GET' && request.method !== 'HEAD') {
+      sendJson(response, 405, { error: 'method_not_allowed' });
+      return;
+    }
+    if (parts[0] === 'api') {
+      if (parts[1] === 'info' && parts.length === 2) {
+        const info: InspectorInfo = {
+          kind: source.kind,
+          path: source.path,
+          sessionCount: index.size,
+          details: source.details,
+        };
+        sendJson(response, 200, info);
+        return;
+      }
+      if (parts[1] === 'sessions' && parts.length === 2) {
+        sendJson(response, 200, index.query(parseSessionQuery(url.searchParams)));
+        return;
+      }
+      if (parts[1] === 'sessions' && parts[2] !== undefined) {
+        const session = loadSession(parts[2]);
+        const view: SegmentView = resolveView(session, url.searchParams.get('view'));
+        if (parts.length === 3) {
+          sendJson(response, 200, sessionDetail(session, view));
+          return;
+        }
+        if (parts[3] === 'export.json' && parts.length === 4) {
+          sendJson(response, 200, sessionExport(session, decoder), {
+            'content-disposition': `attachment; filename="${attachmentName(session.id, 'json')}"`,
+          });
+          return;
+        }
+        if (parts[3] === 'export.html' && parts.length === 4) {
+          response.writeHead(200, {
+            'content-type': 'text/html; charset=utf-8',
+            'content-disposition': `attachment; filename="${attachmentName(session.id, 'html')}"`,
+          });
+          response.end(standaloneHtml(session, decoder));
+          return;
+        }
+        if (parts[3] === 'segments' && parts[5] === 'tokens' && parts.length === 6) {
+          const offset = Number(url.searchParams.get('offset') ?? 0) || 0;
+          const limit = Math.min(Number(url.searchParams.get('limit') ?? 2000) || 2000, 20 * maxPageSize);
+          const page = tokenPage(session, view, Number(parts[4]), decoder, offset, limit);
+          if (page === undefined) sendJson(response, 404, { error: 'not_found', message: 'No such segment' });
+          else sendJson(response, 200, page);
+          return;
+        }
+      }
+      sendJson(response, 404, { error: 'not_found', message: `No route ${url.pathname}` });
+      return;
+    }
+    // Static front end; every other path is the single-page app.
+    const relative = parts.length === 0 ? 'index.html' : normalize(parts.join(sep));
+    const target = join(webRoot, relative);
+    const file =
+      target.startsWith(webRoot) && existsSync(target) && extname(target) !== ''
+        ? target
+        : join(webRoot, 'index.html');
+    const body = readWebAsset(file.slice(webRoot.length));
+    response.writeHead(200, { 'content-type': contentTypes[extname(file)] ?? 'application/octet-stream' });
+    response.end(request.method === 'HEAD' ? undefined : body);
+  };
+
+  return {
+    index,
+    handle: (request, response) => {
+      try {
+        route(request, response);
+      } catch (error) {
+        const failure = DressageError.from(error, 'internal');
+        sendJson(response, failure.httpStatus, { error: failure.code, message: failure.message });
+      }
+    },
+  };
+}
+
+/** A running inspector. */
+export interface InspectorServer {
+  /** `http://127.0.0.1:PORT/`. */
+  url: string;
+  port: number;
+  source: InspectorSource;
+  index: SessionIndex;
+  server: Server;
+  /** Stops listening and closes open connections. */
+  close(): Promise<void>;
+}
+
+/** Starts the HTTP server on `host:port` (port 0 picks a free one). */
+export async function listenInspector(
+  options: InspectorHandlerOptions & { port?: number; host?: string },
+): Promise<InspectorServer> {
+  const { index, handle } = createInspectorHandler(options);
+  const server = createServer(handle);
+  const host = options.host ?? '127.0.0.1';
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(options.port ?? 0, host, () => resolve());
+  });
+  const port = (server.address() as AddressInfo).port;
+  return {
+    url: `http://${host}:${port}/`,
+    port,
+    source: options.source,
+    index,
+    server,
+    close: () =>
+      new Promise<void>((resolve, reject) => {
+        server.closeAllConnections();
+        server.close((error) => (error ? reject(error) : resolve()));
+      }),
+  };
+}

@@ -1,0 +1,40 @@
+import type { InspectedSegment, SegmentView } from '../model.js';
+import { fitNumbers, numberOrNull, objectOrEmpty, stringArray, stringOrNull } from './source.js';
+
+function viewOf(extraInfo: Record<string, unknown>): SegmentView {
+  return extraInfo.segment_view === 'lineage' ? 'lineage' : 'timeline';
+}
+
+/**
+ * Converts one segment as `/trajectory/read` returns it. Reading is lenient (missing arrays become
+ * zeros) because an inspector is most useful exactly when a record looks wrong.
+ */
+export function segmentFromRecord(record: Record<string, unknown>): InspectedSegment {
+  const tokens = fitNumbers(record.tokens, Array.isArray(record.tokens) ? record.tokens.length : 0, 0);
+  const extraInfo = objectOrEmpty(record.extra_info);
+  const versions = Array.isArray(record.full_versions) ? stringArray(record.full_versions) : null;
+  const reason = stringOrNull(extraInfo.segment_reason);
+  const reasons = stringArray(extraInfo.segment_reasons);
+  return {
+    view: viewOf(extraInfo),
+    index: numberOrNull(record.segment_index) ?? 0,
+    tokens,
+    lossMask: fitNumbers(record.full_loss_mask, tokens.length, 0),
+    logprobs: fitNumbers(record.full_logprobs, tokens.length, 0),
+    versions: versions !== null && versions.length === tokens.length ? versions : null,
+    messages: Array.isArray(record.messages) ? record.messages : [],
+    reason,
+    reasons: reasons.length > 0 ? reasons : reason === null ? [] : [reason],
+    finishReason: stringOrNull(record.finish_reason),
+    extraInfo,
+  };
+}
+
+/** A reward recorded beside a segment (`reward`, `extra_info.reward` or a numeric `label`). */
+export function rewardOfRecord(record: Record<string, unknown>): number | null {
+  return (
+    numberOrNull(record.reward) ??
+    numberOrNull(objectOrEmpty(record.extra_info).reward) ??
+    numberOrNull(record.label)
+  );
+}
