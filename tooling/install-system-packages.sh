@@ -5,10 +5,11 @@
 #   python3-grpcio python3-protobuf     the Megatron worker's gRPC server and its tests
 #   python3-numpy protobuf-compiler
 #   protobuf-compiler-grpc
+#   chromium                            the inspector's end-to-end test (driven by playwright-core)
 # Runs apt-get as root, or through sudo when available.
 set -euo pipefail
 
-packages=(bubblewrap ripgrep python3-grpcio python3-protobuf python3-numpy protobuf-compiler protobuf-compiler-grpc)
+packages=(bubblewrap ripgrep python3-grpcio python3-protobuf python3-numpy protobuf-compiler protobuf-compiler-grpc chromium)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
