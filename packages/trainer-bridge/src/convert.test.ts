@@ -314,3 +314,20 @@ describe('convertSamplesToTrainData: errors name the sample', () => {
     expect(batch.rollout_log_probs).toEqual([[-0.5], [0, 0]]);
   });
 });
+
+describe('convertSamplesToTrainData: custom reward post-processing', () => {
+  it('uses the given function instead of group normalisation, with the resolved options', () => {
+    const samples = [part([1, 1]), part([1, 0]), part([1])];
+    const seen: unknown[] = [];
+    const data = convertSamplesToTrainData(samples, {
+      globalBatchSize: 3,
+      rewardPostProcess: (given, options) => {
+        seen.push(given.length, options.advantageEstimator, options.globalBatchSize);
+        return { rawRewards: [5, 6, 7], rewards: [0.5, -0.25, 2] };
+      },
+    });
+    expect(seen).toEqual([3, 'grpo', 3]);
+    expect(data.rewards).toEqual([0.5, -0.25, 2]);
+    expect(data.raw_reward).toEqual([5, 6, 7]);
+  });
+});

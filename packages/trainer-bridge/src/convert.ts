@@ -8,7 +8,7 @@ import {
   type TrainBatch,
 } from '@dressage/protocol';
 import { describeSample, readRewardValue } from '@dressage/reward-registry';
-import { rewardPostProcess } from './reward-post-process.js';
+import { type PostProcessedRewards, rewardPostProcess } from './reward-post-process.js';
 import {
   type ResolvedTrainingOptions,
   resolveTrainingOptions,
@@ -17,7 +17,13 @@ import {
 } from './training-options.js';
 
 /** Options of {@link convertSamplesToTrainData}. */
-export type ConvertOptions = TrainingOptions;
+export interface ConvertOptions extends TrainingOptions {
+  /**
+   * Replaces the default reward post-processing (slime's `--custom-reward-post-process-path`):
+   * given the samples and the resolved options, returns raw and post-processed rewards in order.
+   */
+  rewardPostProcess?: (samples: readonly Sample[], options: ResolvedTrainingOptions) => PostProcessedRewards;
+}
 
 function invalid(message: string, details: Record<string, unknown> = {}): DressageError {
   return new DressageError({ code: 'invalid_argument', message, details });
@@ -189,7 +195,7 @@ export function convertSamplesToTrainData(
     maskSums[i] = sample.remove_sample ? 0 : sample.loss_mask === null ? response : maskSum(mask, sample);
   }
 
-  const { rawRewards, rewards } = rewardPostProcess(samples, resolved);
+  const { rawRewards, rewards } = (options.rewardPostProcess ?? rewardPostProcess)(samples, resolved);
   if (
     samples.some((sample) => sample.metadata.raw_reward !== undefined && sample.metadata.raw_reward !== null)
   ) {
