@@ -1,6 +1,10 @@
 import { isAbsolute, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
+import type { PackedTrainBatch, Sample, TrainBatch } from '@dressage/protocol';
 import { DressageError } from '@dressage/protocol';
+import type { createRolloutScheduler, GenerateFunction, RolloutDataSource } from '@dressage/schedulers';
+import type { ConvertOptions } from '@dressage/trainer-bridge';
+import type { Recipe } from './recipe.js';
 
 /** `module#export` → its parts; a bare module means its default export. */
 export function parseHookReference(reference: string): { module: string; exportName: string } {
@@ -44,4 +48,63 @@ export async function loadHook<T = unknown>(reference: string, baseDirectory: st
     });
   }
   return loaded[exportName] as T;
+}
+
+/** Where a data-source hook finds the recipe's settings. */
+export interface DataSourceHookContext {
+  recipe: Recipe;
+  /** The prompt file, resolved against the recipe. */
+  dataPath: string;
+}
+
+/** A custom data source with optional position save/load (used by checkpoints and `--resume`). */
+export type RunDataSource = RolloutDataSource & {
+  save?(directory: string, rolloutId: number): Promise<unknown>;
+  load?(directory: string): Promise<unknown>;
+};
+
+/** The recipe's pluggable hooks, loaded. `null` means the built-in behaviour. */
+export interface RunHooks {
+  /** `hooks.generate`: replaces the whitebox agent's generate function. */
+  generate: GenerateFunction | null;
+  /** `hooks.data_source`: builds the data source (default: the JSONL prompt source). */
+  dataSource: ((context: DataSourceHookContext) => RunDataSource | Promise<RunDataSource>) | null;
+  /** `hooks.rollout_scheduler`: builds the scheduler (same arguments as `createRolloutScheduler`). */
+  rolloutScheduler: typeof createRolloutScheduler | null;
+  /** `hooks.convert`: samples → packed or plain TrainBatch (default: prompt-equal conversion). */
+  convert: ((samples: Sample[], options: ConvertOptions) => PackedTrainBatch | TrainBatch) | null;
+  /** `hooks.reward_post_process`: raw and post-processed rewards (default: GRPO normalisation). */
+  rewardPostProcess: ConvertOptions['rewardPostProcess'] | null;
+  /**
+   * `hooks.rollout_log_function`: called each step with the samples and the step's metrics; may return
+   * extra metrics to log, or `true` to replace the default rollout metrics.
+   */
+  rolloutLog:
+    | ((
+        step: number,
+        samples: readonly Sample[],
+        metrics: Record<string, number>,
+      ) =>
+        | Record<string, number>
+        | boolean
+        | undefined
+        | Promise<Record<string, number> | boolean | undefined>)
+    | null;
+}
+
+async function optionalHook<T>(reference: string | undefined, baseDirectory: string): Promise<T | null> {
+  return reference === undefined ? null : loadHook<T>(reference, baseDirectory);
+}
+
+/** Loads every hook the recipe names (module paths resolve against the recipe's directory). */
+export async function loadRunHooks(recipe: Recipe, baseDirectory: string): Promise<RunHooks> {
+  const hooks = recipe.hooks;
+  return {
+    generate: await optionalHook(hooks.generate, baseDirectory),
+    dataSource: await optionalHook(hooks.data_source, baseDirectory),
+    rolloutScheduler: await optionalHook(hooks.rollout_scheduler, baseDirectory),
+    convert: await optionalHook(hooks.convert, baseDirectory),
+    rewardPostProcess: await optionalHook(hooks.reward_post_process, baseDirectory),
+    rolloutLog: await optionalHook(hooks.rollout_log_function, baseDirectory),
+  };
 }

@@ -3,14 +3,20 @@ import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { computeMultiSegmentMetrics, rawRewardTrajectoryMean } from '@dressage/multi-segment';
 import { makeGenerate, type WhiteboxAgentClass } from '@dressage/paddock';
-import { DressageError, type PackedTrainBatch, type Sample } from '@dressage/protocol';
+import {
+  DressageError,
+  type PackedTrainBatch,
+  packTrainBatch,
+  type Sample,
+  type TrainBatch,
+} from '@dressage/protocol';
 import { ProxyClient } from '@dressage/proxy';
 import { computeRewards, RewardRegistry } from '@dressage/reward-registry';
 import { createRolloutScheduler, PromptDataSource, type RolloutScheduler } from '@dressage/schedulers';
 import { convertSamplesToPackedTrainBatch, type TrainerClient } from '@dressage/trainer-bridge';
 import { connectClusterStack } from './cluster-stack.js';
 import { type EmbeddedStack, startEmbeddedStack } from './embedded-stack.js';
-import { loadHook } from './hooks.js';
+import { loadHook, loadRunHooks, type RunDataSource } from './hooks.js';
 import { MetricsLog, type MetricsRecord, readMetricsLog } from './metrics-log.js';
 import { ProgressLine } from './progress.js';
 import type { LoadedRecipe, Recipe } from './recipe.js';
@@ -88,15 +94,17 @@ export async function runTraining(
       message: `${loaded.path}: use an embedded engine with the embedded trainer, or SGLang with a gRPC trainer`,
     });
   }
+  const baseDirectory = resolve(loaded.path, '..');
+  const hooks = await loadRunHooks(recipe, baseDirectory);
   const agentReference = recipe.agent?.module;
-  if (agentReference === undefined) {
+  if (agentReference === undefined && hooks.generate === null) {
     throw new DressageError({
       code: 'invalid_argument',
-      message: `${loaded.path}: agent.module is required`,
+      message: `${loaded.path}: set agent.module (a whitebox agent class) or hooks.generate`,
     });
   }
-  const baseDirectory = resolve(loaded.path, '..');
-  const AgentClass = await loadHook<WhiteboxAgentClass>(agentReference, baseDirectory);
+  const AgentClass =
+    agentReference === undefined ? null : await loadHook<WhiteboxAgentClass>(agentReference, baseDirectory);
   const examplesFunction =
     recipe.warm_start.examples === undefined
       ? null
@@ -133,19 +141,22 @@ export async function runTraining(
   try {
     const trainer = stack.trainer;
     const proxyClient = new ProxyClient({ baseUrl: stack.proxyUrl });
-    const dataSource = await PromptDataSource.fromJsonl(dataPath, {
-      nSamplesPerPrompt: recipe.data.n_samples_per_prompt,
-      shuffle: recipe.data.shuffle,
-      seed: recipe.seed,
-      inputKey: recipe.data.input_key,
-      labelKey: recipe.data.label_key,
-      metadataKey: recipe.data.metadata_key,
-    });
+    const dataSource: RunDataSource =
+      hooks.dataSource !== null
+        ? await hooks.dataSource({ recipe, dataPath })
+        : await PromptDataSource.fromJsonl(dataPath, {
+            nSamplesPerPrompt: recipe.data.n_samples_per_prompt,
+            shuffle: recipe.data.shuffle,
+            seed: recipe.seed,
+            inputKey: recipe.data.input_key,
+            labelKey: recipe.data.label_key,
+            metadataKey: recipe.data.metadata_key,
+          });
 
     if (previous !== null) {
       const loadedCheckpoint = await trainer.loadCheckpoint({ path: previous.checkpoint });
       weightVersion = (await publishWeights(trainer, proxyClient, 'resume')).weightVersion;
-      await dataSource.load(join(outputDirectory, 'data-source'));
+      await dataSource.load?.(join(outputDirectory, 'data-source'));
       log(
         `resume: step ${previous.step}, checkpoint ${previous.checkpoint} (weights ${loadedCheckpoint.weight_version}), serving ${weightVersion}`,
       );
@@ -170,8 +181,10 @@ export async function runTraining(
     }
 
     const totalSteps = options.steps ?? recipe.training.steps;
-    const generate = makeGenerate(AgentClass, { proxy: proxyClient, proxyUrl: stack.proxyUrl });
-    scheduler = createRolloutScheduler(
+    const generate =
+      hooks.generate ??
+      makeGenerate(AgentClass as WhiteboxAgentClass, { proxy: proxyClient, proxyUrl: stack.proxyUrl });
+    scheduler = (hooks.rolloutScheduler ?? createRolloutScheduler)(
       recipe.rollout.mode,
       { dataSource, generate, sessionDiscarder: proxyClient },
       {
@@ -204,10 +217,13 @@ export async function runTraining(
       await scoreSamples(samples, registry);
       // What the trainer receives, kept for `dressage inspect` and bug reports.
       await exportSamples(outputDirectory, step, samples);
-      const packed = convertSamplesToPackedTrainBatch(samples, {
+      const convertOptions = {
         advantageEstimator: recipe.loss.advantage_estimator,
         globalBatchSize,
-      });
+        ...(hooks.rewardPostProcess === null ? {} : { rewardPostProcess: hooks.rewardPostProcess }),
+      };
+      const converted = (hooks.convert ?? convertSamplesToPackedTrainBatch)(samples, convertOptions);
+      const packed = isPackedBatch(converted) ? converted : packTrainBatch(converted);
       const trainStarted = performance.now();
       const response = await trainer.train(packed, {
         rollout_id: step,
@@ -226,9 +242,13 @@ export async function runTraining(
       lastReward = reward;
       const logprobDiffMax = response.metrics.train_rollout_logprob_abs_diff_max ?? 0;
       maxLogprobDiff = Math.max(maxLogprobDiff, logprobDiffMax);
+      const logged =
+        hooks.rolloutLog === null ? undefined : await hooks.rolloutLog(step, samples, rollout.metrics);
+      const rolloutMetrics =
+        logged === true ? {} : { ...rollout.metrics, ...computeMultiSegmentMetrics(samples) };
       const metrics: Record<string, number> = {
-        ...rollout.metrics,
-        ...computeMultiSegmentMetrics(samples),
+        ...rolloutMetrics,
+        ...(typeof logged === 'object' ? logged : {}),
         'rollout/raw_reward_trajectory_mean': reward,
         ...prefixed('train/', response.metrics),
         'perf/step_seconds': stepSeconds,
@@ -271,6 +291,10 @@ export async function runTraining(
     stopped,
     reportPath,
   };
+}
+
+function isPackedBatch(batch: PackedTrainBatch | TrainBatch): batch is PackedTrainBatch {
+  return batch.tokens instanceof Int32Array;
 }
 
 function seconds(since: number): number {
@@ -328,14 +352,14 @@ async function publishWeights(
 
 async function checkpoint(
   trainer: TrainerClient,
-  dataSource: PromptDataSource,
+  dataSource: RunDataSource,
   outputDirectory: string,
   step: number,
   weightVersion: string,
 ): Promise<void> {
   const path = join(outputDirectory, 'checkpoints', `step-${String(step).padStart(6, '0')}`);
   await trainer.saveCheckpoint({ path, rollout_id: step });
-  await dataSource.save(join(outputDirectory, 'data-source'), step);
+  await dataSource.save?.(join(outputDirectory, 'data-source'), step);
   await writeRunState(outputDirectory, {
     step,
     weight_version: weightVersion,

@@ -1,0 +1,64 @@
+// Every recipe hook plugged in by module path drives a real (tiny) embedded training step.
+import { mkdtemp, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+import { parseHookReference } from './hooks.js';
+import { readMetricsLog } from './metrics-log.js';
+import { loadRecipe } from './recipe.js';
+import { runTraining } from './training-run.js';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const task = join(here, '..', '..', 'recipes', 'calculator', 'task.ts');
+const fixture = join(here, '__fixtures__', 'custom-hooks.ts');
+
+describe('recipe hooks', () => {
+  it('splits module references', () => {
+    expect(parseHookReference('./task.ts#CalculatorAgent')).toEqual({
+      module: './task.ts',
+      exportName: 'CalculatorAgent',
+    });
+    expect(parseHookReference('@scope/package')).toEqual({ module: '@scope/package', exportName: 'default' });
+  });
+
+  it('loads data source, scheduler, reward post-process, convert and rollout log hooks by path', async () => {
+    const directory = await mkdtemp(join(tmpdir(), 'dressage-hooks-'));
+    await writeFile(join(directory, 'unused.jsonl'), '');
+    const recipePath = join(directory, 'recipe.yaml');
+    await writeFile(
+      recipePath,
+      `name: hooks
+output_dir: ${join(directory, 'run')}
+data: { path: unused.jsonl, n_samples_per_prompt: 2, rollout_batch_size: 2 }
+agent: { module: "${task}#CalculatorAgent" }
+rollout: { max_new_tokens: 8 }
+engine: { kind: embedded, model: { layers: 1, d_model: 16, heads: 2, context: 256 }, vocabulary_texts: ["What is 1 + 1?"] }
+trainer: { kind: embedded }
+training: { steps: 1 }
+hooks:
+  data_source: "${fixture}#dataSource"
+  rollout_scheduler: "${fixture}#scheduler"
+  convert: "${fixture}#convert"
+  reward_post_process: "${fixture}#postProcess"
+  rollout_log_function: "${fixture}#rolloutLog"
+  reward_modules: ["${task}"]
+`,
+    );
+    const summary = await runTraining(await loadRecipe(recipePath), { log: () => undefined });
+    expect(summary.stepsCompleted).toBe(1);
+    const [record] = (await readMetricsLog(join(directory, 'run', 'metrics.jsonl'))).filter(
+      (item) => item.phase === 'rl',
+    );
+    expect(record?.metrics).toMatchObject({
+      'custom/data_source_calls': 1,
+      'custom/scheduler_calls': 1,
+      'custom/convert_calls': 1,
+      'custom/post_process_calls': 1,
+      'custom/hook_instances': 4,
+    });
+    expect(record?.metrics['custom/samples']).toBeGreaterThanOrEqual(4);
+    // The default rollout metrics are still there (the log hook returned extra metrics, not `true`).
+    expect(record?.metrics['rollout/num_trajectories']).toBe(4);
+  }, 300_000);
+});
