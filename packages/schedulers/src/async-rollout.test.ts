@@ -172,7 +172,10 @@ describe('fully-async scheduler', () => {
       const dataSource = await PromptDataSource.fromJsonl(file, { nSamplesPerPrompt: 2 });
       const { scheduler, run } = setup('fully-async', () => ({ delay: 60_000 }), {}, dataSource);
       const pending = scheduler.generateRollout(0);
-      await tick(10);
+      // Keep the rejection handled while we wait; it is asserted after the shutdown below.
+      pending.catch(() => undefined);
+      // Wait (bounded) until the worker's generations hold timers: a loaded machine may take a while.
+      for (let waited = 0; count() <= before && waited < 5_000; waited += 10) await tick(10);
       expect(count()).toBeGreaterThan(before);
       await scheduler.shutdown();
       await expect(pending).rejects.toMatchObject({ code: 'cancelled' });
