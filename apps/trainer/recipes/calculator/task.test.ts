@@ -5,6 +5,7 @@ import {
   calculatorReward,
   evaluateExpression,
   idealConversation,
+  matchedOperands,
   questionExpression,
   runCalculatorConversation,
 } from './task.js';
@@ -47,6 +48,25 @@ describe('calculator reward', () => {
     ).toBe(1);
     expect(calculatorReward(sample(undefined))).toBe(0);
   });
+
+  it('gives dense partial credit: a call, each operand copied, the tool result read back', () => {
+    expect(matchedOperands('37+45', '37+45')).toBe(2);
+    expect(matchedOperands('37-4', '37+45')).toBe(1);
+    expect(matchedOperands('', '37+45')).toBe(0);
+    const partial = (operands: number, answer: string) =>
+      calculatorReward(
+        sample({
+          called_tool: true,
+          arguments_correct: false,
+          operands_matched: operands,
+          tool_result: '41',
+          final_answer: answer,
+        }),
+      );
+    expect(partial(0, '7')).toBeCloseTo(0.1);
+    expect(partial(1, '7')).toBeCloseTo(0.2);
+    expect(partial(1, '41')).toBeCloseTo(0.3);
+  });
 });
 
 describe('calculator conversation', () => {
@@ -68,7 +88,13 @@ describe('calculator conversation', () => {
       }
       return { choices: [{ message: { content: ' 82 ' } }] };
     }, 'What is 37 + 45?');
-    expect(outcome).toEqual({ called_tool: true, arguments_correct: true, final_answer: '82' });
+    expect(outcome).toEqual({
+      called_tool: true,
+      arguments_correct: true,
+      operands_matched: 2,
+      tool_result: '82',
+      final_answer: '82',
+    });
     expect(bodies).toHaveLength(2);
     expect(bodies[0]?.tools).toHaveLength(1);
     expect(bodies[1]?.tools).toBeUndefined();

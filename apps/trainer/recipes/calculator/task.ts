@@ -45,7 +45,21 @@ export interface CalculatorOutcome {
   called_tool: boolean;
   /** The tool's expression evaluates to the question's value. */
   arguments_correct: boolean;
+  /** Operands of the call's expression that match the question's, position by position (0–2). */
+  operands_matched?: number;
+  /** What the tool returned, when it was called. */
+  tool_result?: string;
   final_answer: string;
+}
+
+/** How many of the two operands of `actual` equal those of `expected` (`"7+2"` vs `"7-3"`: 1). */
+export function matchedOperands(actual: string, expected: string): number {
+  const operands = (text: string) => text.replace(/\s+/g, '').split(/[+-]/);
+  const [left, right] = [operands(actual), operands(expected)];
+  let matched = 0;
+  for (let index = 0; index < 2; index++)
+    if (left[index] !== undefined && left[index] !== '' && left[index] === right[index]) matched += 1;
+  return matched;
 }
 
 /** The ideal conversation for a question: used for the supervised warm-start and the vocabulary. */
@@ -72,8 +86,10 @@ export function idealConversation(question: string, answer: string): ChatMessage
 }
 
 /**
- * Reward: 1 for the right final number; otherwise partial credit that shapes the first turn, 0.1 for
- * a calculator call and 0.2 more when its expression has the right value.
+ * Reward: 1 for the right final number. Otherwise dense partial credit, at most 0.4, one part per
+ * skill the task needs, so GRPO groups have variance long before the first right answer:
+ * 0.1 for a calculator call, 0.1 per operand copied correctly into its expression, and 0.1 when the
+ * final answer repeats the tool's result (even a wrong one: reading the result is its own skill).
  */
 export function calculatorReward(sample: Sample): number {
   const outcome = sample.metadata.calculator as CalculatorOutcome | undefined;
@@ -81,7 +97,9 @@ export function calculatorReward(sample: Sample): number {
   const answer = (outcome?.final_answer ?? sample.response).trim();
   if (label !== '' && answer === label) return 1;
   if (outcome === undefined || !outcome.called_tool) return 0;
-  return outcome.arguments_correct ? 0.3 : 0.1;
+  const operands = outcome.operands_matched ?? (outcome.arguments_correct ? 2 : 0);
+  const readResult = outcome.tool_result !== undefined && answer !== '' && answer === outcome.tool_result;
+  return (1 + operands + (readResult ? 1 : 0)) / 10;
 }
 
 /** Registered by the reward registry when the recipe names this module. */
@@ -124,6 +142,7 @@ export async function runCalculatorConversation(
   const value = evaluateExpression(expression);
   const expected = questionExpression(question);
   const argumentsCorrect = value !== null && expected !== null && value === evaluateExpression(expected);
+  const toolResult = value === null ? 'error: not an expression' : String(value);
   messages.push(
     {
       role: 'assistant',
@@ -133,7 +152,7 @@ export async function runCalculatorConversation(
     {
       role: 'tool',
       tool_call_id: call.id,
-      content: value === null ? 'error: not an expression' : String(value),
+      content: toolResult,
     },
   );
   // No tools on the answer turn: the tools change, so the proxy starts a second segment here.
@@ -141,6 +160,8 @@ export async function runCalculatorConversation(
   return {
     called_tool: true,
     arguments_correct: argumentsCorrect,
+    operands_matched: expected === null ? 0 : matchedOperands(expression, expected),
+    tool_result: toolResult,
     final_answer: (answer.content ?? '').trim(),
   };
 }
