@@ -86,6 +86,23 @@ export function unpackTypedArray<K extends PackedType>(
 ): PackedArrayByType[K] {
   const ctor = constructors[type];
   const size = ctor.BYTES_PER_ELEMENT;
+  const length = checkPackedLength(bytes, type, options);
+  if (!hostIsLittleEndian && size > 1) return readLittleEndian(bytes, type, length);
+  if (bytes.byteOffset % size === 0) return new ctor(bytes.buffer, bytes.byteOffset, length);
+  // Unaligned view: one copy into a fresh, aligned buffer. (Not `bytes.slice()`: on a Node Buffer
+  // that is a view sharing the original memory, not a copy.)
+  const copy = new Uint8Array(bytes.byteLength);
+  copy.set(bytes);
+  return new ctor(copy.buffer, 0, length);
+}
+
+/**
+ * The checks of {@link unpackTypedArray} without reading the elements: returns the element count,
+ * or throws `data_loss` (not a whole number of elements) / `invalid_argument` (not `expectedLength`).
+ * @internal
+ */
+export function checkPackedLength(bytes: Uint8Array, type: PackedType, options: UnpackOptions = {}): number {
+  const size = constructors[type].BYTES_PER_ELEMENT;
   const field = options.field ?? 'packed array';
   if (bytes.byteLength % size !== 0) {
     throw new DressageError({
@@ -102,13 +119,7 @@ export function unpackTypedArray<K extends PackedType>(
       details: { field, type, expected_length: options.expectedLength, length },
     });
   }
-  if (!hostIsLittleEndian && size > 1) return readLittleEndian(bytes, type, length);
-  if (bytes.byteOffset % size === 0) return new ctor(bytes.buffer, bytes.byteOffset, length);
-  // Unaligned view: one copy into a fresh, aligned buffer. (Not `bytes.slice()`: on a Node Buffer
-  // that is a view sharing the original memory, not a copy.)
-  const copy = new Uint8Array(bytes.byteLength);
-  copy.set(bytes);
-  return new ctor(copy.buffer, 0, length);
+  return length;
 }
 
 /** Concatenates typed arrays of one type into a single new array. */

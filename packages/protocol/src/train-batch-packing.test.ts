@@ -165,6 +165,77 @@ describe('Train stream chunks', () => {
   });
 });
 
+describe('TrainBatchAssembler', () => {
+  it('reassembles from views into one shared buffer, and owns its copy', () => {
+    const packed = packTrainBatch(randomBatch(37, 101, 11));
+    const chunks = trainBatchToChunks(packed, header, { maxChunkBytes: 3000 });
+    // Every column a view at an odd offset into one shared buffer, as a zero-copy decoder hands out.
+    const decoded = chunks.map((chunk) => TrainChunk.decode(TrainChunk.encode(chunk).finish()));
+    const columnBytes = Object.values(packed).reduce(
+      (sum: number, value) => sum + (ArrayBuffer.isView(value) ? value.byteLength : 0),
+      0,
+    );
+    const shared = Buffer.alloc(1 + columnBytes + 12 * decoded.length);
+    let offset = 1;
+    for (const chunk of decoded) {
+      if (chunk.payload?.$case !== 'samples') continue;
+      const block = chunk.payload.value as unknown as Record<string, unknown>;
+      for (const [key, value] of Object.entries(block)) {
+        if (!(value instanceof Uint8Array)) continue;
+        shared.set(value, offset);
+        block[key] = shared.subarray(offset, offset + value.byteLength);
+        offset += value.byteLength + 1;
+      }
+    }
+    const assembler = new TrainBatchAssembler();
+    for (const chunk of decoded) assembler.push(chunk);
+    const { batch } = assembler.finish();
+    shared.fill(0xff);
+    expectSameBatch(batch, packed);
+    expect(assembler.finish().batch).toBe(batch);
+  });
+
+  it('rejects logprobs present in some blocks only, and oversized or inconsistent blocks', () => {
+    const packed = packTrainBatch(randomBatch(6, 20, 6));
+    const chunks = () => trainBatchToChunks(packed, header, { maxChunkBytes: 200 });
+    const withTokens = (list: TrainChunk[]) =>
+      list.findIndex(
+        (chunk) => chunk.payload?.$case === 'samples' && chunk.payload.value.loss_masks.length > 0,
+      );
+    const partial = chunks();
+    const block = partial[withTokens(partial)]?.payload;
+    if (block?.$case !== 'samples') throw new Error('expected a sample block');
+    block.value.rollout_log_probs = Buffer.alloc(0);
+    expect(catchError(() => trainBatchFromChunks(partial)).message).toBe(
+      'train stream: rollout_log_probs present in some blocks only',
+    );
+
+    const extra = chunks();
+    const first = extra[0]?.payload;
+    if (first?.$case !== 'header') throw new Error('expected the header');
+    first.value.sample_count = 1;
+    expect(catchError(() => trainBatchFromChunks(extra)).message).toMatch(/more than the header's 1$/);
+
+    const lengths = chunks();
+    const sample = lengths[1]?.payload;
+    if (sample?.$case !== 'samples') throw new Error('expected a sample block');
+    sample.value.response_lengths = Buffer.from(
+      new Int32Array([10_000, ...new Int32Array(sample.value.sample_count - 1)]).buffer,
+    );
+    expect(catchError(() => trainBatchFromChunks(lengths)).message).toMatch(
+      /^samples block 0: sample 0 has total_length \d+ and response_length 10000$/,
+    );
+
+    const rewards = chunks();
+    const short = rewards[1]?.payload;
+    if (short?.$case !== 'samples') throw new Error('expected a sample block');
+    short.value.rewards = short.value.rewards.subarray(4);
+    const error = catchError(() => trainBatchFromChunks(rewards));
+    expect(error.code).toBe('invalid_argument');
+    expect(error.message).toMatch(/^samples block 0: rewards: expected \d+ float32 elements, got \d+$/);
+  });
+});
+
 describe('TrainerService over real gRPC', () => {
   const server = new Server({ 'grpc.max_receive_message_length': 64 * 1024 * 1024 });
   let client: TrainerServiceClient;

@@ -1,6 +1,12 @@
 import { DressageError } from './errors.js';
 import type { SampleBlock, TrainBatchHeader, TrainChunk } from './gen/dressage/trainer/v1/trainer.js';
-import { concatTypedArrays, packTypedArray, unpackTypedArray } from './packing.js';
+import {
+  checkPackedLength,
+  type PackedArrayByType,
+  type PackedType,
+  packTypedArray,
+  unpackTypedArray,
+} from './packing.js';
 import type { TrainBatch } from './schemas/train-batch.js';
 
 /**
@@ -275,31 +281,53 @@ function sampleBlock(
   };
 }
 
-interface DecodedBlock {
-  count: number;
-  tokens: Int32Array;
-  total_lengths: Int32Array;
-  response_lengths: Int32Array;
-  loss_masks: Uint8Array;
-  rollout_log_probs: Float32Array | null;
-  teacher_log_probs: Float32Array | null;
-  rollout_ids: Int32Array;
-  rewards: Float32Array;
-  raw_rewards: Float32Array;
-  rollout_mask_sums: Float64Array;
-  truncated: Uint8Array;
-  sample_indices: Int32Array;
-}
+type ColumnName = Exclude<keyof PackedTrainBatch, 'sample_count'>;
+
+const columnTypes = {
+  tokens: 'int32',
+  total_lengths: 'int32',
+  response_lengths: 'int32',
+  loss_masks: 'uint8',
+  rollout_log_probs: 'float32',
+  teacher_log_probs: 'float32',
+  rollout_ids: 'int32',
+  rewards: 'float32',
+  raw_rewards: 'float32',
+  rollout_mask_sums: 'float64',
+  truncated: 'uint8',
+  sample_indices: 'int32',
+} as const satisfies Record<ColumnName, PackedType>;
+
+const perSampleColumns = [
+  'rollout_ids',
+  'rewards',
+  'raw_rewards',
+  'rollout_mask_sums',
+  'truncated',
+  'sample_indices',
+] as const;
+
+// One validated block, its columns kept as the received bytes (views; copied once, in `finish`).
+// A logprob column is null when the block has response tokens but does not carry it.
+type ReceivedBlock = Record<ColumnName, Uint8Array | null> & {
+  sampleCount: number;
+  tokenCount: number;
+  responseTokens: number;
+};
 
 /**
  * Reassembles a `Train` stream on the receiving side, validating each block as it arrives, so a
- * server can reject a malformed stream before it has buffered all of it.
+ * server can reject a malformed stream before it has buffered all of it. Blocks are kept as the
+ * received bytes and each column is copied exactly once, into batch arrays allocated by `finish`:
+ * large batches are bound by copies and garbage collection.
  */
 export class TrainBatchAssembler {
   private header: TrainBatchHeader | null = null;
-  private readonly blocks: DecodedBlock[] = [];
+  private readonly blocks: ReceivedBlock[] = [];
+  private blockCount = 0;
   private samples = 0;
   private tokens = 0;
+  private result: { header: TrainBatchHeader; batch: PackedTrainBatch } | null = null;
 
   /** Adds the next chunk of the stream. */
   push(chunk: TrainChunk): void {
@@ -311,9 +339,10 @@ export class TrainBatchAssembler {
       return;
     }
     if (this.header === null) throw invalid('train stream: sample block before the header');
-    const block = decodeBlock(payload.value, this.blocks.length);
-    this.samples += block.count;
-    this.tokens += block.tokens.length;
+    const block = receiveBlock(payload.value, this.blockCount);
+    this.blockCount += 1;
+    this.samples += block.sampleCount;
+    this.tokens += block.tokenCount;
     if (this.samples > this.header.sample_count) {
       throw invalid(
         `train stream: ${this.samples} samples received, more than the header's ${this.header.sample_count}`,
@@ -322,8 +351,9 @@ export class TrainBatchAssembler {
     this.blocks.push(block);
   }
 
-  /** Checks the totals against the header and concatenates the blocks into one packed batch. */
+  /** Checks the totals against the header and copies the blocks into one packed batch. */
   finish(): { header: TrainBatchHeader; batch: PackedTrainBatch } {
+    if (this.result !== null) return this.result;
     const header = this.header;
     if (header === null) throw invalid('train stream: ended without a header');
     if (this.samples !== header.sample_count || this.tokens !== header.token_count) {
@@ -333,67 +363,59 @@ export class TrainBatchAssembler {
       );
     }
     const blocks = this.blocks;
+    // Blocks without response tokens carry no per-token data either way.
+    const withTokens = blocks.filter((block) => block.responseTokens > 0);
     const optional = (key: 'rollout_log_probs' | 'teacher_log_probs'): Float32Array | null => {
-      // Blocks without response tokens carry no per-token data either way.
-      const withTokens = blocks.filter((block) => block.loss_masks.length > 0);
       const present = withTokens.filter((block) => block[key] !== null).length;
       if (present === 0) return null;
       if (present !== withTokens.length) throw invalid(`train stream: ${key} present in some blocks only`);
-      return concatTypedArrays(
-        'float32',
-        blocks.map((block) => block[key] ?? new Float32Array(0)),
-      );
+      return joinColumn(blocks, key);
     };
+    const rolloutLogProbs = optional('rollout_log_probs');
+    const teacherLogProbs = optional('teacher_log_probs');
     const batch: PackedTrainBatch = {
       sample_count: this.samples,
-      tokens: concatTypedArrays(
-        'int32',
-        blocks.map((block) => block.tokens),
-      ),
-      total_lengths: concatTypedArrays(
-        'int32',
-        blocks.map((block) => block.total_lengths),
-      ),
-      response_lengths: concatTypedArrays(
-        'int32',
-        blocks.map((block) => block.response_lengths),
-      ),
-      loss_masks: concatTypedArrays(
-        'uint8',
-        blocks.map((block) => block.loss_masks),
-      ),
-      rollout_log_probs: optional('rollout_log_probs'),
-      teacher_log_probs: optional('teacher_log_probs'),
-      rollout_ids: concatTypedArrays(
-        'int32',
-        blocks.map((block) => block.rollout_ids),
-      ),
-      rewards: concatTypedArrays(
-        'float32',
-        blocks.map((block) => block.rewards),
-      ),
-      raw_rewards: concatTypedArrays(
-        'float32',
-        blocks.map((block) => block.raw_rewards),
-      ),
-      rollout_mask_sums: concatTypedArrays(
-        'float64',
-        blocks.map((block) => block.rollout_mask_sums),
-      ),
-      truncated: concatTypedArrays(
-        'uint8',
-        blocks.map((block) => block.truncated),
-      ),
-      sample_indices: concatTypedArrays(
-        'int32',
-        blocks.map((block) => block.sample_indices),
-      ),
+      tokens: joinColumn(blocks, 'tokens'),
+      total_lengths: joinColumn(blocks, 'total_lengths'),
+      response_lengths: joinColumn(blocks, 'response_lengths'),
+      loss_masks: joinColumn(blocks, 'loss_masks'),
+      rollout_log_probs: rolloutLogProbs,
+      teacher_log_probs: teacherLogProbs,
+      rollout_ids: joinColumn(blocks, 'rollout_ids'),
+      rewards: joinColumn(blocks, 'rewards'),
+      raw_rewards: joinColumn(blocks, 'raw_rewards'),
+      rollout_mask_sums: joinColumn(blocks, 'rollout_mask_sums'),
+      truncated: joinColumn(blocks, 'truncated'),
+      sample_indices: joinColumn(blocks, 'sample_indices'),
     };
-    return { header, batch };
+    // Release the received messages; the batch owns its own copy.
+    this.blocks.length = 0;
+    this.result = { header, batch };
+    return this.result;
   }
 }
 
-function decodeBlock(block: SampleBlock, index: number): DecodedBlock {
+// Copies one column of every block into a fresh (aligned) buffer: the only copy of the data. Always
+// a copy, never `slice()`: a decoder's bytes are views into the received message (and a Node Buffer's
+// `slice()` is a view too).
+function joinColumn<K extends ColumnName>(
+  blocks: readonly ReceivedBlock[],
+  name: K,
+): PackedArrayByType[(typeof columnTypes)[K]] {
+  let total = 0;
+  for (const block of blocks) total += block[name]?.byteLength ?? 0;
+  const bytes = new Uint8Array(total);
+  let offset = 0;
+  for (const block of blocks) {
+    const part = block[name];
+    if (part === null) continue;
+    bytes.set(part, offset);
+    offset += part.byteLength;
+  }
+  return unpackTypedArray(bytes, columnTypes[name]);
+}
+
+function receiveBlock(block: SampleBlock, index: number): ReceivedBlock {
   const count = block.sample_count;
   const field = (name: string) => `samples block ${index}: ${name}`;
   const perSample = { expectedLength: count };
@@ -416,40 +438,38 @@ function decodeBlock(block: SampleBlock, index: number): DecodedBlock {
     tokenTotal += total;
     responseTotal += response;
   }
-  const perResponse = (name: string) => ({ expectedLength: responseTotal, field: field(name) });
-  const optionalFloats = (bytes: Uint8Array, name: string) =>
-    bytes.byteLength === 0 && responseTotal > 0
-      ? null
-      : unpackTypedArray(bytes, 'float32', perResponse(name));
-  const lossMasks = unpackTypedArray(block.loss_masks, 'uint8', perResponse('loss_masks'));
+  // Checks a column's length and keeps its bytes as received (no copy yet).
+  const column = (bytes: Uint8Array, name: ColumnName, expectedLength: number): Uint8Array => {
+    checkPackedLength(bytes, columnTypes[name], { expectedLength, field: field(name) });
+    return bytes;
+  };
+  const optionalFloats = (name: 'rollout_log_probs' | 'teacher_log_probs') =>
+    block[name].byteLength === 0 && responseTotal > 0 ? null : column(block[name], name, responseTotal);
+  const lossMasks = column(block.loss_masks, 'loss_masks', responseTotal);
   for (let i = 0; i < lossMasks.length; i++) {
     if ((lossMasks[i] as number) > 1)
       throw invalid(`${field('loss_masks')}[${i}] is ${lossMasks[i]}, not 0 or 1`);
   }
-  return {
-    count,
-    tokens: unpackTypedArray(block.tokens, 'int32', { expectedLength: tokenTotal, field: field('tokens') }),
-    total_lengths: totalLengths,
-    response_lengths: responseLengths,
+  const tokens = column(block.tokens, 'tokens', tokenTotal);
+  const received: ReceivedBlock = {
+    sampleCount: count,
+    tokenCount: tokenTotal,
+    responseTokens: responseTotal,
+    tokens,
+    total_lengths: block.total_lengths,
+    response_lengths: block.response_lengths,
     loss_masks: lossMasks,
-    rollout_log_probs: optionalFloats(block.rollout_log_probs, 'rollout_log_probs'),
-    teacher_log_probs: optionalFloats(block.teacher_log_probs, 'teacher_log_probs'),
-    rollout_ids: unpackTypedArray(block.rollout_ids, 'int32', { ...perSample, field: field('rollout_ids') }),
-    rewards: unpackTypedArray(block.rewards, 'float32', { ...perSample, field: field('rewards') }),
-    raw_rewards: unpackTypedArray(block.raw_rewards, 'float32', {
-      ...perSample,
-      field: field('raw_rewards'),
-    }),
-    rollout_mask_sums: unpackTypedArray(block.rollout_mask_sums, 'float64', {
-      ...perSample,
-      field: field('rollout_mask_sums'),
-    }),
-    truncated: unpackTypedArray(block.truncated, 'uint8', { ...perSample, field: field('truncated') }),
-    sample_indices: unpackTypedArray(block.sample_indices, 'int32', {
-      ...perSample,
-      field: field('sample_indices'),
-    }),
+    rollout_log_probs: optionalFloats('rollout_log_probs'),
+    teacher_log_probs: optionalFloats('teacher_log_probs'),
+    rollout_ids: null,
+    rewards: null,
+    raw_rewards: null,
+    rollout_mask_sums: null,
+    truncated: null,
+    sample_indices: null,
   };
+  for (const name of perSampleColumns) received[name] = column(block[name], name, count);
+  return received;
 }
 
 /** Reassembles a complete list of `Train` chunks (see {@link TrainBatchAssembler}). */

@@ -10,7 +10,6 @@ export {
   type SelectedBackend,
   selectBackend,
 } from './backend.js';
-export { TrainBatchReceiver } from './batch-receiver.js';
 export {
   assignRolloutIds,
   type ConvertOptions,

@@ -10,6 +10,7 @@ import {
   type PackedTrainBatch,
   type SaveCheckpointRequest,
   SaveCheckpointResponse,
+  TrainBatchAssembler,
   type TrainBatchHeader,
   type TrainChunk,
   type TrainerServiceServer,
@@ -26,7 +27,6 @@ import {
   type ServerUnaryCall,
   type sendUnaryData,
 } from '@grpc/grpc-js';
-import { TrainBatchReceiver } from './batch-receiver.js';
 import { errorToGrpcStatus } from './grpc-errors.js';
 import { DEFAULT_MAX_MESSAGE_BYTES, messageLimitOptions } from './grpc-limits.js';
 import { trainerServiceDefinition } from './train-chunk-codec.js';
@@ -168,7 +168,7 @@ export function createTrainerServiceHandlers(
       callback: sendUnaryData<TrainResponse>,
     ) => {
       const { signal, dispose } = callSignal(call);
-      const assembler = new TrainBatchReceiver();
+      const assembler = new TrainBatchAssembler();
       let done = false;
       busy += 1;
       const finish = (error: unknown, response?: TrainResponse) => {
