@@ -10,6 +10,7 @@ import {
   dummyToolCaller,
   stripCharacters,
   toolCallsOf,
+  toolResponseText,
   turnEnd,
   turnStart,
 } from './shared.js';
@@ -94,14 +95,9 @@ export function createQwen35Renderer(): ChatRenderer {
           case 'assistant':
             parts.push(assistantTurn(message));
             break;
-          case 'tool': {
-            const opens = messages[index - 1]?.role !== 'tool';
-            const closes = messages[index + 1]?.role !== 'tool';
-            parts.push(
-              `${opens ? `${turnStart}user` : ''}\n<tool_response>\n${messageText(message.content)}\n</tool_response>${closes ? `${turnEnd}\n` : ''}`,
-            );
+          case 'tool':
+            parts.push(toolResponseText(messages, index));
             break;
-          }
         }
       }
       if (options.addGenerationPrompt) {

@@ -10,6 +10,7 @@ import {
   jsonToolCallBody,
   stripCharacters,
   toolCallsOf,
+  toolResponseText,
   turnEnd,
   turnStart,
 } from './shared.js';
@@ -94,14 +95,9 @@ export function createQwen3Renderer(options: Qwen3RendererOptions = {}): ChatRen
             parts.push(`${text}${turnEnd}\n`);
             break;
           }
-          case 'tool': {
-            const opens = messages[index - 1]?.role !== 'tool';
-            const closes = messages[index + 1]?.role !== 'tool';
-            parts.push(
-              `${opens ? `${turnStart}user` : ''}\n<tool_response>\n${messageText(message.content)}\n</tool_response>${closes ? `${turnEnd}\n` : ''}`,
-            );
+          case 'tool':
+            parts.push(toolResponseText(messages, index));
             break;
-          }
         }
       }
       if (renderOptions.addGenerationPrompt) {

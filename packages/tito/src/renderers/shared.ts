@@ -24,6 +24,17 @@ export function assertKnownRoles(messages: readonly ChatMessage[]): void {
   }
 }
 
+/**
+ * A tool result in the Qwen format: inside a user turn, as a `<tool_response>` block; consecutive tool
+ * messages share one user turn (only the first opens it, only the last closes it).
+ */
+export function toolResponseText(messages: readonly ChatMessage[], index: number): string {
+  const opens = messages[index - 1]?.role !== 'tool';
+  const closes = messages[index + 1]?.role !== 'tool';
+  const body = `\n<tool_response>\n${messageText(messages[index]?.content ?? '')}\n</tool_response>`;
+  return `${opens ? `${turnStart}user` : ''}${body}${closes ? `${turnEnd}\n` : ''}`;
+}
+
 /** An assistant message split into reasoning and visible content. */
 export interface AssistantParts {
   reasoning: string;
