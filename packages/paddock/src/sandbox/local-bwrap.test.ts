@@ -82,22 +82,29 @@ describe('local bubblewrap sandboxes', () => {
 
   it('kills a runaway process group at the timeout', async () => {
     const lease = await provider.create({ trajectoryId: 'runaway' });
-    const result = await provider.runCommand(
-      lease,
-      '(sleep 300 & sleep 300 & setsid sleep 300 &) ; echo started; while true; do sleep 1; done',
-      { timeoutSeconds: 1 },
-    );
-    expect(result.timedOut).toBe(true);
-    expect(result.stdout).toContain('started');
-    // No sleeper survived in any namespace: ps sees only this probe's own processes.
-    const after = await provider.runCommand(lease, 'ps -eo comm= | grep -c "^sleep$" || true');
-    expect(after.stdout.trim()).toBe('0');
-    const { execFileSync } = await import('node:child_process');
-    const hostSleepers = execFileSync('sh', ['-c', 'ps -eo args= | grep -c "^sleep 300$" || true'])
-      .toString()
-      .trim();
-    expect(hostSleepers).toBe('0');
-    await provider.terminate(lease);
+    try {
+      const result = await provider.runCommand(
+        lease,
+        '(sleep 300 & sleep 300 & setsid sleep 300 &) ; echo started; while true; do sleep 1; done',
+        { timeoutSeconds: 1 },
+      );
+      expect(result.timedOut).toBe(true);
+      expect(result.stdout).toContain('started');
+      // No sleeper survived in any namespace: ps sees only this probe's own processes.
+      const after = await provider.runCommand(lease, 'ps -eo comm= | grep -c "^sleep$" || true');
+      expect(after.stdout.trim()).toBe('0');
+      const { execFileSync } = await import('node:child_process');
+      const hostSleepers = () =>
+        execFileSync('sh', ['-c', 'ps -eo args= | grep -c "^sleep 300$" || true']).toString().trim();
+      // SIGKILL is delivered asynchronously: give the killed group a moment to disappear from the host.
+      for (let waited = 0; hostSleepers() !== '0' && waited < 5_000; waited += 100) {
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      expect(hostSleepers()).toBe('0');
+    } finally {
+      // Release the slot even when an assertion failed, so later tests are not starved of slots.
+      await provider.terminate(lease);
+    }
   });
 
   it('gives the next lease of a slot none of the previous files', async () => {
