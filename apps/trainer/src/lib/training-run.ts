@@ -22,7 +22,7 @@ import { ProgressLine } from './progress.js';
 import type { LoadedRecipe, Recipe } from './recipe.js';
 import { defaultReportPlots, renderReportHtml } from './report.js';
 import { exportSamples } from './sample-export.js';
-import { buildSupervisedBatch, type WarmStartExample } from './warm-start.js';
+import type { WarmStartExample } from './warm-start.js';
 
 /** Options of {@link runTraining}. */
 export interface RunTrainingOptions {
@@ -54,7 +54,6 @@ interface RunState {
   step: number;
   weight_version: string;
   checkpoint: string;
-  warm_start_done: boolean;
 }
 
 const stateFile = 'run-state.json';
@@ -364,7 +363,6 @@ async function checkpoint(
     step,
     weight_version: weightVersion,
     checkpoint: path,
-    warm_start_done: true,
   });
 }
 
@@ -397,5 +395,3 @@ export async function writeReport(outputDirectory: string, recipe: Pick<Recipe, 
   await writeFile(path, html);
   return path;
 }
-
-export { buildSupervisedBatch };
