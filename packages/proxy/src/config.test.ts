@@ -70,6 +70,27 @@ describe('dressage-proxy flags (§1.11)', () => {
     });
   });
 
+  it('collects --tool-call-hooks entries from comma-separated and repeated flags', () => {
+    const parsed = parseProxyArguments([
+      '--tokenizer-path',
+      'm',
+      '--tool-call-hooks',
+      './hooks.js:snapshot, ./net.js',
+      '--tool-call-hooks=@acme/sandbox-hooks',
+      '--tool-call-hook-before-timeout',
+      '30',
+    ]);
+    if (parsed.help) throw new Error('unexpected help');
+    expect(parsed.config.toolCallHooks).toEqual(['./hooks.js:snapshot', './net.js', '@acme/sandbox-hooks']);
+    expect(parsed.config.toolCallHookBeforeTimeoutSeconds).toBe(30);
+    const plain = parseProxyArguments(['--tokenizer-path', 'm']);
+    if (plain.help) throw new Error('unexpected help');
+    expect(plain.config).toMatchObject({ toolCallHooks: [], toolCallHookBeforeTimeoutSeconds: null });
+    expect(() =>
+      parseProxyArguments(['--tokenizer-path', 'm', '--tool-call-hook-before-timeout', '0']),
+    ).toThrow(/--tool-call-hook-before-timeout: must be > 0/);
+  });
+
   it('names the bad flag', () => {
     expect(() => parseProxyArguments([])).toThrow(/--tokenizer-path/);
     expect(() => parseProxyArguments(['--tokenizer-path', 'm', '--context-window', '0'])).toThrow(

@@ -50,6 +50,10 @@ export interface ProxyConfig {
   resumeReadinessTimeoutSeconds: number;
   /** Timeout of one engine `/generate` call; null waits as long as the engine takes. */
   engineRequestTimeoutSeconds: number | null;
+  /** `--tool-call-hooks` entries (`MODULE[:EXPORT]`), imported when the server starts. */
+  toolCallHooks: string[];
+  /** Timeout of each `before`-stage hook run in seconds; null waits as long as the hook takes. */
+  toolCallHookBeforeTimeoutSeconds: number | null;
 }
 
 /** The router address the reference derives when `--sglang-router-url` is absent. */
@@ -104,6 +108,8 @@ export function createProxyConfig(
     maxRequestBytes: 64 * 1024 ** 2,
     resumeReadinessTimeoutSeconds: 30,
     engineRequestTimeoutSeconds: null,
+    toolCallHooks: [],
+    toolCallHookBeforeTimeoutSeconds: null,
     ...overrides,
     tokenBuildModel,
   };
@@ -141,7 +147,7 @@ const options = {
   'transfer-queue-config': { type: 'string' },
   'transfer-queue-retention-seconds': { type: 'string' },
   'transfer-params': { type: 'string' },
-  'tool-call-hooks': { type: 'string' },
+  'tool-call-hooks': { type: 'string', multiple: true },
   'tool-call-hook-before-timeout': { type: 'string' },
   'store-dir': { type: 'string' },
   'store-memory-limit-mb': { type: 'string' },
@@ -171,6 +177,8 @@ export const usage = `Usage: dressage-proxy --tokenizer-path DIR [options]
   --record-token-versions --mask-nonlast-version-tokens
   --dressage-partial-rollout --max-partial-rollout-preempts N
   --stream-heartbeat-interval-seconds 15 (0 = off)
+  --tool-call-hooks MODULE[:EXPORT],...  tool-call hooks to import (file path or package; repeatable)
+  --tool-call-hook-before-timeout S  timeout of each before-stage hook run
   --store-dir DIR                    trajectory log (env DRESSAGE_PROXY_STORE_DIR; "none" = memory only)
   --store-memory-limit-mb 4096       resident token data before persisted trajectories are evicted
   --max-request-mb 64                largest request body
@@ -220,7 +228,7 @@ export function parseProxyArguments(
   argv: readonly string[],
   env: NodeJS.ProcessEnv = process.env,
 ): ParsedArguments {
-  let values: Record<string, string | boolean | undefined>;
+  let values: Record<string, string | boolean | string[] | undefined>;
   try {
     values = parseArgs({ args: [...argv], options, strict: true, allowPositionals: false }).values;
   } catch (error) {
@@ -237,8 +245,9 @@ export function parseProxyArguments(
   if (transferQueue) {
     throw invalid('enable-transfer-queue', 'the TransferQueue data plane is not supported by this proxy');
   }
-  if (text('tool-call-hooks'))
-    throw invalid('tool-call-hooks', 'tool-call hooks are not supported by this proxy');
+  const hookEntries = ((values['tool-call-hooks'] as string[] | undefined) ?? [])
+    .flatMap((entry) => entry.split(/[\s,]+/))
+    .filter(Boolean);
 
   const tokenBuildModel = choice('token-build-model', text('token-build-model'), [
     'qwen3_5',
@@ -306,6 +315,11 @@ export function parseProxyArguments(
   );
   const memoryMb = numberFlag('store-memory-limit-mb', text('store-memory-limit-mb'), { exclusiveMin: 0 });
   if (memoryMb !== undefined) overrides.storeMemoryLimitBytes = Math.floor(memoryMb * 1024 ** 2);
+  if (hookEntries.length > 0) overrides.toolCallHooks = hookEntries;
+  set(
+    'toolCallHookBeforeTimeoutSeconds',
+    numberFlag('tool-call-hook-before-timeout', text('tool-call-hook-before-timeout'), { exclusiveMin: 0 }),
+  );
   const requestMb = numberFlag('max-request-mb', text('max-request-mb'), { exclusiveMin: 0 });
   if (requestMb !== undefined) overrides.maxRequestBytes = Math.floor(requestMb * 1024 ** 2);
   return { help: false, config: createProxyConfig(overrides) };

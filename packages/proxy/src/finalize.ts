@@ -47,6 +47,21 @@ function lastVersionRanges(
   return out;
 }
 
+// A lineage record lists each hook metadata key's values over its steps, in step order (§1.10).
+function lineageHookMetadata(steps: readonly Step[]): Record<string, unknown[]> | null {
+  let merged: Record<string, unknown[]> | null = null;
+  for (const step of steps) {
+    if (step.toolCallHookMetadata === null) continue;
+    merged ??= {};
+    for (const [key, value] of Object.entries(step.toolCallHookMetadata)) {
+      const values = merged[key] ?? [];
+      values.push(value);
+      merged[key] = values;
+    }
+  }
+  return merged;
+}
+
 function distinctTurns(steps: readonly Step[]): string[] {
   return [...new Set(steps.map((step) => step.turnId))];
 }
@@ -116,6 +131,8 @@ export function buildTrajectory(
     };
     if (segment.logprobsInvalid) extra.tito_logprobs_invalid = true;
     if (segment.incrementalFailed) extra.tito_incremental_tokenization_failed = true;
+    const hooks = lineageHookMetadata(segment.steps);
+    if (hooks !== null) extra.tool_call_hooks = hooks;
     records.push({
       view: 'lineage',
       segmentIndex,
@@ -160,6 +177,7 @@ export function buildTrajectory(
       finalization_id: finalizationId,
     };
     if (step.logprobsInvalid) extra.snapshot_logprobs_invalid = true;
+    if (step.toolCallHookMetadata !== null) extra.tool_call_hooks = { ...step.toolCallHookMetadata };
     records.push({
       view: 'timeline',
       segmentIndex,

@@ -49,7 +49,7 @@ export {
   type ProxyClientOptions,
   type ReadTrajectoryOptions,
 } from './proxy-client.js';
-export { type CompletionOutcome, ProxyService } from './proxy-service.js';
+export { type CompletionOutcome, ProxyService, type ProxyServiceOptions } from './proxy-service.js';
 export {
   discardRequestSchema,
   finalizeRequestSchema,
@@ -64,6 +64,16 @@ export {
   startProxyServer,
 } from './server.js';
 export { type CompletionBody, completionToFrames } from './streaming.js';
+export {
+  loadToolCallHooks,
+  TOOL_CALL_HOOK_FAILURES_KEY,
+  type ToolCallHook,
+  type ToolCallHookContext,
+  type ToolCallHookFailure,
+  type ToolCallHookStage,
+  toolCallIdempotencyKey,
+  validateToolCallHook,
+} from './tool-call-hooks.js';
 export {
   type StoredBlock,
   type StoredRecord,

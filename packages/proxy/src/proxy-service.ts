@@ -7,6 +7,7 @@ import {
   isRealVersion,
   safeParseWire,
   type Tool,
+  type ToolMessage,
 } from '@dressage/protocol';
 import type { z } from 'zod';
 import type { ProxyConfig } from './config.js';
@@ -25,7 +26,19 @@ import {
 } from './request-bodies.js';
 import { commitStep, type PlanOptions, planStep, Session, type StepPlan } from './session.js';
 import type { CompletionBody } from './streaming.js';
+import {
+  type HookMetadataSink,
+  loadToolCallHooks,
+  type ToolCallHook,
+  ToolCallHookRunner,
+} from './tool-call-hooks.js';
 import { TrajectoryStore } from './trajectory-store.js';
+
+/** Options of {@link ProxyService.create} beyond the configuration. */
+export interface ProxyServiceOptions {
+  /** Tool-call hooks registered in code; they run after those of `config.toolCallHooks`. */
+  toolCallHooks?: readonly ToolCallHook[];
+}
 
 /** A finished chat completion and how to deliver it. */
 export interface CompletionOutcome {
@@ -96,11 +109,19 @@ export class ProxyService {
   readonly #sessions = new Map<string, Session>();
   readonly #finalized = new Map<string, { at: number; result: FinalizeResult }>();
   readonly #planOptions: PlanOptions;
+  /** Null without hooks, so the chat path skips every hook check. */
+  readonly #hooks: ToolCallHookRunner | null;
   #sweeper: NodeJS.Timeout | null = null;
   #inFlight = 0;
 
-  private constructor(config: ProxyConfig, tokenizer: PromptTokenizer, store: TrajectoryStore) {
+  private constructor(
+    config: ProxyConfig,
+    tokenizer: PromptTokenizer,
+    store: TrajectoryStore,
+    hooks: ToolCallHookRunner | null,
+  ) {
     this.config = config;
+    this.#hooks = hooks;
     this.tokenizer = tokenizer;
     this.store = store;
     this.engine = new EngineClient({
@@ -129,13 +150,29 @@ export class ProxyService {
     this.#sweeper.unref();
   }
 
-  /** Opens the trajectory store and builds the service. */
-  static async create(config: ProxyConfig, tokenizer: PromptTokenizer): Promise<ProxyService> {
+  /**
+   * Imports the configured tool-call hooks, opens the trajectory store and builds the service.
+   *
+   * @throws DressageError `invalid_argument` when a hook cannot be loaded or is invalid.
+   */
+  static async create(
+    config: ProxyConfig,
+    tokenizer: PromptTokenizer,
+    options: ProxyServiceOptions = {},
+  ): Promise<ProxyService> {
+    const hooks = [...(await loadToolCallHooks(config.toolCallHooks)), ...(options.toolCallHooks ?? [])];
+    const runner =
+      hooks.length > 0 ? new ToolCallHookRunner(hooks, config.toolCallHookBeforeTimeoutSeconds) : null;
     const store = await TrajectoryStore.open({
       directory: config.storeDirectory,
       memoryLimitBytes: config.storeMemoryLimitBytes,
     });
-    return new ProxyService(config, tokenizer, store);
+    return new ProxyService(config, tokenizer, store, runner);
+  }
+
+  /** The tool-call hooks the service dispatches, in configured order. */
+  get toolCallHooks(): readonly ToolCallHook[] {
+    return this.#hooks?.hooks ?? [];
   }
 
   /** Number of open sessions. */
@@ -171,6 +208,7 @@ export class ProxyService {
     const instanceId = header(headers, 'x-instance-id') ?? body.instance_id ?? null;
     const explicitTurn = header(headers, 'x-turn-id') ?? body.turn_id ?? null;
     const expectedVersion = header(headers, 'x-dressage-expected-version');
+    const sandboxId = header(headers, 'x-dressage-sandbox-id') ?? body.sandbox_id ?? null;
     if (this.#finalized.has(sessionId))
       throw detailError(409, `Session ${sessionId} has already been finalized.`);
     let session = this.#sessions.get(sessionId);
@@ -191,7 +229,7 @@ export class ProxyService {
     this.#inFlight += 1;
     try {
       return await current.lock.run(() =>
-        this.#runCompletion(current, body, explicitTurn, expectedVersion, signal),
+        this.#runCompletion(current, body, explicitTurn, expectedVersion, sandboxId, signal),
       );
     } finally {
       this.#inFlight -= 1;
@@ -242,6 +280,7 @@ export class ProxyService {
     body: ChatCompletionRequest,
     explicitTurn: string | null,
     expectedVersion: string | null,
+    sandboxId: string | null,
     signal: AbortSignal,
   ): Promise<CompletionOutcome> {
     if (session.closed) {
@@ -272,6 +311,29 @@ export class ProxyService {
     }
     const messages = body.messages as ChatMessage[];
     const tools = (body.tools ?? null) as Tool[] | null;
+    // Tool-call hooks need the sandbox to act on; without its id they are not dispatched (§1.10).
+    const hooks = sandboxId === null ? null : this.#hooks;
+    const hookSink: HookMetadataSink = { metadata: null };
+    if (hooks?.has('after') && messages.at(-1)?.role === 'tool') {
+      session.toolCallHookResults ??= new Map();
+      let first = messages.length - 1;
+      while (first > 0 && messages[first - 1]!.role === 'tool') first--;
+      await hooks.dispatch(
+        {
+          stage: 'after',
+          sessionId: session.id,
+          instanceId: session.instanceId,
+          sandboxId: sandboxId!,
+          turnId,
+          stepIndex: session.steps.length,
+          toolCalls: null,
+          toolMessages: messages.slice(first) as ToolMessage[],
+          signal,
+        },
+        session.toolCallHookResults,
+        hookSink,
+      );
+    }
     const plan = planStep(session, turnId, messages, tools, this.#planOptions);
     const promptTokens = plan.promptIds.length;
     const maxNewTokens = this.#maxNewTokens(body, promptTokens, session, turnId);
@@ -331,6 +393,7 @@ export class ProxyService {
         'length',
         requestVersion,
         '',
+        hookSink.metadata,
       );
       throw contextOverflowError({
         phase: 'input_output',
@@ -347,7 +410,36 @@ export class ProxyService {
     const parsed = await this.#parser.parse(output.text, tools);
     const finishReason =
       parsed.toolCalls.length > 0 ? 'tool_calls' : output.finishReason === 'length' ? 'length' : 'stop';
-    const message = this.#record(session, plan, output, parsed, finishReason, requestVersion, output.text);
+    if (hooks?.has('before') && parsed.toolCalls.length > 0) {
+      session.toolCallHookResults ??= new Map();
+      // A required failure answers 502 before the step is recorded (as the reference does): earlier
+      // steps stay, the session stays open, and the agent's retry generates this step again.
+      await hooks.dispatch(
+        {
+          stage: 'before',
+          sessionId: session.id,
+          instanceId: session.instanceId,
+          sandboxId: sandboxId!,
+          turnId,
+          stepIndex: session.steps.length,
+          toolCalls: parsed.toolCalls,
+          toolMessages: null,
+          signal,
+        },
+        session.toolCallHookResults,
+        hookSink,
+      );
+    }
+    const message = this.#record(
+      session,
+      plan,
+      output,
+      parsed,
+      finishReason,
+      requestVersion,
+      output.text,
+      hookSink.metadata,
+    );
     const completion: CompletionBody = {
       id: chatCompletionId(),
       object: 'chat.completion',
@@ -375,6 +467,7 @@ export class ProxyService {
     finishReason: string,
     requestVersion: string | null,
     rawText: string,
+    toolCallHookMetadata: Record<string, unknown> | null,
   ): CompletionBody['choices'][number]['message'] {
     const message: CompletionBody['choices'][number]['message'] = {
       role: 'assistant',
@@ -396,6 +489,7 @@ export class ProxyService {
         rawText,
         requestVersion,
         routedExperts: output.routedExperts,
+        toolCallHookMetadata,
       },
       this.#planOptions,
     );
@@ -489,6 +583,10 @@ export class ProxyService {
       if (body.instance_id) session.instanceId = body.instance_id;
       const { trajectory, result } = buildTrajectory(session, this.config, body.label);
       await this.store.put(trajectory);
+      // A later session reusing this id starts at step 0 again: its keys must not match these.
+      const purged = session.toolCallHookResults?.size ?? 0;
+      session.toolCallHookResults = null;
+      if (purged > 0) result.tool_call_hook_keys_purged = purged;
       session.closed = true;
       this.#sessions.delete(session.id);
       this.#finalized.set(session.id, { at: Date.now(), result });
@@ -501,9 +599,12 @@ export class ProxyService {
     const body = parseBody(discardRequestSchema, rawBody, 'discard request');
     const session = this.#sessions.get(body.session_id);
     let sessionRemoved = false;
+    let hookKeysPurged = 0;
     if (session) {
       await session.lock.run(async () => {
         session.closed = true;
+        hookKeysPurged = session.toolCallHookResults?.size ?? 0;
+        session.toolCallHookResults = null;
       });
       sessionRemoved = this.#sessions.delete(body.session_id);
     }
@@ -514,7 +615,7 @@ export class ProxyService {
       session_id: body.session_id,
       session_removed: sessionRemoved,
       segments_removed: segmentsRemoved,
-      tool_call_hook_keys_purged: 0,
+      tool_call_hook_keys_purged: hookKeysPurged,
     };
   }
 

@@ -5,6 +5,7 @@ import { detailError, ProxyHttpError, toHttpResponse } from './http-error.js';
 import { loadPromptTokenizer, type PromptTokenizer } from './prompt-tokenizer.js';
 import { type CompletionOutcome, ProxyService } from './proxy-service.js';
 import { completionToFrames, errorFrame, HEARTBEAT_FRAME, streamHeaders } from './streaming.js';
+import type { ToolCallHook } from './tool-call-hooks.js';
 
 type Handler = (request: IncomingMessage, body: unknown, response: ServerResponse) => Promise<unknown>;
 
@@ -29,6 +30,8 @@ export interface ProxyServer {
 export interface StartProxyOptions {
   /** Use this tokenizer instead of loading `config.tokenizerPath` (tests, embedding). */
   tokenizer?: PromptTokenizer;
+  /** Tool-call hooks registered in code; they run after those named by `config.toolCallHooks`. */
+  toolCallHooks?: readonly ToolCallHook[];
 }
 
 function sendJson(response: ServerResponse, status: number, body: unknown): void {
@@ -213,7 +216,7 @@ export async function startProxyServer(
   options: StartProxyOptions = {},
 ): Promise<ProxyServer> {
   const tokenizer = options.tokenizer ?? (await loadPromptTokenizer(config));
-  const service = await ProxyService.create(config, tokenizer);
+  const service = await ProxyService.create(config, tokenizer, { toolCallHooks: options.toolCallHooks });
   const server = createProxyHttpServer(service);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);

@@ -7,6 +7,7 @@ import type { RoutedExpertsPiece } from './generation-controller.js';
 import { detailError } from './http-error.js';
 import type { PromptTokenizer } from './prompt-tokenizer.js';
 import { TokenBuffer, type VersionRun } from './token-buffer.js';
+import type { ToolCallHookResults } from './tool-call-hooks.js';
 
 /** Prefix of synthetic turn ids in implicit turn mode. */
 export const IMPLICIT_TURN_PREFIX = '__implicit_turn__:';
@@ -66,6 +67,8 @@ export interface Step {
   requestVersion: string | null;
   responseVersion: string | null;
   rawResponseText: string;
+  /** Outputs and optional failures of the tool-call hooks dispatched for this step, or null. */
+  toolCallHookMetadata: Record<string, unknown> | null;
   timestamp: number;
 }
 
@@ -103,6 +106,8 @@ export interface StepOutput {
   requestVersion: string | null;
   /** R3 payloads of the generation's engine calls, in order. */
   routedExperts?: readonly RoutedExpertsPiece[];
+  /** Tool-call hook outputs of the request. */
+  toolCallHookMetadata?: Record<string, unknown> | null;
 }
 
 function hashText(text: string): string {
@@ -214,6 +219,8 @@ export class Session {
   readonly hotSources: RenderedSource[] = [];
   /** The previous request's raw and validated messages and tools (validation reuses the prefix). */
   requestCache: RequestCache | null = null;
+  /** Finished tool-call hook dispatches by idempotency key (created on the first dispatch). */
+  toolCallHookResults: ToolCallHookResults | null = null;
   lastActivity = Date.now();
   closed = false;
 
@@ -557,6 +564,7 @@ export function commitStep(session: Session, plan: StepPlan, output: StepOutput,
     requestVersion: output.requestVersion,
     responseVersion: lastVersion,
     rawResponseText: output.rawText,
+    toolCallHookMetadata: output.toolCallHookMetadata ?? null,
     timestamp: Date.now() / 1000,
   };
   if (plan.historyRewrite) session.historyRewritten = true;

@@ -6,6 +6,7 @@ import OpenAI from 'openai';
 import { createProxyConfig, type ProxyConfig } from '../config.js';
 import { loadPromptTokenizer, type PromptTokenizer } from '../prompt-tokenizer.js';
 import { type ProxyServer, startProxyServer } from '../server.js';
+import type { ToolCallHook } from '../tool-call-hooks.js';
 import { createFakePromptTokenizer, decodeCharacters, encodeCharacters } from './fake-tokenizer.js';
 import { ScriptedEngine } from './scripted-engine.js';
 
@@ -39,7 +40,12 @@ let qwenTokenizer: Promise<PromptTokenizer> | null = null;
 
 /** Starts a harness. `tokenizer: 'qwen'` uses the real Qwen3 tokenizer with the qwen3_5 TITO renderer. */
 export async function startHarness(
-  options: { tokenizer?: 'fake' | 'qwen'; config?: Partial<ProxyConfig>; apiKey?: string } = {},
+  options: {
+    tokenizer?: 'fake' | 'qwen';
+    config?: Partial<ProxyConfig>;
+    apiKey?: string;
+    toolCallHooks?: ToolCallHook[];
+  } = {},
 ): Promise<Harness> {
   const kind = options.tokenizer ?? 'fake';
   let tokenizer: PromptTokenizer;
@@ -70,7 +76,7 @@ export async function startHarness(
   }
   const engine = await new ScriptedEngine({ encode, decode }).start();
   const config = { ...base, sglangRouterUrl: engine.url };
-  const proxy = await startProxyServer(config, { tokenizer });
+  const proxy = await startProxyServer(config, { tokenizer, toolCallHooks: options.toolCallHooks });
   const apiKey =
     options.config?.apiKey && options.config.apiKey !== 'no-auth' ? options.config.apiKey : 'unused';
   const openai = new OpenAI({ baseURL: `${proxy.url}/v1`, apiKey, maxRetries: 0 });
