@@ -28,8 +28,11 @@ export interface PromptTokenizer {
     tools: readonly Tool[] | null,
     addGenerationPrompt: boolean,
   ): string;
-  /** Renders with the generation prompt and encodes the whole prompt. */
-  encodeFull(messages: readonly ChatMessage[], tools: readonly Tool[] | null): Int32Array;
+  /**
+   * Renders with the generation prompt and encodes the whole prompt. `rendered`, when the caller
+   * already has it, is `render(messages, tools, true)` and is not rendered again.
+   */
+  encodeFull(messages: readonly ChatMessage[], tools: readonly Tool[] | null, rendered?: string): Int32Array;
   /**
    * The context ids that extend `prefixIds` (covering `baseMessages`) to the prompt of `messages`.
    * @throws when the request cannot be encoded incrementally.
@@ -121,12 +124,13 @@ export function createPromptTokenizer(options: {
     noToolsEqualsEmptyTools: rendersNoToolsLikeEmptyTools(renderer),
     render: (messages, tools, addGenerationPrompt) =>
       renderer.render(messages, { tools, addGenerationPrompt }),
-    encodeFull: (messages, tools) => {
-      // encodeFull encodes exactly this rendered text, so equal texts have equal ids.
-      const text = renderer.render(messages, { tools, addGenerationPrompt: true });
+    encodeFull: (messages, tools, rendered) => {
+      // A full encoding is the encoding of exactly this rendered text (TitoEncoder.encodeFull), so
+      // equal texts have equal ids and the caller's render is not done again.
+      const text = rendered ?? renderer.render(messages, { tools, addGenerationPrompt: true });
       let ids = prompts.get(text);
       if (ids === undefined) {
-        ids = encoder.encodeFull(messages, { tools, addGenerationPrompt: true });
+        ids = tokenizer.encode(text);
         prompts.set(text, ids.slice());
       }
       return ids.slice();

@@ -394,11 +394,11 @@ export function planStep(
     } catch {
       incrementalFailed = true;
       reasons.add('tito_incremental_tokenization_failed');
-      promptIds = tokenizer.encodeFull(messages, tools);
+      promptIds = tokenizer.encodeFull(messages, tools, rendered ?? undefined);
       contextDelta = promptIds;
     }
   } else {
-    promptIds = tokenizer.encodeFull(messages, tools);
+    promptIds = tokenizer.encodeFull(messages, tools, rendered ?? undefined);
     contextDelta = promptIds;
   }
   const segmentReasons = reasonOrder.filter((reason) => reasons.has(reason));
