@@ -1,8 +1,9 @@
 // The receiving side of the transfer benchmark, in its own process so sender and receiver do not share
 // an event loop: a TrainerService server that reassembles each batch and answers, and a raw TCP sink
 // that copies the same bytes into a preallocated buffer (8-byte little-endian length, payload, 1-byte ack).
+// It imports the server module only, as a process that serves TrainerService would (no TensorFlow.js).
 import { createServer } from 'node:net';
-import { startTrainerServer } from '../src/index.js';
+import { startTrainerServer } from '../src/trainer-server.js';
 
 const trainer = await startTrainerServer({
   getInfo: () => ({ trainer_kind: 'sink' }),

@@ -24,7 +24,13 @@ export {
   errorFromGrpc,
   errorToGrpcStatus,
 } from './grpc-errors.js';
-export { DEFAULT_MAX_CHUNK_BYTES, DEFAULT_MAX_MESSAGE_BYTES, messageLimitOptions } from './grpc-limits.js';
+export {
+  DEFAULT_FLOW_CONTROL_WINDOW_BYTES,
+  DEFAULT_MAX_CHUNK_BYTES,
+  DEFAULT_MAX_MESSAGE_BYTES,
+  messageLimitOptions,
+  widenServerFlowControlWindow,
+} from './grpc-limits.js';
 export {
   broadcastRewards,
   clipGradientsByGlobalNorm,

@@ -28,7 +28,13 @@ import {
   type sendUnaryData,
 } from '@grpc/grpc-js';
 import { errorToGrpcStatus } from './grpc-errors.js';
-import { DEFAULT_MAX_MESSAGE_BYTES, messageLimitOptions } from './grpc-limits.js';
+import {
+  checkFlowControlWindow,
+  DEFAULT_FLOW_CONTROL_WINDOW_BYTES,
+  DEFAULT_MAX_MESSAGE_BYTES,
+  messageLimitOptions,
+  widenServerFlowControlWindow,
+} from './grpc-limits.js';
 import { trainerServiceDefinition } from './train-chunk-codec.js';
 
 type Awaitable<T> = T | Promise<T>;
@@ -255,6 +261,11 @@ export interface StartTrainerServerOptions extends TrainerServerOptions {
   credentials?: ServerCredentials;
   /** Extra grpc-js server options. */
   channelOptions?: ChannelOptions;
+  /**
+   * HTTP/2 receive window granted to each connection and stream (see
+   * {@link widenServerFlowControlWindow}). Default 8 MiB; `null` keeps HTTP/2's 64 KiB.
+   */
+  flowControlWindowBytes?: number | null;
 }
 
 /**
@@ -271,6 +282,11 @@ export async function startTrainerServer(
   options: StartTrainerServerOptions = {},
 ): Promise<RunningTrainerServer> {
   const maxMessageBytes = options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
+  const windowBytes =
+    options.flowControlWindowBytes === undefined
+      ? DEFAULT_FLOW_CONTROL_WINDOW_BYTES
+      : options.flowControlWindowBytes;
+  if (windowBytes !== null) checkFlowControlWindow(windowBytes);
   const server = new Server({ ...messageLimitOptions(maxMessageBytes), ...options.channelOptions });
   server.addService(trainerServiceDefinition, createTrainerServiceHandlers(implementation, options));
   const requested = options.address ?? '127.0.0.1:0';
@@ -292,6 +308,8 @@ export async function startTrainerServer(
       },
     );
   });
+  // Large Train uploads stall on HTTP/2's 64 KiB default window (every connection from now on).
+  if (windowBytes !== null) widenServerFlowControlWindow(server, windowBytes);
   const host = requested.slice(0, requested.lastIndexOf(':')) || '127.0.0.1';
   return {
     server,
