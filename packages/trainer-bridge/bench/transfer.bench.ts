@@ -131,7 +131,7 @@ const batch = createSyntheticTrainBatch({
 });
 const bytes = columns(batch).reduce((sum, part) => sum + part.byteLength, 0);
 console.log(
-  `batch: ${batch.sample_count} samples, ${batch.tokens.length} tokens, ${(bytes / 1e6).toFixed(1)} MB packed; best of ${repeats}`,
+  `batch: ${batch.sample_count} samples, ${batch.tokens.length} tokens, ${(bytes / 1e6).toFixed(1)} MB packed; best of ${repeats} runs in each of ${rounds} rounds`,
 );
 
 const receiver = await startProcess(
