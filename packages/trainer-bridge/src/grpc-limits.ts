@@ -46,7 +46,8 @@ export function checkFlowControlWindow(windowBytes: number): void {
 
 /**
  * Grants `windowBytes` of HTTP/2 receive window (per connection and per stream) on every connection
- * that a grpc-js server accepts from now on. Call it after `bindAsync` (startTrainerServer does).
+ * that the ports a grpc-js server has bound so far accept from now on. Call it after `bindAsync`
+ * (startTrainerServer does), and again after binding more ports.
  * grpc-js has a client option for this (`grpc-node.flow_control_window`) but no server one, so this
  * reaches the server's HTTP/2 listeners through grpc-js' internal `http2Servers` map; returns the
  * number of listeners configured, 0 when that map is absent (the server then keeps HTTP/2's default).
