@@ -46,8 +46,10 @@ export {
 } from './model.js';
 export {
   defaultModelConfig,
+  type Initialization,
   type ModelConfig,
   modelConfigSchema,
+  type PositionEncoding,
   resolveModelConfig,
 } from './model-config.js';
 export { hashSeed, SeededRandom } from './random.js';

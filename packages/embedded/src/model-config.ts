@@ -15,7 +15,27 @@ export interface ModelConfig {
   contextLength: number;
   /** Seed of the deterministic initialization. */
   seed: number;
+  /**
+   * How positions enter the model: `alibi` biases every head's attention toward recent tokens, each
+   * head by its own fixed slope (a tiny model then finds a token a few positions back without
+   * searching a long prompt); `rotary` rotates queries and keys by their position (attention sees
+   * relative offsets); `sinusoidal` adds a fixed table to the token embeddings.
+   */
+  positionEncoding: PositionEncoding;
+  /**
+   * Scale of the random initialization: `fan_in` draws each matrix with standard deviation
+   * 1/sqrt(rows) and token embeddings with 1 (a small model's attention starts far enough from
+   * uniform to learn which token to copy within a few hundred steps); `small` draws everything
+   * with 0.02, as GPT-2 does for much wider models.
+   */
+  initialization: Initialization;
 }
+
+/** How weights are initialized (see {@link ModelConfig.initialization}). */
+export type Initialization = 'fan_in' | 'small';
+
+/** How the model encodes positions (see {@link ModelConfig.positionEncoding}). */
+export type PositionEncoding = 'alibi' | 'rotary' | 'sinusoidal';
 
 /** The default shape: small enough to train on two CPU cores, wide enough for tool-call recipes. */
 export const defaultModelConfig: Readonly<ModelConfig> = {
@@ -25,6 +45,8 @@ export const defaultModelConfig: Readonly<ModelConfig> = {
   feedForwardDimension: 256,
   contextLength: 512,
   seed: 1,
+  positionEncoding: 'rotary',
+  initialization: 'fan_in',
 };
 
 const positiveInteger = z.number().int().positive();
@@ -38,11 +60,21 @@ export const modelConfigSchema = z
     feedForwardDimension: positiveInteger.max(16384),
     contextLength: positiveInteger.max(65536),
     seed: z.number().int(),
+    // Checkpoints written before the choice existed used sinusoidal positions.
+    positionEncoding: z.enum(['alibi', 'rotary', 'sinusoidal']).default('sinusoidal'),
+    initialization: z.enum(['fan_in', 'small']).default('small'),
   })
   .refine((config) => config.modelDimension % config.headCount === 0, {
     message: 'headCount must divide modelDimension',
     path: ['headCount'],
-  });
+  })
+  .refine(
+    (config) => config.positionEncoding !== 'rotary' || (config.modelDimension / config.headCount) % 2 === 0,
+    {
+      message: 'rotary positions need an even head width',
+      path: ['positionEncoding'],
+    },
+  );
 
 /**
  * Completes a partial config with {@link defaultModelConfig} and validates it.

@@ -4,6 +4,7 @@ import { smallConfig, testVocabulary } from './__fixtures__/embedded-fixture.js'
 import { initializeBackend } from './backend.js';
 import { weightsEqual } from './checkpoint.js';
 import { CausalLanguageModel } from './model.js';
+import { modelConfigSchema, resolveModelConfig } from './model-config.js';
 import { SupervisedTrainer } from './supervised-trainer.js';
 import type { TokenVocabulary } from './vocabulary.js';
 
@@ -38,45 +39,77 @@ describe('CausalLanguageModel', () => {
     for (const model of [first, second, other]) model.dispose();
   });
 
-  it('decodes with the KV cache to the logprobs of a full forward pass, batched over ragged rows', () => {
-    const model = CausalLanguageModel.create(vocabulary, smallConfig);
-    const rows = [sequence(60, 1), sequence(70, 3), sequence(50, 7), sequence(90, 2)];
-    const reference = model.sequenceLogprobs(rows);
-    const before = tf.memory().numTensors;
-    const batch = model.createDecodeBatch<number>();
-    const positions = [5, 40, 1, 30];
-    let maxDiff = 0;
-    const join = (index: number) => {
-      const { cache, logits } = model.prefill(vocabulary.slotsOf(rows[index]!.slice(0, positions[index])));
-      const first = logprobRow(logits, 0)[vocabulary.outputClassOf(rows[index]![positions[index]!]!)]!;
-      maxDiff = Math.max(maxDiff, Math.abs(first - reference[index]![positions[index]! - 1]!));
-      logits.dispose();
-      batch.add(index, cache);
-    };
-    [0, 1, 2].forEach(join);
-    for (let step = 0; step < 24; step++) {
-      // Rows come and go: row 1 (the longest) leaves, row 3 joins late; holes and compaction follow.
-      if (step === 8) batch.remove(1);
-      if (step === 10) join(3);
-      const owners = batch.owners;
-      const logits = batch.step(owners.map((index) => vocabulary.slotOf(rows[index]![positions[index]!]!)));
-      owners.forEach((index, row) => {
-        const position = positions[index]!;
-        const value = logprobRow(logits, row)[vocabulary.outputClassOf(rows[index]![position + 1]!)]!;
-        maxDiff = Math.max(maxDiff, Math.abs(value - reference[index]![position]!));
-        positions[index] = position + 1;
-        expect(batch.lengthOf(index)).toBe(position + 1);
-      });
-      logits.dispose();
-    }
-    expect(maxDiff).toBeLessThan(1e-5);
-    expect(batch.owners).toEqual([0, 2, 3]);
-    // Row 1 left 40 positions of holes; the batch compacted them away.
-    expect(batch.columns).toBeLessThan(60);
-    batch.clear();
-    expect(tf.memory().numTensors).toBe(before);
-    model.dispose();
+  it('scales the initialization by fan-in, or by 0.02 for the small scheme', () => {
+    const standardDeviation = (values: Float32Array) =>
+      Math.sqrt(values.reduce((sum, value) => sum + value * value, 0) / values.length);
+    const fanIn = CausalLanguageModel.create(vocabulary, { ...smallConfig, initialization: 'fan_in' });
+    const small = CausalLanguageModel.create(vocabulary, { ...smallConfig, initialization: 'small' });
+    const width = smallConfig.modelDimension ?? 64;
+    const query = (model: CausalLanguageModel) => model.getWeights().get('layers.0.attention.query')!;
+    expect(standardDeviation(query(fanIn))).toBeCloseTo(1 / Math.sqrt(width), 1);
+    expect(standardDeviation(query(small))).toBeCloseTo(0.02, 2);
+    expect(standardDeviation(fanIn.getWeights().get('embedding.token')!)).toBeGreaterThan(0.8);
+    fanIn.dispose();
+    small.dispose();
   });
+
+  it('reads checkpoints written before positions and initialization were chosen as sinusoidal and small', () => {
+    const parsed = modelConfigSchema.parse({
+      modelDimension: 32,
+      layerCount: 1,
+      headCount: 2,
+      feedForwardDimension: 64,
+      contextLength: 128,
+      seed: 1,
+    });
+    expect(parsed.positionEncoding).toBe('sinusoidal');
+    expect(parsed.initialization).toBe('small');
+    expect(resolveModelConfig({}).positionEncoding).toBe('rotary');
+    expect(() => resolveModelConfig({ modelDimension: 6, headCount: 2 })).toThrow(/even head width/);
+  });
+
+  it.each(['rotary', 'alibi', 'sinusoidal'] as const)(
+    'decodes with the KV cache to the logprobs of a full forward pass, batched over ragged rows (%s positions)',
+    (positionEncoding) => {
+      const model = CausalLanguageModel.create(vocabulary, { ...smallConfig, positionEncoding });
+      const rows = [sequence(60, 1), sequence(70, 3), sequence(50, 7), sequence(90, 2)];
+      const reference = model.sequenceLogprobs(rows);
+      const before = tf.memory().numTensors;
+      const batch = model.createDecodeBatch<number>();
+      const positions = [5, 40, 1, 30];
+      let maxDiff = 0;
+      const join = (index: number) => {
+        const { cache, logits } = model.prefill(vocabulary.slotsOf(rows[index]!.slice(0, positions[index])));
+        const first = logprobRow(logits, 0)[vocabulary.outputClassOf(rows[index]![positions[index]!]!)]!;
+        maxDiff = Math.max(maxDiff, Math.abs(first - reference[index]![positions[index]! - 1]!));
+        logits.dispose();
+        batch.add(index, cache);
+      };
+      [0, 1, 2].forEach(join);
+      for (let step = 0; step < 24; step++) {
+        // Rows come and go: row 1 (the longest) leaves, row 3 joins late; holes and compaction follow.
+        if (step === 8) batch.remove(1);
+        if (step === 10) join(3);
+        const owners = batch.owners;
+        const logits = batch.step(owners.map((index) => vocabulary.slotOf(rows[index]![positions[index]!]!)));
+        owners.forEach((index, row) => {
+          const position = positions[index]!;
+          const value = logprobRow(logits, row)[vocabulary.outputClassOf(rows[index]![position + 1]!)]!;
+          maxDiff = Math.max(maxDiff, Math.abs(value - reference[index]![position]!));
+          positions[index] = position + 1;
+          expect(batch.lengthOf(index)).toBe(position + 1);
+        });
+        logits.dispose();
+      }
+      expect(maxDiff).toBeLessThan(1e-5);
+      expect(batch.owners).toEqual([0, 2, 3]);
+      // Row 1 left 40 positions of holes; the batch compacted them away.
+      expect(batch.columns).toBeLessThan(60);
+      batch.clear();
+      expect(tf.memory().numTensors).toBe(before);
+      model.dispose();
+    },
+  );
 
   it('gives identical logits through the one-hot (differentiable) and gather embeddings', () => {
     const model = CausalLanguageModel.create(vocabulary, smallConfig);

@@ -52,7 +52,10 @@ interface StackedStepInput {
   columns: number;
   slots: number[];
   positions: number[];
-  /** `[rows, columns + 1]` additive mask, the new column included. */
+  /**
+   * Additive mask, the new column included: `[rows, columns + 1]`, or `[rows, heads, columns + 1]`
+   * with ALiBi (each head its own distance bias).
+   */
   mask: Float32Array;
 }
 
@@ -108,7 +111,10 @@ function elementCount(shape: readonly number[]): number {
   return shape.reduce((product, size) => product * size, 1);
 }
 
-/** Seeded initialization: normal(0, 0.02), residual outputs scaled down by depth, norms at identity. */
+/**
+ * Seeded initialization: normal with the config's scale (see `ModelConfig.initialization`), residual
+ * outputs scaled down by depth, norms at identity, biases at zero.
+ */
 function initialWeights(config: ModelConfig, specs: ParameterSpec[]): Map<string, Float32Array> {
   const random = new SeededRandom(config.seed);
   const residualScale = 1 / Math.sqrt(2 * config.layerCount);
@@ -117,15 +123,55 @@ function initialWeights(config: ModelConfig, specs: ParameterSpec[]): Map<string
     const values = new Float32Array(elementCount(spec.shape));
     if (spec.name.endsWith('norm.scale')) values.fill(1);
     else if (!spec.name.endsWith('bias')) {
+      const base =
+        config.initialization === 'small'
+          ? 0.02
+          : spec.name === 'embedding.token'
+            ? 1
+            : 1 / Math.sqrt(spec.shape[0]!);
       const scale =
         spec.name.endsWith('attention.output') || spec.name.endsWith('feed_forward.down')
-          ? 0.02 * residualScale
-          : 0.02;
+          ? base * residualScale
+          : base;
       for (let index = 0; index < values.length; index++) values[index] = random.nextNormal() * scale;
     }
     weights.set(spec.name, values);
   }
   return weights;
+}
+
+/**
+ * Rotary tables `[contextLength, headDimension]`: cosines and sines of each position's angle per
+ * frequency, laid out for the rotate-half convention (the two halves of a head share frequencies).
+ */
+function rotaryTables(
+  contextLength: number,
+  headDimension: number,
+): { cos: Float32Array; sin: Float32Array } {
+  const half = headDimension / 2;
+  const cos = new Float32Array(contextLength * headDimension);
+  const sin = new Float32Array(contextLength * headDimension);
+  for (let position = 0; position < contextLength; position++) {
+    for (let index = 0; index < half; index++) {
+      const angle = position / 10000 ** (index / half);
+      const row = position * headDimension;
+      cos[row + index] = cos[row + half + index] = Math.cos(angle);
+      sin[row + index] = sin[row + half + index] = Math.sin(angle);
+    }
+  }
+  return { cos, sin };
+}
+
+/**
+ * Rotates queries or keys `[..., length, headDimension]` by their positions: `x·cos + rotateHalf(x)·sin`
+ * with `cos`/`sin` broadcasting over the leading axes. Elementwise, so the full pass and the cached
+ * decode step (one position per row) compute bit-identical values.
+ */
+function rotate(input: tf.Tensor4D, cos: tf.Tensor, sin: tf.Tensor): tf.Tensor4D {
+  const half = input.shape[3] / 2;
+  const [first, second] = tf.split(input, [half, half], 3);
+  const rotated = tf.concat([(second as tf.Tensor4D).neg(), first as tf.Tensor4D], 3);
+  return input.mul(cos).add(rotated.mul(sin)) as tf.Tensor4D;
 }
 
 function sinusoidalTable(contextLength: number, width: number): Float32Array {
@@ -151,7 +197,7 @@ export function disposeCache(cache: SequenceCache): void {
 
 /**
  * The embedded causal transformer: pre-norm blocks of multi-head attention and a ReLU feed-forward
- * layer, sinusoidal positions, an untied output layer over the known ids of a {@link TokenVocabulary}.
+ * layer, rotary (or sinusoidal) positions, an untied output layer over the known ids of a {@link TokenVocabulary}.
  *
  * One set of numerics serves sampling and training: {@link CausalLanguageModel.prefill} and
  * {@link CausalLanguageModel.decode} (the engine's KV-cache path) and
@@ -164,7 +210,10 @@ export class CausalLanguageModel {
   readonly specs: readonly ParameterSpec[];
   /** Trainable parameters by name (tfjs variables: an optimizer updates them in place). */
   readonly parameters: ReadonlyMap<string, tf.Variable>;
-  readonly #positions: Float32Array;
+  /** Added to the embeddings (sinusoidal positions), or null with rotary positions. */
+  readonly #positions: Float32Array | null;
+  readonly #rotary: { cos: Float32Array; sin: Float32Array } | null;
+  readonly #alibiSlopes: Float64Array | null;
   readonly #headDimension: number;
   readonly #attentionScale: number;
   #disposed = false;
@@ -182,8 +231,15 @@ export class CausalLanguageModel {
       initial.dispose();
     }
     this.parameters = parameters;
-    this.#positions = sinusoidalTable(config.contextLength, config.modelDimension);
     this.#headDimension = config.modelDimension / config.headCount;
+    const rotary = config.positionEncoding === 'rotary';
+    const alibi = config.positionEncoding === 'alibi';
+    this.#positions =
+      config.positionEncoding === 'sinusoidal'
+        ? sinusoidalTable(config.contextLength, config.modelDimension)
+        : null;
+    this.#alibiSlopes = alibi ? alibiSlopes(config.headCount) : null;
+    this.#rotary = rotary ? rotaryTables(config.contextLength, this.#headDimension) : null;
     this.#attentionScale = 1 / Math.sqrt(this.#headDimension);
   }
 
@@ -351,7 +407,7 @@ export class CausalLanguageModel {
    */
   createDecodeBatch<TOwner>(): DecodeBatch<TOwner> {
     this.#assertLive();
-    return new DecodeBatch<TOwner>(this.config, (input) => this.#stackedStep(input));
+    return new DecodeBatch<TOwner>(this.config, (input) => this.#stackedStep(input), this.#alibiSlopes);
   }
 
   #stackedStep(input: StackedStepInput): StackedStepOutput {
@@ -363,14 +419,21 @@ export class CausalLanguageModel {
     const keys: tf.Tensor4D[] = [];
     const values: tf.Tensor4D[] = [];
     const logits = tf.tidy(() => {
-      const positionRows = new Float32Array(rows * width);
-      input.positions.forEach((position, row) => {
-        positionRows.set(this.#positions.subarray(position * width, (position + 1) * width), row * width);
-      });
-      let hidden = tf
-        .gather(this.#parameter('embedding.token'), tf.tensor1d(input.slots, 'int32'))
-        .add(tf.tensor2d(positionRows, [rows, width]));
-      const mask = tf.tensor4d(input.mask, [rows, 1, 1, columns]);
+      let hidden: tf.Tensor = tf.gather(
+        this.#parameter('embedding.token'),
+        tf.tensor1d(input.slots, 'int32'),
+      );
+      const table = this.#positions;
+      if (table !== null) {
+        const positionRows = new Float32Array(rows * width);
+        input.positions.forEach((position, row) => {
+          positionRows.set(table.subarray(position * width, (position + 1) * width), row * width);
+        });
+        hidden = hidden.add(tf.tensor2d(positionRows, [rows, width]));
+      }
+      const rotation = this.#rotaryRows(input.positions);
+      const maskHeads = this.#alibiSlopes === null ? 1 : heads;
+      const mask = tf.tensor4d(input.mask, [rows, maskHeads, 1, columns]);
       for (let layer = 0; layer < this.config.layerCount; layer++) {
         const prefix = `layers.${layer}`;
         const normed = this.#layerNorm(hidden, `${prefix}.attention_norm`);
@@ -378,9 +441,11 @@ export class CausalLanguageModel {
           normed
             .matMul(this.#parameter(`${prefix}.attention.${name}`))
             .reshape([rows, heads, 1, headDimension]) as tf.Tensor4D;
-        const query = project('query');
-        // Every row appends its new position as the same last column.
-        const key = tf.keep(concatColumn(input.keys[layer], project('key')));
+        const rotateRows = (tensor: tf.Tensor4D) =>
+          rotation === null ? tensor : rotate(tensor, rotation.cos, rotation.sin);
+        const query = rotateRows(project('query'));
+        // Every row appends its new position as the same last column (keys cached already rotated).
+        const key = tf.keep(concatColumn(input.keys[layer], rotateRows(project('key'))));
         const value = tf.keep(concatColumn(input.values[layer], project('value')));
         keys.push(key);
         values.push(value);
@@ -426,19 +491,34 @@ export class CausalLanguageModel {
     const embedded = differentiable
       ? tf.oneHot(flatSlots, this.vocabulary.slotCount).matMul(embedding)
       : tf.gather(embedding, flatSlots);
-    const positions = tf.tensor2d(this.#positions.subarray(0, length * width), [length, width]);
-    let hidden = embedded
-      .reshape([batch, length, width])
-      .add(positions)
-      .reshape([batch * length, width]);
-    const causalMask = tf.tensor2d(causalMaskValues(length), [length, length]);
+    let hidden: tf.Tensor = embedded;
+    if (this.#positions !== null) {
+      const positions = tf.tensor2d(this.#positions.subarray(0, length * width), [length, width]);
+      hidden = embedded
+        .reshape([batch, length, width])
+        .add(positions)
+        .reshape([batch * length, width]);
+    }
+    const rotation =
+      this.#rotary === null
+        ? null
+        : {
+            cos: tf.tensor2d(this.#rotary.cos.subarray(0, length * headDimension), [length, headDimension]),
+            sin: tf.tensor2d(this.#rotary.sin.subarray(0, length * headDimension), [length, headDimension]),
+          };
+    const causalMask =
+      this.#alibiSlopes === null
+        ? tf.tensor2d(causalMaskValues(length), [length, length])
+        : tf.tensor3d(alibiMaskValues(length, this.#alibiSlopes), [heads, length, length]);
     const splitHeads = (tensor: tf.Tensor) =>
       tensor.reshape([batch, length, heads, headDimension]).transpose([0, 2, 1, 3]) as tf.Tensor4D;
     for (let layer = 0; layer < this.config.layerCount; layer++) {
       const prefix = `layers.${layer}`;
       const normed = this.#layerNorm(hidden, `${prefix}.attention_norm`);
-      const query = splitHeads(normed.matMul(this.#parameter(`${prefix}.attention.query`)));
-      const key = splitHeads(normed.matMul(this.#parameter(`${prefix}.attention.key`)));
+      const rotatePositions = (tensor: tf.Tensor4D) =>
+        rotation === null ? tensor : rotate(tensor, rotation.cos, rotation.sin);
+      const query = rotatePositions(splitHeads(normed.matMul(this.#parameter(`${prefix}.attention.query`))));
+      const key = rotatePositions(splitHeads(normed.matMul(this.#parameter(`${prefix}.attention.key`))));
       const value = splitHeads(normed.matMul(this.#parameter(`${prefix}.attention.value`)));
       if (cache !== null) {
         cache.keys.push(tf.keep(key.reshape([heads, length, headDimension]) as tf.Tensor3D));
@@ -453,6 +533,22 @@ export class CausalLanguageModel {
       hidden = hidden.add(this.#feedForward(this.#layerNorm(hidden, `${prefix}.feed_forward_norm`), prefix));
     }
     return this.#outputLogits(hidden).reshape([batch, length, this.vocabulary.outputCount]);
+  }
+
+  /** Rotary factors `[rows, 1, 1, headDimension]` for one position per row, or null (sinusoidal). */
+  #rotaryRows(positions: readonly number[]): { cos: tf.Tensor4D; sin: tf.Tensor4D } | null {
+    if (this.#rotary === null) return null;
+    const width = this.#headDimension;
+    const cos = new Float32Array(positions.length * width);
+    const sin = new Float32Array(positions.length * width);
+    positions.forEach((position, row) => {
+      cos.set(this.#rotary!.cos.subarray(position * width, (position + 1) * width), row * width);
+      sin.set(this.#rotary!.sin.subarray(position * width, (position + 1) * width), row * width);
+    });
+    return {
+      cos: tf.tensor4d(cos, [positions.length, 1, 1, width]),
+      sin: tf.tensor4d(sin, [positions.length, 1, 1, width]),
+    };
   }
 
   #layerNorm(input: tf.Tensor, prefix: string): tf.Tensor2D {
@@ -495,6 +591,27 @@ export class CausalLanguageModel {
 export function scaleLogits<T extends tf.Tensor>(logits: T, temperature: number | tf.Tensor): T {
   if (typeof temperature === 'number' && temperature === 1) return logits;
   return logits.div(temperature) as T;
+}
+
+/**
+ * ALiBi slopes, one per head: the geometric sequence 2^(-8/heads), 2^(-16/heads), … (the first head
+ * looks mostly at the last few tokens, the last one nearly evenly).
+ */
+function alibiSlopes(heads: number): Float64Array {
+  return Float64Array.from({ length: heads }, (_, head) => 2 ** ((-8 * (head + 1)) / heads));
+}
+
+/** `[heads, length, length]`: `-slope · distance` for keys at or before the query, masked after. */
+function alibiMaskValues(length: number, slopes: Float64Array): Float32Array {
+  const values = new Float32Array(slopes.length * length * length);
+  slopes.forEach((slope, head) => {
+    for (let row = 0; row < length; row++) {
+      const offset = (head * length + row) * length;
+      for (let column = 0; column < length; column++)
+        values[offset + column] = column <= row ? -slope * (row - column) : maskValue;
+    }
+  });
+  return values;
 }
 
 function causalMaskValues(length: number): Float32Array {
@@ -550,7 +667,8 @@ interface BatchRow<TOwner> {
  * `[rows, heads, columns, headDimension]` tensor per layer; each step appends one column for every
  * row, so a step is a constant number of operations however many rows there are. Rows that joined
  * shorter than others leave holes, which an additive mask hides: attention does not depend on where
- * a key sits (positions are in the embeddings), so holes change no result.
+ * a key sits (positions are in the embeddings, or rotated into each key when it was computed), so
+ * holes change no result.
  *
  * Create one with {@link CausalLanguageModel.createDecodeBatch}; free it with
  * {@link DecodeBatch.clear}.
@@ -558,15 +676,21 @@ interface BatchRow<TOwner> {
 export class DecodeBatch<TOwner = unknown> {
   readonly #config: ModelConfig;
   readonly #step: (input: StackedStepInput) => StackedStepOutput;
+  readonly #alibiSlopes: Float64Array | null;
   #rows: BatchRow<TOwner>[] = [];
   #keys: tf.Tensor4D[] = [];
   #values: tf.Tensor4D[] = [];
   #columns = 0;
 
   /** @internal Use {@link CausalLanguageModel.createDecodeBatch}. */
-  constructor(config: ModelConfig, step: (input: StackedStepInput) => StackedStepOutput) {
+  constructor(
+    config: ModelConfig,
+    step: (input: StackedStepInput) => StackedStepOutput,
+    alibiSlopes: Float64Array | null = null,
+  ) {
     this.#config = config;
     this.#step = step;
+    this.#alibiSlopes = alibiSlopes;
   }
 
   /** The rows' owners, in row order (the order of {@link DecodeBatch.step}'s slots and logits). */
@@ -669,11 +793,25 @@ export class DecodeBatch<TOwner = unknown> {
     }
     this.#compactWhenSparse();
     const columns = this.#columns + 1;
-    const mask = new Float32Array(rows.length * columns);
+    const slopes = this.#alibiSlopes;
+    const mask = new Float32Array(rows.length * (slopes?.length ?? 1) * columns);
     rows.forEach((row, index) => {
-      for (let column = 0; column < this.#columns; column++) {
-        if (row.valid[column] === 0) mask[index * columns + column] = maskValue;
+      if (slopes === null) {
+        for (let column = 0; column < this.#columns; column++) {
+          if (row.valid[column] === 0) mask[index * columns + column] = maskValue;
+        }
+        return;
       }
+      // ALiBi: a valid column's key sits at the count of valid columns before it; the query (and
+      // the new column) at the row's length.
+      slopes.forEach((slope, head) => {
+        const offset = (index * slopes.length + head) * columns;
+        let position = 0;
+        for (let column = 0; column < this.#columns; column++) {
+          if (row.valid[column] === 0) mask[offset + column] = maskValue;
+          else mask[offset + column] = -slope * (row.length - position++);
+        }
+      });
     });
     const { logits, keys, values } = this.#step({
       keys: this.#keys,

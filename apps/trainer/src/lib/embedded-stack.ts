@@ -7,8 +7,10 @@ import {
   buildVocabulary,
   CausalLanguageModel,
   defaultEosTokenIds,
+  hashSeed,
   InferenceEngine,
   initializeBackend,
+  SeededRandom,
   startEmbeddedTrainerServer,
   startEngineServer,
 } from '@dressage/embedded';
@@ -106,6 +108,8 @@ export async function startEmbeddedStack(options: EmbeddedStackOptions): Promise
     headCount: modelSettings.heads,
     contextLength: modelSettings.context,
     seed: modelSettings.seed,
+    positionEncoding: modelSettings.positions,
+    initialization: modelSettings.initialization,
     ...(modelSettings.ffn === undefined ? {} : { feedForwardDimension: modelSettings.ffn }),
   };
   // The engine serves this model; the trainer trains its own copy and publishes it on UpdateWeights.
@@ -153,10 +157,18 @@ export async function startEmbeddedStack(options: EmbeddedStackOptions): Promise
       storeDirectory: join(options.outputDirectory, 'proxy-store'),
     }),
   );
+  // Shuffled (seeded): prompt files are often sorted, and a batch of one kind of record teaches
+  // the model that kind's answer instead of the skill.
+  const shuffled = [...sequences];
+  const random = new SeededRandom(hashSeed(recipe.seed, 'warm-start'));
+  for (let index = shuffled.length - 1; index > 0; index--) {
+    const other = Math.floor(random.nextFloat() * (index + 1));
+    [shuffled[index], shuffled[other]] = [shuffled[other]!, shuffled[index]!];
+  }
   const batchSize = recipe.warm_start.batch_size;
   const warmStartBatches: PackedTrainBatch[] = [];
-  for (let start = 0; start < sequences.length; start += batchSize) {
-    warmStartBatches.push(buildSupervisedBatch(sequences.slice(start, start + batchSize)));
+  for (let start = 0; start < shuffled.length; start += batchSize) {
+    warmStartBatches.push(buildSupervisedBatch(shuffled.slice(start, start + batchSize)));
   }
   log(
     `embedded stack: backend ${backend}, ${servingModel.parameterCount} parameters, ${vocabulary.outputCount} known ids, ` +

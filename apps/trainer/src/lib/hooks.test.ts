@@ -10,14 +10,14 @@ import { loadRecipe } from './recipe.js';
 import { runTraining } from './training-run.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
-const task = join(here, '..', '..', 'recipes', 'calculator', 'task.ts');
+const task = join(here, '..', '..', 'recipes', 'weather', 'task.ts');
 const fixture = join(here, '__fixtures__', 'custom-hooks.ts');
 
 describe('recipe hooks', () => {
   it('splits module references', () => {
-    expect(parseHookReference('./task.ts#CalculatorAgent')).toEqual({
+    expect(parseHookReference('./task.ts#WeatherAgent')).toEqual({
       module: './task.ts',
-      exportName: 'CalculatorAgent',
+      exportName: 'WeatherAgent',
     });
     expect(parseHookReference('@scope/package')).toEqual({ module: '@scope/package', exportName: 'default' });
   });
@@ -31,7 +31,7 @@ describe('recipe hooks', () => {
       `name: hooks
 output_dir: ${join(directory, 'run')}
 data: { path: unused.jsonl, n_samples_per_prompt: 2, rollout_batch_size: 2 }
-agent: { module: "${task}#CalculatorAgent" }
+agent: { module: "${task}#WeatherAgent" }
 rollout: { max_new_tokens: 8 }
 engine: { kind: embedded, model: { layers: 1, d_model: 16, heads: 2, context: 256 }, vocabulary_texts: ["What is 1 + 1?"] }
 trainer: { kind: embedded }

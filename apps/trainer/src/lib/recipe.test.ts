@@ -6,8 +6,8 @@ import { describe, expect, it } from 'vitest';
 import { loadRecipe, parseRecipe } from './recipe.js';
 
 const minimal = `
-name: calculator
-output_dir: runs/calculator
+name: weather
+output_dir: runs/weather
 data:
   path: prompts.jsonl
 engine:

@@ -42,6 +42,10 @@ export const embeddedModelSchema = z.strictObject({
   ffn: positiveInteger.optional(),
   context: positiveInteger.default(512),
   seed: z.int().default(1),
+  /** `rotary` (default), `alibi` or `sinusoidal` positions. */
+  positions: z.enum(['rotary', 'alibi', 'sinusoidal']).default('rotary'),
+  /** `fan_in` (default) or `small` (0.02) initialization scale. */
+  initialization: z.enum(['fan_in', 'small']).default('fan_in'),
 });
 
 /** Where generation runs: the embedded engine, or SGLang behind a router. */

@@ -14,32 +14,32 @@ import { runTraining } from './training-run.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const appDirectory = join(here, '..', '..');
-const calculatorDirectory = join(appDirectory, 'recipes', 'calculator');
+const weatherDirectory = join(appDirectory, 'recipes', 'weather');
 
 async function writeRecipe(directory: string, steps: number): Promise<string> {
   const path = join(directory, 'recipe.yaml');
   await writeFile(
     path,
-    `name: calculator-smoke
+    `name: weather-smoke
 seed: 3
 output_dir: ${join(directory, 'run')}
 data:
-  path: ${join(calculatorDirectory, 'prompts.jsonl')}
+  path: ${join(weatherDirectory, 'prompts.jsonl')}
   n_samples_per_prompt: 4
   rollout_batch_size: 2
   shuffle: true
 agent:
-  module: ${join(calculatorDirectory, 'task.ts')}#CalculatorAgent
+  module: ${join(weatherDirectory, 'task.ts')}#WeatherAgent
 rollout: { temperature: 1.0, max_new_tokens: 24, max_retries: 1 }
 engine:
   kind: embedded
   model: { layers: 1, d_model: 32, heads: 2, context: 256, seed: 3 }
 trainer: { kind: embedded }
 loss: { learning_rate: 0.001 }
-warm_start: { steps: 3, batch_size: 16, learning_rate: 0.003, examples: ${join(calculatorDirectory, 'task.ts')}#warmStartExamples }
+warm_start: { steps: 3, batch_size: 16, learning_rate: 0.003, examples: ${join(weatherDirectory, 'task.ts')}#warmStartExamples }
 training: { steps: ${steps}, checkpoint_interval: 1 }
 hooks:
-  reward_modules: [${join(calculatorDirectory, 'task.ts')}]
+  reward_modules: [${join(weatherDirectory, 'task.ts')}]
 `,
   );
   return path;

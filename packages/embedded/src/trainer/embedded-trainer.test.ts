@@ -76,7 +76,7 @@ describe('EmbeddedTrainer over gRPC', () => {
     served = await startEmbeddedTrainerServer({
       model: fixture.model,
       engine: fixture.engine,
-      learningRate: 3e-3,
+      learningRate: 1e-3,
     });
     client = createTrainerClient(served.address);
   });

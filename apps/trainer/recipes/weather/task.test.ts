@@ -1,0 +1,124 @@
+import { readFileSync } from 'node:fs';
+import { createSample } from '@dressage/protocol';
+import { describe, expect, it } from 'vitest';
+import {
+  conditions,
+  episodeOf,
+  forecast,
+  memoryAnswersPerRecord,
+  questions,
+  runWeatherConversation,
+  type WeatherOutcome,
+  warmStartExamples,
+  weatherReward,
+  weatherTool,
+} from './task.js';
+
+const episode = { question: 'Weather today?', condition: 'rain' };
+
+describe('weather tool', () => {
+  it("reports the episode's condition and takes no arguments", () => {
+    expect(forecast(episode)).toBe('rain');
+    expect(forecast({ ...episode, condition: 'snow' })).toBe('snow');
+    expect(weatherTool.function.parameters).toEqual({ type: 'object', properties: {} });
+  });
+
+  it('ships a prompt set where the question never determines the answer', () => {
+    const lines = readFileSync(new URL('./prompts.jsonl', import.meta.url), 'utf8')
+      .trim()
+      .split('\n');
+    const records = lines.map((line) => JSON.parse(line) as { prompt: string; label: string });
+    expect(new Set(records.map((record) => record.prompt))).toEqual(new Set(questions));
+    for (const question of questions) {
+      const labels = records.filter((record) => record.prompt === question).map((record) => record.label);
+      // Every condition equally often: answering from memory is right one time in ten at best.
+      expect(new Set(labels)).toEqual(new Set(conditions));
+      for (const condition of conditions)
+        expect(labels.filter((label) => label === condition)).toHaveLength(labels.length / conditions.length);
+    }
+  });
+});
+
+describe('weather reward', () => {
+  const sample = (outcome: WeatherOutcome | undefined, label = 'rain') =>
+    createSample({
+      label,
+      response: outcome?.final_answer ?? '',
+      metadata: outcome ? { weather: outcome } : {},
+    });
+
+  it("pays 1 for today's condition, however it was found, and 0 otherwise", () => {
+    expect(weatherReward(sample({ called_tool: true, tool_result: 'rain', final_answer: 'rain' }))).toBe(1);
+    expect(weatherReward(sample({ called_tool: false, final_answer: ' Rain ' }))).toBe(1);
+    expect(weatherReward(sample({ called_tool: true, tool_result: 'rain', final_answer: 'snow' }))).toBe(0);
+    expect(weatherReward(sample({ called_tool: false, final_answer: '' }))).toBe(0);
+    expect(weatherReward(sample(undefined, ''))).toBe(0);
+  });
+});
+
+describe('weather conversation', () => {
+  it('calls the tool, sends its result, and asks for the answer without tools', async () => {
+    const bodies: Record<string, unknown>[] = [];
+    const outcome = await runWeatherConversation(async (body) => {
+      bodies.push(structuredClone(body));
+      if (bodies.length === 1) {
+        return {
+          choices: [
+            {
+              message: {
+                content: null,
+                tool_calls: [{ id: 'call_9', function: { name: 'weather', arguments: '{}' } }],
+              },
+            },
+          ],
+        };
+      }
+      return { choices: [{ message: { content: ' rain ' } }] };
+    }, episode);
+    expect(outcome).toEqual({ called_tool: true, tool_result: 'rain', final_answer: 'rain' });
+    expect(bodies).toHaveLength(2);
+    expect(bodies[0]?.tools).toHaveLength(1);
+    expect(bodies[1]?.tools).toBeUndefined();
+    const messages = bodies[1]?.messages as { role: string; content: string; tool_call_id?: string }[];
+    expect(messages.at(-1)).toEqual({ role: 'tool', tool_call_id: 'call_9', content: 'rain' });
+  });
+
+  it('ends after one turn when the model answers from memory', async () => {
+    let calls = 0;
+    const outcome = await runWeatherConversation(async () => {
+      calls++;
+      return { choices: [{ message: { content: 'snow' } }] };
+    }, episode);
+    expect(outcome).toEqual({ called_tool: false, final_answer: 'snow' });
+    expect(calls).toBe(1);
+  });
+});
+
+describe('warm-start examples', () => {
+  it('teaches the tool-using conversation and answers from memory', () => {
+    const record = { prompt: 'Weather today?', label: 'rain', metadata: { instance_id: 'weather-0007' } };
+    expect(episodeOf(record)).toEqual(episode);
+    const examples = warmStartExamples(record);
+    expect(examples).toHaveLength(2 + memoryAnswersPerRecord);
+    const [call, answer, ...fromMemory] = examples;
+    expect(call?.tools).toHaveLength(1);
+    expect(call?.messages.at(-1)).toMatchObject({
+      tool_calls: [{ function: { name: 'weather', arguments: '{}' } }],
+    });
+    expect(answer?.tools).toBeUndefined();
+    expect(answer?.messages.map((message) => message.role)).toEqual([
+      'user',
+      'assistant',
+      'tool',
+      'assistant',
+    ]);
+    expect(answer?.messages.at(-1)).toMatchObject({ content: 'rain' });
+    for (const example of fromMemory) {
+      expect(example.tools).toHaveLength(1);
+      expect(example.messages).toEqual([
+        { role: 'user', content: 'Weather today?' },
+        { role: 'assistant', content: 'rain', reasoning_content: '' },
+      ]);
+    }
+  });
+});

@@ -1,0 +1,187 @@
+// The weather task of the embedded recipe: the model is asked about today's weather, may call the
+// `weather` tool (the local station's reading, no arguments), reads its result, and answers with one
+// word.
+//
+// Today's weather is part of the episode (the prompt record), not of the question: every question
+// appears with every condition, so the question alone never determines the answer. A model that
+// answers from memory is right one time in ten; a model that calls the tool and reads its result is
+// right every time. The warm-start teaches both habits, the first more often; RL has to find out
+// which one pays.
+//
+// The answer turn is sent without tools, so the tools change between the two model turns and the
+// proxy starts a second segment: every trajectory that uses the tool exercises TITO (the tool result
+// is appended to the model's own ids), tool-result masking and multi-segment training.
+import { WhiteboxAgent, type WhiteboxRunContext } from '@dressage/paddock';
+import type { ChatMessage, Sample, Tool } from '@dressage/protocol';
+
+/** Name of the one tool the agent offers. */
+export const weatherToolName = 'weather';
+
+/** The ways the question is asked (a few phrasings, so the model does not learn one string). */
+export const questions = ['Weather today?', 'Weather now?', 'Weather outside?', 'Weather here?'] as const;
+
+/** Weather conditions the tool reports: each one token. */
+export const conditions = [
+  'clear',
+  'rain',
+  'snow',
+  'wind',
+  'storm',
+  'mist',
+  'hot',
+  'cold',
+  'warm',
+  'dry',
+] as const;
+
+/**
+ * The one tool the agent offers. Deliberately terse: every prompt token is paid for in every
+ * forward pass on a 2-core CPU, and the renderer's fixed instruction paragraph already explains
+ * the call format.
+ */
+export const weatherTool: Tool = {
+  type: 'function',
+  function: {
+    name: weatherToolName,
+    parameters: { type: 'object', properties: {} },
+  },
+};
+
+/** One episode's world: today's weather (the label) where the question is asked. */
+export interface WeatherEpisode {
+  question: string;
+  condition: string;
+}
+
+/** What the `weather` tool returns in an episode: today's condition. */
+export function forecast(episode: WeatherEpisode): string {
+  return episode.condition;
+}
+
+/** What a finished weather trajectory records in the sample's metadata for the reward and the report. */
+export interface WeatherOutcome {
+  called_tool: boolean;
+  /** What the tool returned, when it was called. */
+  tool_result?: string;
+  final_answer: string;
+}
+
+/** Reward: 1 when the final answer is today's weather, else 0. */
+export function weatherReward(sample: Sample): number {
+  const outcome = sample.metadata.weather as WeatherOutcome | undefined;
+  const label = String(sample.label ?? sample.metadata.label ?? '')
+    .trim()
+    .toLowerCase();
+  const answer = (outcome?.final_answer ?? sample.response).trim().toLowerCase();
+  return label !== '' && answer === label ? 1 : 0;
+}
+
+/** Registered by the reward registry when the recipe names this module. */
+export const rewards = { weather: weatherReward };
+
+/** Posts one chat completion (through the proxy) and returns the parsed response. */
+export type ChatFunction = (body: Record<string, unknown>) => Promise<Record<string, unknown>>;
+
+interface CompletionMessage {
+  content?: string | null;
+  tool_calls?: { id: string; function: { name: string; arguments: string } }[] | null;
+}
+
+function firstMessage(response: Record<string, unknown>): CompletionMessage {
+  const choices = response.choices as { message?: CompletionMessage }[] | undefined;
+  return choices?.[0]?.message ?? {};
+}
+
+/**
+ * Runs one weather conversation: the question with the tool offered; if the model called the tool,
+ * its result and a final answer turn without tools.
+ */
+export async function runWeatherConversation(
+  chat: ChatFunction,
+  episode: WeatherEpisode,
+): Promise<WeatherOutcome> {
+  const messages: ChatMessage[] = [{ role: 'user', content: episode.question }];
+  const reply = firstMessage(await chat({ model: 'proxy-model', messages, tools: [weatherTool] }));
+  const call = reply.tool_calls?.find((candidate) => candidate.function.name === weatherToolName);
+  if (call === undefined) return { called_tool: false, final_answer: (reply.content ?? '').trim() };
+  const toolResult = forecast(episode);
+  messages.push(
+    {
+      role: 'assistant',
+      content: reply.content ?? '',
+      tool_calls: [{ id: call.id, type: 'function', function: call.function }],
+    },
+    { role: 'tool', tool_call_id: call.id, content: toolResult },
+  );
+  // No tools on the answer turn: the tools change, so the proxy starts a second segment here.
+  const answer = firstMessage(await chat({ model: 'proxy-model', messages }));
+  return {
+    called_tool: true,
+    tool_result: toolResult,
+    final_answer: (answer.content ?? '').trim(),
+  };
+}
+
+/** The episode of a prompt record (`prompt` is the question, `label` today's condition). */
+export function episodeOf(record: { prompt?: unknown; label?: unknown }): WeatherEpisode {
+  return { question: String(record.prompt ?? ''), condition: String(record.label ?? '') };
+}
+
+/** The recipe's whitebox agent: one weather conversation per sample, its outcome kept for the reward. */
+export class WeatherAgent extends WhiteboxAgent {
+  async run(sample: Sample, context: WhiteboxRunContext): Promise<string | null> {
+    const outcome = await runWeatherConversation(
+      context.chat,
+      episodeOf({ prompt: sample.prompt, label: sample.label }),
+    );
+    context.metadata.weather = outcome;
+    return outcome.final_answer;
+  }
+}
+
+/** The conversation of an agent that calls the tool and reads its result. */
+export function toolConversation(episode: WeatherEpisode): ChatMessage[] {
+  return [
+    { role: 'user', content: episode.question },
+    {
+      role: 'assistant',
+      content: '',
+      reasoning_content: '',
+      tool_calls: [
+        {
+          id: 'call_0',
+          type: 'function',
+          function: { name: weatherToolName, arguments: '{}' },
+        },
+      ],
+    },
+    { role: 'tool', tool_call_id: 'call_0', content: episode.condition },
+    { role: 'assistant', content: episode.condition, reasoning_content: '' },
+  ];
+}
+
+/** How many answers from memory the warm-start shows per tool-using conversation. */
+export const memoryAnswersPerRecord = 2;
+
+/**
+ * Supervised warm-start examples of one prompt record: the tool-call turn (tools offered), the
+ * answer turn after the tool result (no tools), and {@link memoryAnswersPerRecord} answers given
+ * from memory with the tool offered but unused (today's condition, which the question alone cannot
+ * tell: over the whole prompt set these are guesses). The model comes out knowing how to use the
+ * tool, yet mostly answering from memory.
+ */
+export function warmStartExamples(
+  record: Record<string, unknown>,
+): { messages: ChatMessage[]; tools?: Tool[] }[] {
+  const episode = episodeOf(record);
+  const conversation = toolConversation(episode);
+  const fromMemory: ChatMessage[] = [
+    conversation[0]!,
+    { role: 'assistant', content: episode.condition, reasoning_content: '' },
+  ];
+  return [
+    { messages: conversation.slice(0, 2), tools: [weatherTool] },
+    { messages: conversation },
+    ...Array.from({ length: memoryAnswersPerRecord }, () => ({ messages: fromMemory, tools: [weatherTool] })),
+  ];
+}
