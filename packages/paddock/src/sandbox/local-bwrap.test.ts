@@ -82,10 +82,12 @@ describe('local bubblewrap sandboxes', () => {
 
   it('kills a runaway process group at the timeout', async () => {
     const lease = await provider.create({ trajectoryId: 'runaway' });
+    // A duration no other process on the host uses, so the host-wide check below counts only ours.
+    const duration = `300.${process.pid}${Date.now() % 1000}`;
     try {
       const result = await provider.runCommand(
         lease,
-        '(sleep 300 & sleep 300 & setsid sleep 300 &) ; echo started; while true; do sleep 1; done',
+        `(sleep ${duration} & sleep ${duration} & setsid sleep ${duration} &) ; echo started; while true; do sleep 1; done`,
         { timeoutSeconds: 1 },
       );
       expect(result.timedOut).toBe(true);
@@ -95,7 +97,9 @@ describe('local bubblewrap sandboxes', () => {
       expect(after.stdout.trim()).toBe('0');
       const { execFileSync } = await import('node:child_process');
       const hostSleepers = () =>
-        execFileSync('sh', ['-c', 'ps -eo args= | grep -c "^sleep 300$" || true']).toString().trim();
+        execFileSync('sh', ['-c', `ps -eo args= | grep -cx "sleep ${duration}" || true`])
+          .toString()
+          .trim();
       // SIGKILL is delivered asynchronously: give the killed group a moment to disappear from the host.
       for (let waited = 0; hostSleepers() !== '0' && waited < 5_000; waited += 100) {
         await new Promise((resolve) => setTimeout(resolve, 100));
