@@ -162,16 +162,32 @@ function rotaryTables(
   return { cos, sin };
 }
 
+/** Rotary factors for the positions of a pass: `cos` and `sin`, broadcasting over the leading axes. */
+interface Rotation {
+  cos: tf.Tensor;
+  sin: tf.Tensor;
+}
+
 /**
  * Rotates queries or keys `[..., length, headDimension]` by their positions: `x·cos + rotateHalf(x)·sin`
- * with `cos`/`sin` broadcasting over the leading axes. Elementwise, so the full pass and the cached
- * decode step (one position per row) compute bit-identical values.
+ * (unchanged without rotary positions). Elementwise, so the full pass and the cached decode step (one
+ * position per row) compute bit-identical values.
  */
-function rotate(input: tf.Tensor4D, cos: tf.Tensor, sin: tf.Tensor): tf.Tensor4D {
+function rotate(input: tf.Tensor4D, rotation: Rotation | null): tf.Tensor4D {
+  if (rotation === null) return input;
   const half = input.shape[3] / 2;
   const [first, second] = tf.split(input, [half, half], 3);
   const rotated = tf.concat([(second as tf.Tensor4D).neg(), first as tf.Tensor4D], 3);
-  return input.mul(cos).add(rotated.mul(sin)) as tf.Tensor4D;
+  return input.mul(rotation.cos).add(rotated.mul(rotation.sin)) as tf.Tensor4D;
+}
+
+/** The rows of a `[positions, width]` table at the given positions, stacked (one per decode row). */
+function tableRows(table: Float32Array, positions: readonly number[], width: number): Float32Array {
+  const rows = new Float32Array(positions.length * width);
+  positions.forEach((position, row) => {
+    rows.set(table.subarray(position * width, (position + 1) * width), row * width);
+  });
+  return rows;
 }
 
 function sinusoidalTable(contextLength: number, width: number): Float32Array {
@@ -232,14 +248,13 @@ export class CausalLanguageModel {
     }
     this.parameters = parameters;
     this.#headDimension = config.modelDimension / config.headCount;
-    const rotary = config.positionEncoding === 'rotary';
-    const alibi = config.positionEncoding === 'alibi';
     this.#positions =
       config.positionEncoding === 'sinusoidal'
         ? sinusoidalTable(config.contextLength, config.modelDimension)
         : null;
-    this.#alibiSlopes = alibi ? alibiSlopes(config.headCount) : null;
-    this.#rotary = rotary ? rotaryTables(config.contextLength, this.#headDimension) : null;
+    this.#alibiSlopes = config.positionEncoding === 'alibi' ? alibiSlopes(config.headCount) : null;
+    this.#rotary =
+      config.positionEncoding === 'rotary' ? rotaryTables(config.contextLength, this.#headDimension) : null;
     this.#attentionScale = 1 / Math.sqrt(this.#headDimension);
   }
 
@@ -423,15 +438,26 @@ export class CausalLanguageModel {
         this.#parameter('embedding.token'),
         tf.tensor1d(input.slots, 'int32'),
       );
-      const table = this.#positions;
-      if (table !== null) {
-        const positionRows = new Float32Array(rows * width);
-        input.positions.forEach((position, row) => {
-          positionRows.set(table.subarray(position * width, (position + 1) * width), row * width);
-        });
-        hidden = hidden.add(tf.tensor2d(positionRows, [rows, width]));
+      if (this.#positions !== null) {
+        hidden = hidden.add(tf.tensor2d(tableRows(this.#positions, input.positions, width), [rows, width]));
       }
-      const rotation = this.#rotaryRows(input.positions);
+      const rotation =
+        this.#rotary === null
+          ? null
+          : {
+              cos: tf.tensor4d(tableRows(this.#rotary.cos, input.positions, headDimension), [
+                rows,
+                1,
+                1,
+                headDimension,
+              ]),
+              sin: tf.tensor4d(tableRows(this.#rotary.sin, input.positions, headDimension), [
+                rows,
+                1,
+                1,
+                headDimension,
+              ]),
+            };
       const maskHeads = this.#alibiSlopes === null ? 1 : heads;
       const mask = tf.tensor4d(input.mask, [rows, maskHeads, 1, columns]);
       for (let layer = 0; layer < this.config.layerCount; layer++) {
@@ -441,11 +467,9 @@ export class CausalLanguageModel {
           normed
             .matMul(this.#parameter(`${prefix}.attention.${name}`))
             .reshape([rows, heads, 1, headDimension]) as tf.Tensor4D;
-        const rotateRows = (tensor: tf.Tensor4D) =>
-          rotation === null ? tensor : rotate(tensor, rotation.cos, rotation.sin);
-        const query = rotateRows(project('query'));
+        const query = rotate(project('query'), rotation);
         // Every row appends its new position as the same last column (keys cached already rotated).
-        const key = tf.keep(concatColumn(input.keys[layer], rotateRows(project('key'))));
+        const key = tf.keep(concatColumn(input.keys[layer], rotate(project('key'), rotation)));
         const value = tf.keep(concatColumn(input.values[layer], project('value')));
         keys.push(key);
         values.push(value);
@@ -499,7 +523,7 @@ export class CausalLanguageModel {
         .add(positions)
         .reshape([batch * length, width]);
     }
-    const rotation =
+    const rotation: Rotation | null =
       this.#rotary === null
         ? null
         : {
@@ -515,10 +539,8 @@ export class CausalLanguageModel {
     for (let layer = 0; layer < this.config.layerCount; layer++) {
       const prefix = `layers.${layer}`;
       const normed = this.#layerNorm(hidden, `${prefix}.attention_norm`);
-      const rotatePositions = (tensor: tf.Tensor4D) =>
-        rotation === null ? tensor : rotate(tensor, rotation.cos, rotation.sin);
-      const query = rotatePositions(splitHeads(normed.matMul(this.#parameter(`${prefix}.attention.query`))));
-      const key = rotatePositions(splitHeads(normed.matMul(this.#parameter(`${prefix}.attention.key`))));
+      const query = rotate(splitHeads(normed.matMul(this.#parameter(`${prefix}.attention.query`))), rotation);
+      const key = rotate(splitHeads(normed.matMul(this.#parameter(`${prefix}.attention.key`))), rotation);
       const value = splitHeads(normed.matMul(this.#parameter(`${prefix}.attention.value`)));
       if (cache !== null) {
         cache.keys.push(tf.keep(key.reshape([heads, length, headDimension]) as tf.Tensor3D));
@@ -533,22 +555,6 @@ export class CausalLanguageModel {
       hidden = hidden.add(this.#feedForward(this.#layerNorm(hidden, `${prefix}.feed_forward_norm`), prefix));
     }
     return this.#outputLogits(hidden).reshape([batch, length, this.vocabulary.outputCount]);
-  }
-
-  /** Rotary factors `[rows, 1, 1, headDimension]` for one position per row, or null (sinusoidal). */
-  #rotaryRows(positions: readonly number[]): { cos: tf.Tensor4D; sin: tf.Tensor4D } | null {
-    if (this.#rotary === null) return null;
-    const width = this.#headDimension;
-    const cos = new Float32Array(positions.length * width);
-    const sin = new Float32Array(positions.length * width);
-    positions.forEach((position, row) => {
-      cos.set(this.#rotary!.cos.subarray(position * width, (position + 1) * width), row * width);
-      sin.set(this.#rotary!.sin.subarray(position * width, (position + 1) * width), row * width);
-    });
-    return {
-      cos: tf.tensor4d(cos, [positions.length, 1, 1, width]),
-      sin: tf.tensor4d(sin, [positions.length, 1, 1, width]),
-    };
   }
 
   #layerNorm(input: tf.Tensor, prefix: string): tf.Tensor2D {

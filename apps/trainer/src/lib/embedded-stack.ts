@@ -10,12 +10,12 @@ import {
   hashSeed,
   InferenceEngine,
   initializeBackend,
-  SeededRandom,
   startEmbeddedTrainerServer,
   startEngineServer,
 } from '@dressage/embedded';
 import type { PackedTrainBatch } from '@dressage/protocol';
 import { createProxyConfig, startProxyServer } from '@dressage/proxy';
+import { seededPermutation } from '@dressage/schedulers';
 import { createFixedRenderer, loadTokenizer, TitoEncoder } from '@dressage/tito';
 import { createTrainerClient, type TrainerClient } from '@dressage/trainer-bridge';
 import type { Recipe } from './recipe.js';
@@ -159,12 +159,8 @@ export async function startEmbeddedStack(options: EmbeddedStackOptions): Promise
   );
   // Shuffled (seeded): prompt files are often sorted, and a batch of one kind of record teaches
   // the model that kind's answer instead of the skill.
-  const shuffled = [...sequences];
-  const random = new SeededRandom(hashSeed(recipe.seed, 'warm-start'));
-  for (let index = shuffled.length - 1; index > 0; index--) {
-    const other = Math.floor(random.nextFloat() * (index + 1));
-    [shuffled[index], shuffled[other]] = [shuffled[other]!, shuffled[index]!];
-  }
+  const order = seededPermutation(sequences.length, hashSeed(recipe.seed, 'warm-start'));
+  const shuffled = Array.from(order, (index) => sequences[index]!);
   const batchSize = recipe.warm_start.batch_size;
   const warmStartBatches: PackedTrainBatch[] = [];
   for (let start = 0; start < shuffled.length; start += batchSize) {
