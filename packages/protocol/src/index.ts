@@ -118,6 +118,7 @@ export {
   type PackedTrainBatch,
   packTrainBatch,
   TrainBatchAssembler,
+  type TrainBatchAssemblerOptions,
   trainBatchFromChunks,
   trainBatchToChunks,
   unpackTrainBatch,

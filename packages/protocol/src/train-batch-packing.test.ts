@@ -195,6 +195,78 @@ describe('TrainBatchAssembler', () => {
     expect(assembler.finish().batch).toBe(batch);
   });
 
+  it('keeps a single owned block in place where aligned, and copies otherwise', () => {
+    const packed = packTrainBatch(randomBatch(9, 40, 5));
+    const [head, only] = trainBatchToChunks(packed, header) as [TrainChunk, TrainChunk];
+    if (only.payload?.$case !== 'samples') throw new Error('expected one sample block');
+    // Every column at an 8-byte aligned offset of one buffer, as the trainer server's decoder leaves them.
+    const block = only.payload.value as unknown as Record<string, unknown>;
+    const shared = Buffer.alloc(64 * 1024);
+    let offset = 0;
+    for (const [key, value] of Object.entries(block)) {
+      if (!(value instanceof Uint8Array)) continue;
+      shared.set(value, offset);
+      block[key] = shared.subarray(offset, offset + value.byteLength);
+      offset += Math.ceil((value.byteLength + 1) / 8) * 8;
+    }
+    const adopting = new TrainBatchAssembler({ adoptBlockBytes: true });
+    adopting.push(head);
+    adopting.push(only);
+    const adopted = adopting.finish().batch;
+    expectSameBatch(adopted, packed);
+    expect(adopted.tokens.buffer).toBe(shared.buffer);
+    expect(adopted.rollout_mask_sums.buffer).toBe(shared.buffer);
+    // Without ownership the same block is copied.
+    const copied = trainBatchFromChunks([head, only]).batch;
+    expectSameBatch(copied, packed);
+    expect(copied.tokens.buffer).not.toBe(shared.buffer);
+    // A misaligned column is copied into aligned memory even when owned.
+    const tokens = block.tokens as Buffer;
+    const odd = Buffer.alloc(tokens.byteLength + 1);
+    odd.set(tokens, 1);
+    block.tokens = odd.subarray(1);
+    const misaligned = new TrainBatchAssembler({ adoptBlockBytes: true });
+    misaligned.push(head);
+    misaligned.push(only);
+    const result = misaligned.finish().batch;
+    expect(result.tokens.buffer).not.toBe(odd.buffer);
+    expect(Array.from(result.tokens)).toEqual(Array.from(packed.tokens));
+    // Several blocks are joined into fresh columns, even when owned.
+    const several = new TrainBatchAssembler({ adoptBlockBytes: true });
+    for (const chunk of trainBatchToChunks(packed, header, { maxChunkBytes: 300 })) several.push(chunk);
+    expectSameBatch(several.finish().batch, packed);
+  });
+
+  it('checks response tokens against the header, and works without the announcement', () => {
+    const packed = packTrainBatch(randomBatch(6, 20, 6));
+    const chunks = () => trainBatchToChunks(packed, header, { maxChunkBytes: 200 });
+    const announced = (list: TrainChunk[]) => {
+      const first = list[0]?.payload;
+      if (first?.$case !== 'header') throw new Error('expected the header');
+      return first.value;
+    };
+    const fewer = chunks();
+    announced(fewer).response_token_count = packed.loss_masks.length - 1;
+    expect(catchError(() => trainBatchFromChunks(fewer)).message).toMatch(
+      /response tokens received, more than the header's \d+$/,
+    );
+    const more = chunks();
+    announced(more).response_token_count = packed.loss_masks.length + 1;
+    expect(catchError(() => trainBatchFromChunks(more)).message).toMatch(/response tokens of \d+\)$/);
+    const impossible = chunks();
+    announced(impossible).response_token_count = packed.tokens.length + 1;
+    expect(catchError(() => trainBatchFromChunks(impossible)).message).toMatch(/more than its \d+ tokens$/);
+    const tooManyTokens = chunks();
+    announced(tooManyTokens).token_count = packed.tokens.length - 1;
+    expect(catchError(() => trainBatchFromChunks(tooManyTokens)).message).toMatch(
+      /\d+ tokens received, more than the header's \d+$/,
+    );
+    // A sender that does not announce response tokens (an older client) still gets its batch.
+    const legacy = chunks();
+    delete announced(legacy).response_token_count;
+    expectSameBatch(trainBatchFromChunks(legacy).batch, packed);
+  });
+
   it('rejects logprobs present in some blocks only, and oversized or inconsistent blocks', () => {
     const packed = packTrainBatch(randomBatch(6, 20, 6));
     const chunks = () => trainBatchToChunks(packed, header, { maxChunkBytes: 200 });

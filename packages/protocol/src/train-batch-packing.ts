@@ -204,7 +204,7 @@ function sampleBytes(packed: PackedTrainBatch, index: number): number {
  */
 export function trainBatchToChunks(
   packed: PackedTrainBatch,
-  header: Omit<TrainBatchHeader, 'sample_count' | 'token_count'>,
+  header: Omit<TrainBatchHeader, 'sample_count' | 'token_count' | 'response_token_count'>,
   options: ChunkOptions = {},
 ): TrainChunk[] {
   const maxBytes = options.maxChunkBytes ?? DEFAULT_MAX_CHUNK_BYTES;
@@ -212,7 +212,12 @@ export function trainBatchToChunks(
     {
       payload: {
         $case: 'header',
-        value: { ...header, sample_count: packed.sample_count, token_count: packed.tokens.length },
+        value: {
+          ...header,
+          sample_count: packed.sample_count,
+          token_count: packed.tokens.length,
+          response_token_count: packed.loss_masks.length,
+        },
       },
     },
   ];
@@ -278,6 +283,7 @@ function sampleBlock(
     rollout_mask_sums: bytesOf(packed.rollout_mask_sums.subarray(start, end)),
     truncated: bytesOf(packed.truncated.subarray(start, end)),
     sample_indices: bytesOf(packed.sample_indices.subarray(start, end)),
+    padding: empty,
   };
 }
 
@@ -307,27 +313,113 @@ const perSampleColumns = [
   'sample_indices',
 ] as const;
 
-// One validated block, its columns kept as the received bytes (views; copied once, in `finish`).
-// A logprob column is null when the block has response tokens but does not carry it.
+// One validated block: its columns as the received bytes (views into the decoded message). A logprob
+// column is null when the block has response tokens but does not carry it.
 type ReceivedBlock = Record<ColumnName, Uint8Array | null> & {
   sampleCount: number;
   tokenCount: number;
   responseTokens: number;
 };
 
+// One column of the batch being assembled. With a known size it is allocated once and each block is
+// copied into place as it arrives, so the received message can be collected right away (it dies
+// young instead of being promoted with the rest of the stream). Without one the parts are kept and
+// joined at the end: for a sender that does not announce response_token_count, and for a batch that
+// arrived as a single block, whose column an adopting assembler keeps where it landed.
+class ColumnBuilder {
+  private readonly bytes: Uint8Array | null;
+  private readonly parts: Uint8Array[] = [];
+  private written = 0;
+
+  constructor(
+    capacityBytes: number | null,
+    private readonly adopt = false,
+  ) {
+    this.bytes = capacityBytes === null ? null : new Uint8Array(capacityBytes);
+  }
+
+  /** Room left, or Infinity when the size was not announced. */
+  get room(): number {
+    return this.bytes === null ? Number.POSITIVE_INFINITY : this.bytes.byteLength - this.written;
+  }
+
+  append(part: Uint8Array): void {
+    if (part.byteLength === 0) return;
+    if (this.bytes === null) this.parts.push(part);
+    else this.bytes.set(part, this.written);
+    this.written += part.byteLength;
+  }
+
+  finish<K extends ColumnName>(name: K): PackedArrayByType[(typeof columnTypes)[K]] {
+    const type = columnTypes[name];
+    // A single received part the assembler owns: a view where it is aligned (unpackTypedArray copies
+    // it otherwise).
+    if (this.adopt && this.parts.length === 1) return unpackTypedArray(this.parts[0] as Uint8Array, type);
+    let bytes = this.bytes;
+    if (bytes === null) {
+      // Always a copy of received bytes, never a view of them: a decoder's bytes are views into a
+      // message the caller may reuse (and a Node Buffer's `slice()` is a view too).
+      bytes = new Uint8Array(this.written);
+      let offset = 0;
+      for (const part of this.parts) {
+        bytes.set(part, offset);
+        offset += part.byteLength;
+      }
+      this.parts.length = 0;
+    }
+    return unpackTypedArray(bytes, type);
+  }
+}
+
+type OptionalColumn = 'rollout_log_probs' | 'teacher_log_probs';
+const optionalColumns = ['rollout_log_probs', 'teacher_log_probs'] as const;
+const requiredColumns = [
+  'tokens',
+  'total_lengths',
+  'response_lengths',
+  'loss_masks',
+  ...perSampleColumns,
+] as const;
+
+/** Options of {@link TrainBatchAssembler}. */
+export interface TrainBatchAssemblerOptions {
+  /**
+   * The pushed blocks' bytes belong to the assembler: nothing else reads, writes or reuses the
+   * memory they view (true of a decoder that hands out views into a message it received and then
+   * drops, as the trainer server's does). A batch that arrives as one block then keeps its aligned
+   * columns where they landed instead of copying them. Default false: every column is copied.
+   */
+  adoptBlockBytes?: boolean;
+}
+
+type RequiredColumn = (typeof requiredColumns)[number];
+
 /**
  * Reassembles a `Train` stream on the receiving side, validating each block as it arrives, so a
- * server can reject a malformed stream before it has buffered all of it. Blocks are kept as the
- * received bytes and each column is copied exactly once, into batch arrays allocated by `finish`:
- * large batches are bound by copies and garbage collection.
+ * server can reject a malformed stream before it has buffered all of it. When the header announces
+ * the batch's sizes (`sample_count`, `token_count` and `response_token_count`, which
+ * {@link trainBatchToChunks} sets), every column is allocated at the first block and each block is
+ * copied into place on arrival: one copy of the data, and no received message outlives its own block.
+ * With `adoptBlockBytes`, a batch sent as a single block needs no copy at all. Large batches are
+ * bound by copies and garbage collection. The allocation follows the header, so a server bounds it
+ * by checking the header's counts before pushing it (the trainer server's `maxBatchTokens`).
  */
 export class TrainBatchAssembler {
   private header: TrainBatchHeader | null = null;
-  private readonly blocks: ReceivedBlock[] = [];
+  private columns: Record<RequiredColumn, ColumnBuilder> | null = null;
+  private adopting = false;
+  // Per logprob column: undefined until a block with response tokens says whether it is carried.
+  private readonly optional: Record<OptionalColumn, ColumnBuilder | null | undefined> = {
+    rollout_log_probs: undefined,
+    teacher_log_probs: undefined,
+  };
   private blockCount = 0;
   private samples = 0;
   private tokens = 0;
+  private responseTokens = 0;
   private result: { header: TrainBatchHeader; batch: PackedTrainBatch } | null = null;
+
+  constructor(private readonly options: TrainBatchAssemblerOptions = {}) {}
 
   /** Adds the next chunk of the stream. */
   push(chunk: TrainChunk): void {
@@ -335,84 +427,156 @@ export class TrainBatchAssembler {
     if (payload === undefined) throw invalid('train stream: a chunk carries neither a header nor samples');
     if (payload.$case === 'header') {
       if (this.header !== null) throw invalid('train stream: a second header arrived');
-      this.header = payload.value;
+      this.header = checkedHeader(payload.value);
       return;
     }
-    if (this.header === null) throw invalid('train stream: sample block before the header');
+    const header = this.header;
+    if (header === null) throw invalid('train stream: sample block before the header');
     const block = receiveBlock(payload.value, this.blockCount);
     this.blockCount += 1;
-    this.samples += block.sampleCount;
-    this.tokens += block.tokenCount;
-    if (this.samples > this.header.sample_count) {
+    // Everything is checked before anything is copied: a rejected block writes nothing.
+    if (this.samples + block.sampleCount > header.sample_count) {
       throw invalid(
-        `train stream: ${this.samples} samples received, more than the header's ${this.header.sample_count}`,
+        `train stream: ${this.samples + block.sampleCount} samples received, more than the header's ${header.sample_count}`,
       );
     }
-    this.blocks.push(block);
+    if (this.tokens + block.tokenCount > header.token_count) {
+      throw invalid(
+        `train stream: ${this.tokens + block.tokenCount} tokens received, more than the header's ${header.token_count}`,
+      );
+    }
+    const announcedResponses = header.response_token_count;
+    if (announcedResponses !== undefined && this.responseTokens + block.responseTokens > announcedResponses) {
+      throw invalid(
+        `train stream: ${this.responseTokens + block.responseTokens} response tokens received, more than the header's ${announcedResponses}`,
+      );
+    }
+    // The whole batch in this one block: an owning assembler keeps its columns in place.
+    const columns =
+      this.columns ??
+      this.startColumns(
+        header,
+        this.options.adoptBlockBytes === true && block.sampleCount === header.sample_count,
+      );
+    if (block.responseTokens > 0) {
+      for (const name of optionalColumns) {
+        const carried = block[name] !== null;
+        const known = this.optional[name];
+        if (known === undefined) {
+          this.optional[name] = carried ? this.responseColumn(header, 4) : null;
+        } else if ((known !== null) !== carried) {
+          throw invalid(`train stream: ${name} present in some blocks only`);
+        }
+      }
+    }
+    for (const name of requiredColumns) columns[name].append(block[name] as Uint8Array);
+    if (block.responseTokens > 0) {
+      for (const name of optionalColumns) this.optional[name]?.append(block[name] as Uint8Array);
+    }
+    this.samples += block.sampleCount;
+    this.tokens += block.tokenCount;
+    this.responseTokens += block.responseTokens;
   }
 
-  /** Checks the totals against the header and copies the blocks into one packed batch. */
+  /** Checks the totals against the header and returns the packed batch. */
   finish(): { header: TrainBatchHeader; batch: PackedTrainBatch } {
     if (this.result !== null) return this.result;
     const header = this.header;
     if (header === null) throw invalid('train stream: ended without a header');
-    if (this.samples !== header.sample_count || this.tokens !== header.token_count) {
+    const announcedResponses = header.response_token_count;
+    const responsesDiffer = announcedResponses !== undefined && this.responseTokens !== announcedResponses;
+    if (this.samples !== header.sample_count || this.tokens !== header.token_count || responsesDiffer) {
       throw invalid(
-        `train stream: ended after ${this.samples} samples / ${this.tokens} tokens, header announced ${header.sample_count} / ${header.token_count}`,
-        { received_samples: this.samples, received_tokens: this.tokens },
+        `train stream: ended after ${this.samples} samples / ${this.tokens} tokens, header announced ${header.sample_count} / ${header.token_count}${responsesDiffer ? ` (${this.responseTokens} response tokens of ${announcedResponses})` : ''}`,
+        {
+          received_samples: this.samples,
+          received_tokens: this.tokens,
+          received_response_tokens: this.responseTokens,
+        },
       );
     }
-    const blocks = this.blocks;
-    // Blocks without response tokens carry no per-token data either way.
-    const withTokens = blocks.filter((block) => block.responseTokens > 0);
-    const optional = (key: 'rollout_log_probs' | 'teacher_log_probs'): Float32Array | null => {
-      const present = withTokens.filter((block) => block[key] !== null).length;
-      if (present === 0) return null;
-      if (present !== withTokens.length) throw invalid(`train stream: ${key} present in some blocks only`);
-      return joinColumn(blocks, key);
-    };
-    const rolloutLogProbs = optional('rollout_log_probs');
-    const teacherLogProbs = optional('teacher_log_probs');
+    const columns = this.columns ?? this.startColumns(header, false);
     const batch: PackedTrainBatch = {
       sample_count: this.samples,
-      tokens: joinColumn(blocks, 'tokens'),
-      total_lengths: joinColumn(blocks, 'total_lengths'),
-      response_lengths: joinColumn(blocks, 'response_lengths'),
-      loss_masks: joinColumn(blocks, 'loss_masks'),
-      rollout_log_probs: rolloutLogProbs,
-      teacher_log_probs: teacherLogProbs,
-      rollout_ids: joinColumn(blocks, 'rollout_ids'),
-      rewards: joinColumn(blocks, 'rewards'),
-      raw_rewards: joinColumn(blocks, 'raw_rewards'),
-      rollout_mask_sums: joinColumn(blocks, 'rollout_mask_sums'),
-      truncated: joinColumn(blocks, 'truncated'),
-      sample_indices: joinColumn(blocks, 'sample_indices'),
+      tokens: columns.tokens.finish('tokens'),
+      total_lengths: columns.total_lengths.finish('total_lengths'),
+      response_lengths: columns.response_lengths.finish('response_lengths'),
+      loss_masks: columns.loss_masks.finish('loss_masks'),
+      rollout_log_probs: this.optional.rollout_log_probs?.finish('rollout_log_probs') ?? null,
+      teacher_log_probs: this.optional.teacher_log_probs?.finish('teacher_log_probs') ?? null,
+      rollout_ids: columns.rollout_ids.finish('rollout_ids'),
+      rewards: columns.rewards.finish('rewards'),
+      raw_rewards: columns.raw_rewards.finish('raw_rewards'),
+      rollout_mask_sums: columns.rollout_mask_sums.finish('rollout_mask_sums'),
+      truncated: columns.truncated.finish('truncated'),
+      sample_indices: columns.sample_indices.finish('sample_indices'),
     };
-    // Release the received messages; the batch owns its own copy.
-    this.blocks.length = 0;
+    this.columns = null;
     this.result = { header, batch };
     return this.result;
   }
+
+  private startColumns(header: TrainBatchHeader, adopt: boolean): Record<RequiredColumn, ColumnBuilder> {
+    this.adopting = adopt;
+    const samples = header.sample_count;
+    const sized = (bytes: number) => new ColumnBuilder(adopt ? null : bytes, adopt);
+    this.columns = {
+      tokens: sized(header.token_count * 4),
+      total_lengths: sized(samples * 4),
+      response_lengths: sized(samples * 4),
+      loss_masks: this.responseColumn(header, 1),
+      rollout_ids: sized(samples * 4),
+      rewards: sized(samples * 4),
+      raw_rewards: sized(samples * 4),
+      rollout_mask_sums: sized(samples * 8),
+      truncated: sized(samples),
+      sample_indices: sized(samples * 4),
+    };
+    return this.columns;
+  }
+
+  private responseColumn(header: TrainBatchHeader, bytesPerToken: number): ColumnBuilder {
+    const responses = header.response_token_count;
+    const unknown = this.adopting || responses === undefined;
+    return new ColumnBuilder(unknown ? null : responses * bytesPerToken, this.adopting);
+  }
 }
 
-// Copies one column of every block into a fresh (aligned) buffer: the only copy of the data. Always
-// a copy, never `slice()`: a decoder's bytes are views into the received message (and a Node Buffer's
-// `slice()` is a view too).
-function joinColumn<K extends ColumnName>(
-  blocks: readonly ReceivedBlock[],
-  name: K,
-): PackedArrayByType[(typeof columnTypes)[K]] {
-  let total = 0;
-  for (const block of blocks) total += block[name]?.byteLength ?? 0;
-  const bytes = new Uint8Array(total);
-  let offset = 0;
-  for (const block of blocks) {
-    const part = block[name];
-    if (part === null) continue;
-    bytes.set(part, offset);
-    offset += part.byteLength;
+// The header's counts, checked before anything is allocated from them.
+function checkedHeader(header: TrainBatchHeader): TrainBatchHeader {
+  const tokens = header.token_count;
+  const responses = header.response_token_count;
+  if (!Number.isSafeInteger(tokens) || (responses !== undefined && !Number.isSafeInteger(responses))) {
+    throw invalid('train stream: the header announces an impossible token count', {
+      token_count: tokens,
+      response_token_count: responses,
+    });
   }
-  return unpackTypedArray(bytes, columnTypes[name]);
+  if (responses !== undefined && responses > tokens) {
+    throw invalid(
+      `train stream: the header announces ${responses} response tokens, more than its ${tokens} tokens`,
+    );
+  }
+  return header;
+}
+
+// True when every byte is 0 or 1. Eight bytes at a time over the aligned middle: masks are most of
+// a block's per-token bytes after the token ids.
+function isBinaryMask(bytes: Uint8Array): boolean {
+  const start = bytes.byteOffset;
+  const end = start + bytes.byteLength;
+  const alignedStart = Math.min(end, (start + 7) & ~7);
+  const alignedEnd = Math.max(alignedStart, end & ~7);
+  let bits = 0;
+  for (let i = 0; i < alignedStart - start; i++) bits |= bytes[i] as number;
+  for (let i = alignedEnd - start; i < bytes.byteLength; i++) bits |= bytes[i] as number;
+  if (alignedEnd > alignedStart) {
+    const words = new Int32Array(bytes.buffer, alignedStart, (alignedEnd - alignedStart) / 4);
+    let wordBits = 0;
+    for (let i = 0; i < words.length; i++) wordBits |= words[i] as number;
+    bits |= wordBits;
+  }
+  return (bits & 0xfefefefe) === 0;
 }
 
 function receiveBlock(block: SampleBlock, index: number): ReceivedBlock {
@@ -446,9 +610,9 @@ function receiveBlock(block: SampleBlock, index: number): ReceivedBlock {
   const optionalFloats = (name: 'rollout_log_probs' | 'teacher_log_probs') =>
     block[name].byteLength === 0 && responseTotal > 0 ? null : column(block[name], name, responseTotal);
   const lossMasks = column(block.loss_masks, 'loss_masks', responseTotal);
-  for (let i = 0; i < lossMasks.length; i++) {
-    if ((lossMasks[i] as number) > 1)
-      throw invalid(`${field('loss_masks')}[${i}] is ${lossMasks[i]}, not 0 or 1`);
+  if (!isBinaryMask(lossMasks)) {
+    const at = lossMasks.findIndex((value) => value > 1);
+    throw invalid(`${field('loss_masks')}[${at}] is ${lossMasks[at]}, not 0 or 1`);
   }
   const tokens = column(block.tokens, 'tokens', tokenTotal);
   const received: ReceivedBlock = {

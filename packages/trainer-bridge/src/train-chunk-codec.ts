@@ -42,36 +42,110 @@ function writeVarint(buffer: Buffer, offset: number, value: number): number {
   return offset;
 }
 
+// SampleBlock.padding: a bytes field receivers ignore, written in front of a column to align it.
+const PADDING_TAG = (15 << 3) | 2;
+// gRPC puts a 5-byte prefix (compressed flag, length) in front of each message, and receivers
+// (grpc-js, grpc-core) hold a received message with that prefix at the start of its buffer: columns
+// are aligned as positioned in the frame.
+const FRAME_PREFIX_BYTES = 5;
+// The widest column element (float64).
+const ALIGNMENT = 8;
+
+// Bytes of a padding field that moves what follows forward by `shift` (mod 8): at least its tag and
+// a zero length, 2 bytes.
+function paddingFor(shift: number): number {
+  if (shift === 0) return 0;
+  return shift >= 2 ? shift : shift + ALIGNMENT;
+}
+
+// Where each column of a sample block goes: the padding in front of each field (0 = none), a trailing
+// padding, and the block's size, for a block body that starts at `bodyStart` within the frame.
+interface BlockLayout {
+  paddings: number[];
+  trailing: number;
+  size: number;
+}
+
+function layoutBlock(block: SampleBlock, bodyStart: number): BlockLayout {
+  let position = bodyStart;
+  if (block.sample_count !== 0) position += 1 + varintSize(block.sample_count);
+  const paddings: number[] = [];
+  for (const [number, name] of blockFields) {
+    const length = block[name].length;
+    if (length === 0) {
+      paddings.push(0);
+      continue;
+    }
+    const header = varintSize(number << 3) + varintSize(length);
+    const padding = paddingFor((ALIGNMENT - ((position + header) % ALIGNMENT)) % ALIGNMENT);
+    paddings.push(padding);
+    position += padding + header + length;
+  }
+  return { paddings, trailing: 0, size: position - bodyStart };
+}
+
 /**
- * Encodes a TrainChunk exactly as the generated codec does (same bytes), but with one copy of each
- * column into a single output buffer instead of the generic writer's two: sample blocks are nearly
- * all payload, and copies are what a large transfer costs.
+ * Encodes a TrainChunk in one copy of each column into a single output buffer (the generic writer
+ * makes two: sample blocks are nearly all payload, and copies are what a large transfer costs). A
+ * sample block's non-empty columns are preceded by `padding` fields so that each column's data starts
+ * 8-byte aligned within the gRPC frame: a receiver holding the frame in an aligned buffer reads every
+ * column in place. The generated decoder reads the result as the same chunk (padding aside); other
+ * chunks are encoded by the generated codec.
  */
 export function encodeTrainChunk(chunk: TrainChunk): Buffer {
   const payload = chunk.payload;
   if (payload?.$case !== 'samples') return Buffer.from(TrainChunk.encode(chunk).finish());
   const block = payload.value;
-  let blockSize = block.sample_count !== 0 ? 1 + varintSize(block.sample_count) : 0;
-  for (const [number, name] of blockFields) {
-    const length = block[name].length;
-    if (length !== 0) blockSize += varintSize(number << 3) + varintSize(length) + length;
+  // The block's length prefix moves every column, and the columns' padding changes that length:
+  // take the first prefix size that agrees with the size it encodes, padding the end of the block
+  // up to the prefix's range where a longer prefix leaves the block short of it.
+  let layout: BlockLayout | null = null;
+  let lengthBytes = 1;
+  for (; lengthBytes <= 5; lengthBytes++) {
+    const candidate = layoutBlock(block, FRAME_PREFIX_BYTES + 1 + lengthBytes);
+    const needed = varintSize(candidate.size);
+    if (needed === lengthBytes) {
+      layout = candidate;
+      break;
+    }
+    if (needed < lengthBytes) {
+      // A few bytes at most: the layouts of neighbouring prefix sizes differ by their padding.
+      candidate.trailing = Math.max(2, 2 ** (7 * (lengthBytes - 1)) - candidate.size);
+      if (candidate.trailing > 129) throw malformed('sample block layout did not settle');
+      candidate.size += candidate.trailing;
+      layout = candidate;
+      break;
+    }
   }
-  const out = Buffer.allocUnsafe(1 + varintSize(blockSize) + blockSize);
+  if (layout === null) throw malformed('sample block too large to encode');
+  const out = Buffer.allocUnsafe(1 + lengthBytes + layout.size);
   let offset = writeVarint(out, 0, (2 << 3) | 2);
-  offset = writeVarint(out, offset, blockSize);
+  offset = writeVarint(out, offset, layout.size);
   if (block.sample_count !== 0) {
     out[offset++] = 1 << 3;
     offset = writeVarint(out, offset, block.sample_count);
   }
-  for (const [number, name] of blockFields) {
+  for (let field = 0; field < blockFields.length; field++) {
+    const [number, name] = blockFields[field] as (typeof blockFields)[number];
     const bytes = block[name];
     if (bytes.length === 0) continue;
+    offset = writePadding(out, offset, layout.paddings[field] as number);
     offset = writeVarint(out, offset, (number << 3) | 2);
     offset = writeVarint(out, offset, bytes.length);
     out.set(bytes, offset);
     offset += bytes.length;
   }
+  writePadding(out, offset, layout.trailing);
   return out;
+}
+
+// A padding field of `size` bytes in all (0 = none, else at least 2): its tag, length and zeros.
+function writePadding(out: Buffer, offset: number, size: number): number {
+  if (size === 0) return offset;
+  out[offset++] = PADDING_TAG;
+  offset = writeVarint(out, offset, size - 2);
+  out.fill(0, offset, offset + size - 2);
+  return offset + size - 2;
 }
 
 function malformed(message: string): DressageError {
@@ -140,6 +214,7 @@ function emptyBlock(): SampleBlock {
     truncated: empty,
     sample_indices: empty,
     teacher_log_probs: empty,
+    padding: empty,
   };
 }
 

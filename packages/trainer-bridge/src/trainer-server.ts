@@ -174,7 +174,9 @@ export function createTrainerServiceHandlers(
       callback: sendUnaryData<TrainResponse>,
     ) => {
       const { signal, dispose } = callSignal(call);
-      const assembler = new TrainBatchAssembler();
+      // decodeTrainChunk hands out views into the message grpc-js received and then dropped: the
+      // assembler owns them, and keeps the columns of a single-block batch in place.
+      const assembler = new TrainBatchAssembler({ adoptBlockBytes: true });
       let done = false;
       busy += 1;
       const finish = (error: unknown, response?: TrainResponse) => {
@@ -188,8 +190,9 @@ export function createTrainerServiceHandlers(
       call.on('data', (chunk: TrainChunk) => {
         if (done) return;
         try {
-          assembler.push(chunk);
+          // The limits first: the assembler allocates the columns the header announces.
           if (chunk.payload?.$case === 'header') checkHeader(chunk.payload.value, maxTokens, maxSamples);
+          assembler.push(chunk);
         } catch (error) {
           // Answer at once: the client stops streaming the rest of a batch that is already rejected.
           finish(error);
