@@ -1,6 +1,7 @@
 import { DressageError } from '@dressage/protocol';
 import { Tokenizer } from '@huggingface/tokenizers';
 import { type ModelFiles, readModelFiles } from './model-directory.js';
+import { createFastEncoder } from './fast-encoder.js';
 import { acceleratePreTokenizer } from './pre-tokenizer.js';
 
 function tokenContent(value: unknown): string | null {
@@ -24,6 +25,20 @@ const preTokenizerProbes = [
   "\u0000\u007f~!@#$%^&*()_+`-=[]\\;',./<>?",
 ];
 
+// The fast encoder, if the tokenizer's layout is one it implements and it gives the library's ids
+// on every probe text.
+function checkedFastEncoder(tokenizer: Tokenizer): ((text: string) => Int32Array) | null {
+  const fast = createFastEncoder(tokenizer);
+  if (fast === null) return null;
+  const library = (text: string) => tokenizer.encode(text, { add_special_tokens: false }).ids.join(',');
+  try {
+    for (const probe of preTokenizerProbes) if (fast(probe).join(',') !== library(probe)) return null;
+  } catch {
+    return null;
+  }
+  return fast;
+}
+
 /**
  * A Hugging Face tokenizer loaded from a model directory, with token ids in typed arrays.
  * Encoding never adds special tokens: chat templates write them as text.
@@ -39,6 +54,7 @@ export class TitoTokenizer {
   readonly bosToken: string | null;
   readonly #tokenizer: Tokenizer;
   readonly #specialTokens: ReadonlyMap<string, number>;
+  readonly #fastEncode: ((text: string) => Int32Array) | null;
 
   constructor(files: ModelFiles) {
     this.files = files;
@@ -62,6 +78,7 @@ export class TitoTokenizer {
       (text) => tokenizer.encode(text, { add_special_tokens: false }).ids,
       preTokenizerProbes,
     );
+    this.#fastEncode = checkedFastEncoder(tokenizer);
     const special = new Map<string, number>();
     const added = files.tokenizerJson.added_tokens;
     if (Array.isArray(added)) {
@@ -82,7 +99,22 @@ export class TitoTokenizer {
   /** Encodes text without adding special tokens; special-token text in it becomes single ids. */
   encode(text: string): Int32Array {
     if (text === '') return new Int32Array(0);
+    if (this.#fastEncode !== null) return this.#fastEncode(text);
+    return this.libraryEncode(text);
+  }
+
+  /**
+   * {@link encode} through the library's own pipeline only (no fast path): the reference the fast
+   * path is checked against.
+   */
+  libraryEncode(text: string): Int32Array {
+    if (text === '') return new Int32Array(0);
     return Int32Array.from(this.#tokenizer.encode(text, { add_special_tokens: false }).ids);
+  }
+
+  /** Whether {@link encode} takes the fast path (a supported tokenizer layout that passed its probes). */
+  get fastEncoding(): boolean {
+    return this.#fastEncode !== null;
   }
 
   /** Decodes ids to text, special tokens included. */

@@ -1,0 +1,97 @@
+import { readFile } from 'node:fs/promises';
+import { Tokenizer } from '@huggingface/tokenizers';
+import fc from 'fast-check';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { qwen3ModelDirectory } from './__fixtures__/qwen3-model.js';
+import { createFastEncoder } from './fast-encoder.js';
+import { readModelFiles } from './model-directory.js';
+import { loadTokenizer, type TitoTokenizer } from './tokenizer.js';
+
+// Pieces that exercise every branch: added tokens, ASCII words and numbers, whitespace runs and
+// line breaks, contractions, non-ASCII letters (normalized and not), emoji, lone surrogates.
+const fragments = [
+  '<|im_start|>',
+  '<|im_end|>',
+  '<tool_call>',
+  '</think>',
+  '<|im_',
+  '<',
+  'user',
+  ' Hello',
+  "I'm",
+  "'LL",
+  ' 12345',
+  '3.14',
+  '\n',
+  '\r\n',
+  '   ',
+  '\t',
+  '{"a": [1, null]}',
+  'naïve',
+  'cafe\u0301',
+  '漢字',
+  ' Ωμέγα',
+  '😀',
+  '\ud800',
+  '\udfff',
+  '\u0000',
+];
+
+const text = fc.oneof(
+  fc.array(fc.constantFrom(...fragments), { maxLength: 30 }).map((parts) => parts.join('')),
+  fc.string({ unit: 'grapheme', maxLength: 60 }),
+  fc.string({ unit: 'binary', maxLength: 60 }),
+  fc.string({ maxLength: 80 }),
+);
+
+describe('the fast encoder', () => {
+  let tokenizer: TitoTokenizer;
+  beforeAll(async () => {
+    tokenizer = await loadTokenizer(qwen3ModelDirectory);
+  });
+
+  it('is used for the Qwen3 tokenizer', () => {
+    expect(tokenizer.fastEncoding).toBe(true);
+  });
+
+  it('gives the library ids on random text, special tokens and surrogates included', () => {
+    fc.assert(
+      fc.property(text, (input) => {
+        expect(Array.from(tokenizer.encode(input))).toEqual(Array.from(tokenizer.libraryEncode(input)));
+      }),
+      { numRuns: 2000 },
+    );
+  });
+
+  it('gives the library ids on source code and repeated text (cached pieces)', async () => {
+    const source = await readFile(new URL('./tito-encoder.ts', import.meta.url), 'utf8');
+    for (let round = 0; round < 2; round++) {
+      for (let start = 0; start < source.length; start += 700) {
+        const slice = source.slice(start, start + 1400);
+        expect(Array.from(tokenizer.encode(slice))).toEqual(Array.from(tokenizer.libraryEncode(slice)));
+      }
+    }
+    const long = `${'x'.repeat(300)} ${' '.repeat(200)}${'ab'.repeat(100)}`;
+    expect(Array.from(tokenizer.encode(long))).toEqual(Array.from(tokenizer.libraryEncode(long)));
+  });
+
+  it('declines layouts it does not implement', async () => {
+    const files = await readModelFiles(qwen3ModelDirectory);
+    const library = new Tokenizer(files.tokenizerJson, files.tokenizerConfig) as unknown as {
+      added_tokens: Array<{ lstrip: boolean }>;
+      pre_tokenizer: { tokenizers: unknown[] };
+      post_processor: unknown;
+    };
+    expect(createFastEncoder(library)).not.toBeNull();
+    expect(createFastEncoder({})).toBeNull();
+    const stripped = new Tokenizer(files.tokenizerJson, files.tokenizerConfig) as unknown as typeof library;
+    (stripped.added_tokens[0] as { lstrip: boolean }).lstrip = true;
+    expect(createFastEncoder(stripped)).toBeNull();
+    const reordered = new Tokenizer(files.tokenizerJson, files.tokenizerConfig) as unknown as typeof library;
+    reordered.pre_tokenizer.tokenizers.reverse();
+    expect(createFastEncoder(reordered)).toBeNull();
+    const templated = new Tokenizer(files.tokenizerJson, files.tokenizerConfig) as unknown as typeof library;
+    templated.post_processor = { config: { type: 'TemplateProcessing' } };
+    expect(createFastEncoder(templated)).toBeNull();
+  });
+});

@@ -1,0 +1,179 @@
+// An exact, faster `encode` for the tokenizer layout of Qwen-style models: added tokens split out
+// first, a Unicode normalizer, a `Split` regex pre-tokenizer followed by a byte-level mapping, and
+// byte-level BPE. `@huggingface/tokenizers` builds several arrays and objects per pre-token (the
+// flatMap chains of `encode_text`, the mapped strings, the token strings, an attention mask). Here
+// each regex piece is looked up in a cache of its ids, so a piece seen before (most pieces of chat
+// text: words, spaces, punctuation) costs one Map lookup. Pieces not in the cache go through the
+// library's own byte-level mapping and BPE model, so the ids are the library's by construction.
+
+interface AddedTokenLike {
+  content: string;
+  id: number;
+  lstrip: boolean;
+  rstrip: boolean;
+  normalized: boolean;
+}
+
+interface ConfiguredLike {
+  config?: { type?: unknown; invert?: unknown; behavior?: unknown };
+}
+
+interface SplitLike extends ConfiguredLike {
+  pattern: unknown;
+}
+
+interface ByteLevelLike extends ConfiguredLike {
+  add_prefix_space: unknown;
+  use_regex: unknown;
+  pre_tokenize(text: string[], options?: unknown): string[];
+}
+
+interface LibraryTokenizerLike {
+  splitter_unnormalized: { split(text: string): string[] };
+  added_tokens: AddedTokenLike[];
+  added_tokens_map: Map<string, { id: number }>;
+  normalizer: (((text: string) => string) & ConfiguredLike) | null;
+  pre_tokenizer: (ConfiguredLike & { tokenizers?: unknown }) | null;
+  model: ((tokens: string[]) => string[]) & { tokens_to_ids: Map<string, number>; unk_token_id?: number };
+  post_processor: ConfiguredLike | null;
+  remove_space?: unknown;
+  do_lowercase_and_remove_accent?: unknown;
+}
+
+// Unicode normal forms leave ASCII text unchanged, so ASCII sections skip the normalizer.
+const unicodeNormalizers = new Set(['NFC', 'NFD', 'NFKC', 'NFKD']);
+const asciiOnly = /^[\u0000-\u007f]*$/;
+// Bounds of the piece cache: pieces longer than this are rare (long words, whitespace runs) and
+// not worth keeping; a full cache starts over.
+const MAX_CACHED_PIECE_LENGTH = 64;
+const MAX_CACHED_PIECES = 200_000;
+
+function typeOf(value: ConfiguredLike | null | undefined): unknown {
+  return value?.config?.type;
+}
+
+/** The encoder's view of a library tokenizer it supports, or null for any other layout. */
+function supportedLayout(
+  tokenizer: LibraryTokenizerLike,
+): { split: RegExp; byteLevel: ByteLevelLike } | null {
+  if (typeof tokenizer.splitter_unnormalized?.split !== 'function') return null;
+  if (!(tokenizer.added_tokens_map instanceof Map) || !Array.isArray(tokenizer.added_tokens)) return null;
+  if (typeof tokenizer.model !== 'function' || !(tokenizer.model.tokens_to_ids instanceof Map)) return null;
+  // Whitespace stripping around added tokens, normalized added tokens, and the legacy text options
+  // change the sections; none of them is handled here.
+  for (const token of tokenizer.added_tokens) {
+    if (token.lstrip || token.rstrip) return null;
+    if (token.normalized && tokenizer.normalizer !== null) return null;
+  }
+  if (tokenizer.remove_space === true || tokenizer.do_lowercase_and_remove_accent === true) return null;
+  const normalizerType = typeOf(tokenizer.normalizer);
+  if (tokenizer.normalizer !== null && !unicodeNormalizers.has(normalizerType as string)) return null;
+  // The post-processor must return the tokens unchanged (ByteLevel does, without a pair).
+  if (tokenizer.post_processor !== null && typeOf(tokenizer.post_processor) !== 'ByteLevel') return null;
+  const preTokenizer = tokenizer.pre_tokenizer;
+  // A pre-tokenizer sequence (the library keeps no config on it, only its members).
+  if (!Array.isArray(preTokenizer?.tokenizers)) return null;
+  const [split, byteLevel, ...rest] = preTokenizer.tokenizers as [SplitLike, ByteLevelLike, ...unknown[]];
+  if (rest.length > 0 || split === undefined || byteLevel === undefined) return null;
+  const behavior = split.config?.behavior;
+  if (
+    typeOf(split) !== 'Split' ||
+    split.config?.invert !== false ||
+    typeof behavior !== 'string' ||
+    behavior.toLowerCase() !== 'isolated' ||
+    !(split.pattern instanceof RegExp) ||
+    !split.pattern.global
+  ) {
+    return null;
+  }
+  if (
+    typeOf(byteLevel) !== 'ByteLevel' ||
+    byteLevel.add_prefix_space !== false ||
+    byteLevel.use_regex !== false ||
+    typeof byteLevel.pre_tokenize !== 'function'
+  ) {
+    return null;
+  }
+  return { split: split.pattern, byteLevel };
+}
+
+/**
+ * An `encode(text)` (no special tokens added) equal to the library tokenizer's, or null when the
+ * tokenizer's layout is not the one this encoder implements. Callers check it on probe texts too.
+ */
+export function createFastEncoder(library: unknown): ((text: string) => Int32Array) | null {
+  const tokenizer = library as LibraryTokenizerLike;
+  const layout = supportedLayout(tokenizer);
+  if (layout === null) return null;
+  const { split, byteLevel } = layout;
+  const added = tokenizer.added_tokens_map;
+  const model = tokenizer.model;
+  const normalizer = tokenizer.normalizer;
+  const idOf = (token: string): number =>
+    added.get(token)?.id ?? model.tokens_to_ids.get(token) ?? model.unk_token_id ?? 0;
+  // A piece's ids: one number for the common single-token piece, an array otherwise.
+  const cache = new Map<string, number | Int32Array>();
+  let output = new Int32Array(1024);
+  let length = 0;
+
+  const push = (id: number) => {
+    if (length === output.length) {
+      const grown = new Int32Array(output.length * 2);
+      grown.set(output);
+      output = grown;
+    }
+    output[length++] = id;
+  };
+
+  const pushPiece = (piece: string) => {
+    let ids = cache.get(piece);
+    if (ids === undefined) {
+      const tokens = model(byteLevel.pre_tokenize([piece]));
+      ids = tokens.length === 1 ? idOf(tokens[0] as string) : Int32Array.from(tokens, idOf);
+      if (piece.length <= MAX_CACHED_PIECE_LENGTH) {
+        if (cache.size >= MAX_CACHED_PIECES) cache.clear();
+        cache.set(piece, ids);
+      }
+    }
+    if (typeof ids === 'number') push(ids);
+    else for (let index = 0; index < ids.length; index++) push(ids[index] as number);
+  };
+
+  // The library's `regex_split`: matches and the text between them, empty matches dropped.
+  const pushPieces = (text: string) => {
+    let previous = 0;
+    split.lastIndex = 0;
+    for (const match of text.matchAll(split)) {
+      const whole = match[0];
+      const at = match.index;
+      if (previous < at) pushPiece(text.slice(previous, at));
+      if (whole.length > 0) pushPiece(whole);
+      previous = at + whole.length;
+    }
+    if (previous < text.length) pushPiece(text.slice(previous));
+  };
+
+  return (text: string): Int32Array => {
+    length = 0;
+    for (const section of tokenizer.splitter_unnormalized.split(text)) {
+      if (section.length === 0) continue;
+      const token = added.get(section);
+      if (token !== undefined) {
+        push(token.id);
+        continue;
+      }
+      let normalized = section;
+      if (normalizer !== null && !asciiOnly.test(section)) {
+        normalized = normalizer(section);
+        if (normalized.length === 0) continue;
+        const same = added.get(normalized);
+        if (same !== undefined) {
+          push(same.id);
+          continue;
+        }
+      }
+      pushPieces(normalized);
+    }
+    return output.slice(0, length);
+  };
+}
