@@ -1,5 +1,5 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
 import type { ProxyConfig } from './config.js';
 import { detailError, ProxyHttpError, toHttpResponse } from './http-error.js';
 import { loadPromptTokenizer, type PromptTokenizer } from './prompt-tokenizer.js';
@@ -32,6 +32,25 @@ export interface StartProxyOptions {
   tokenizer?: PromptTokenizer;
   /** Tool-call hooks registered in code; they run after those named by `config.toolCallHooks`. */
   toolCallHooks?: readonly ToolCallHook[];
+}
+
+const connectionAborts = new WeakMap<Socket, AbortController>();
+
+/**
+ * The abort controller of a client connection, fired when the connection closes: the calls running
+ * on it stop (their engine requests included). One per connection rather than per call because an
+ * AbortController costs microseconds to make and the calls of a keep-alive connection share its
+ * fate; a closed connection takes no more calls.
+ */
+function connectionAbort(socket: Socket): AbortController {
+  let controller = connectionAborts.get(socket);
+  if (controller === undefined) {
+    const created = new AbortController();
+    connectionAborts.set(socket, created);
+    socket.once('close', () => created.abort());
+    controller = created;
+  }
+  return controller;
 }
 
 function sendJson(response: ServerResponse, status: number, body: unknown): void {
@@ -112,10 +131,7 @@ export function createProxyHttpServer(service: ProxyService): Server {
   const heartbeatMs = config.streamHeartbeatIntervalSeconds * 1000;
 
   const chat: Handler = async (request, body, response) => {
-    const abort = new AbortController();
-    response.on('close', () => {
-      if (!response.writableFinished) abort.abort();
-    });
+    const abort = connectionAbort(request.socket);
     const task = service.chatCompletion(body, request.headers, abort.signal);
     const wantsStream =
       typeof body === 'object' && body !== null && (body as { stream?: unknown }).stream === true;

@@ -1,7 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import type { ChatMessage, RouteType, SegmentReason, Tool } from '@dressage/protocol';
 import { isRealVersion } from '@dressage/protocol';
-import { canonicalToolsJson, isMessagePrefix } from '@dressage/tito';
+import { canonicalToolsJson, isMessagePrefix, startsWithText } from '@dressage/tito';
 import type { RoutedExpertsDtype } from './config.js';
 import type { RoutedExpertsPiece } from './generation-controller.js';
 import { detailError } from './http-error.js';
@@ -455,7 +455,10 @@ function snapshotPrefixes(step: Step, rendered: string, hashes: Map<number, stri
   if (source === null || length < 0 || length > rendered.length) return false;
   if (source.text !== null) {
     // Hot: compare the characters themselves (no hashing, no copy for the chain's longest step).
-    return rendered.startsWith(length === source.text.length ? source.text : source.text.slice(0, length));
+    return startsWithText(
+      rendered,
+      length === source.text.length ? source.text : source.text.slice(0, length),
+    );
   }
   let hash = hashes.get(length);
   if (hash === undefined) {
@@ -471,7 +474,7 @@ function attachSnapshot(session: Session, base: Step | null, rendered: string | 
   if (rendered === null) return null;
   const tick = session.steps.length;
   for (const candidate of [base?.snapshotSource, session.steps.at(-1)?.snapshotSource]) {
-    if (!candidate || candidate.text === null || !rendered.startsWith(candidate.text)) continue;
+    if (!candidate || candidate.text === null || !startsWithText(rendered, candidate.text)) continue;
     candidate.text = rendered;
     candidate.lengths.push(rendered.length);
     candidate.lastUsed = tick;

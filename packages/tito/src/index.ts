@@ -33,6 +33,7 @@ export {
   type RenderOptions,
   rendererFamilies,
 } from './renderers/renderer.js';
+export { startsWithText } from './text-prefix.js';
 export {
   type ContextDelta,
   type FullEncodeOptions,

@@ -2,6 +2,7 @@ import { type ChatMessage, CONTEXT_TOKEN_VERSION } from '@dressage/protocol';
 import { TitoIncrementalError } from './errors.js';
 import { firstMismatch } from './messages.js';
 import type { ChatRenderer, RenderOptions } from './renderers/renderer.js';
+import { startsWithText } from './text-prefix.js';
 import type { TitoTokenizer } from './tokenizer.js';
 
 /** What one incremental step appends before the model's next output. */
@@ -63,7 +64,7 @@ function groupAppended(appended: readonly ChatMessage[], offset: number): ChatMe
 }
 
 function renderDiff(before: string, after: string, what: string): string {
-  if (!after.startsWith(before)) {
+  if (!startsWithText(after, before)) {
     throw new TitoIncrementalError({
       reason: 'render_diff_not_prefix',
       message: `Rendering ${what} changed the text before it, so its delta is not a suffix`,

@@ -1,7 +1,7 @@
 import { DressageError } from '@dressage/protocol';
 import { Tokenizer } from '@huggingface/tokenizers';
-import { type ModelFiles, readModelFiles } from './model-directory.js';
 import { createFastEncoder } from './fast-encoder.js';
+import { type ModelFiles, readModelFiles } from './model-directory.js';
 import { acceleratePreTokenizer } from './pre-tokenizer.js';
 
 function tokenContent(value: unknown): string | null {
