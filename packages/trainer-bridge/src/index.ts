@@ -67,7 +67,12 @@ export {
   STANDARD_DEVIATION_EPSILON,
 } from './reward-post-process.js';
 export { createSyntheticTrainBatch, type SyntheticTrainBatchOptions } from './synthetic-batch.js';
-export { decodeTrainChunk, encodeTrainChunk, trainerServiceDefinition } from './train-chunk-codec.js';
+export {
+  decodeTrainChunk,
+  directlyFramedTrainerServiceDefinition,
+  encodeTrainChunk,
+  trainerServiceDefinition,
+} from './train-chunk-codec.js';
 export {
   createTrainerClient,
   type TrainerCallOptions,

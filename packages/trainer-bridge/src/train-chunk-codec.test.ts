@@ -2,7 +2,7 @@ import { type SampleBlock, TrainChunk, trainBatchToChunks } from '@dressage/prot
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { createSyntheticTrainBatch } from './synthetic-batch.js';
-import { decodeTrainChunk, encodeTrainChunk } from './train-chunk-codec.js';
+import { decodeTrainChunk, encodeTrainChunk, serializeTrainChunkForFraming } from './train-chunk-codec.js';
 
 const header = { batch_id: 'codec', rollout_id: 3, global_batch_size: 2, expected_weight_version: 'v1' };
 
@@ -130,6 +130,24 @@ describe('the fast TrainChunk codec', () => {
         const fast = encodeTrainChunk(chunk);
         expect(withoutPadding(TrainChunk.decode(fast))).toEqual(TrainChunk.toJSON(chunk));
         expectAlignedColumns(fast);
+      }
+    }
+  });
+
+  it('writes a sample block straight into a gRPC frame, with the bytes of the encoder', () => {
+    const batch = createSyntheticTrainBatch({ samples: 12, tokensPerSample: 90, responseTokens: 30 });
+    for (const chunk of trainBatchToChunks(batch, header, { maxChunkBytes: 2_000 })) {
+      const message = serializeTrainChunkForFraming(chunk);
+      const encoded = encodeTrainChunk(chunk);
+      expect(message.length).toBe(encoded.length);
+      // What grpc-js does with an outgoing message: a 5-byte prefix, then `copy` into the frame.
+      const frame = Buffer.alloc(message.length + 5, 0xee);
+      frame.writeUInt32BE(message.length, 1);
+      message.copy(frame, 5);
+      expect(frame.subarray(5).equals(encoded)).toBe(true);
+      expectAlignedColumns(frame.subarray(5));
+      if (chunk.payload?.$case === 'samples') {
+        expect(() => message.copy(Buffer.alloc(message.length), 5)).toThrow(RangeError);
       }
     }
   });

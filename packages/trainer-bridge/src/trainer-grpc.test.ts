@@ -120,6 +120,33 @@ describe('TrainerService over gRPC, TS client to TS server', () => {
     }
   });
 
+  it('sends the same batch with direct framing off and through a compressing channel', async () => {
+    const sent = createSyntheticTrainBatch({ samples: 64, tokensPerSample: 300, responseTokens: 100 });
+    const received: PackedTrainBatch[] = [];
+    const { server } = await serve(
+      fakeTrainer({
+        train: (_header, batch) => {
+          received.push(batch);
+          return { samples_trained: batch.sample_count, tokens_trained: batch.tokens.length };
+        },
+      }),
+    );
+    const plain = createTrainerClient(server.address, { directFraming: false });
+    // gzip: grpc-js needs the message bytes, so the client frames the usual way.
+    const gzip = createTrainerClient(server.address, {
+      channelOptions: { 'grpc.default_compression_algorithm': 2 },
+    });
+    clients.push(plain, gzip);
+    await plain.train(sent, {}, { maxChunkBytes: 8_000 });
+    await gzip.train(sent, {}, { maxChunkBytes: 8_000 });
+    expect(received).toHaveLength(2);
+    for (const batch of received) {
+      for (const column of columns) {
+        expect(bytesOf(batch[column]).equals(bytesOf(sent[column])), column).toBe(true);
+      }
+    }
+  });
+
   it('passes the unary calls through and reports BUSY while training', async () => {
     let release: () => void = () => {};
     let entered: () => void = () => {};
