@@ -42,7 +42,7 @@ interface LibraryTokenizerLike {
 
 // Unicode normal forms leave ASCII text unchanged, so ASCII sections skip the normalizer.
 const unicodeNormalizers = new Set(['NFC', 'NFD', 'NFKC', 'NFKD']);
-const asciiOnly = /^[\u0000-\u007f]*$/;
+const asciiOnly = /^\p{ASCII}*$/u;
 // Bounds of the piece cache: pieces longer than this are rare (long words, whitespace runs) and
 // not worth keeping; a full cache starts over.
 const MAX_CACHED_PIECE_LENGTH = 64;
