@@ -304,7 +304,8 @@ export class GenerationController {
           this.#suspended += 1;
           wasSuspended = true;
         }
-        await this.waitWhilePaused(request.signal);
+        // Not paused and not cancelled (nearly every call): no await, so no extra turn of the loop.
+        if (this.paused || request.signal?.aborted) await this.waitWhilePaused(request.signal);
         if (wasSuspended) {
           this.#suspended -= 1;
           wasSuspended = false;

@@ -192,9 +192,33 @@ export class OutputParser {
 
   /** Splits reasoning, then parses tool calls from the visible text. */
   async parse(rawText: string, tools: readonly Tool[] | null | undefined): Promise<ParsedOutput> {
+    const local = this.parseLocally(rawText);
+    if (local !== null) return local;
     const text = stripTrailingSpecialTokens(rawText);
     const split = await this.#splitReasoning(text);
     const calls = await this.#parseToolCalls(split.text, tools);
+    return this.#finish(split, calls);
+  }
+
+  /**
+   * {@link parse} without waiting when both backends are local (no engine call), else null. Callers
+   * on the hot path use it first: every await is another turn of the event loop.
+   */
+  parseLocally(rawText: string): ParsedOutput | null {
+    if (this.#options.reasoningBackend !== 'local' || this.#options.toolCallBackend !== 'local') return null;
+    const text = stripTrailingSpecialTokens(rawText);
+    const split = thinkingTypes.has(this.#options.reasoningType)
+      ? splitReasoningLocal(text)
+      : { text, reasoning: null };
+    const local = localToolCallParser(this.#options.toolCallType);
+    const calls = normalizeNoCalls(
+      local ? local(split.text) : { content: finishContent(split.text), toolCalls: [] },
+      split.text,
+    );
+    return this.#finish(split, calls);
+  }
+
+  #finish(split: ReasoningSplit, calls: ToolCallSplit): ParsedOutput {
     let content = calls.content;
     if (content !== null) {
       content = stripTrailingSpecialTokens(content);

@@ -407,7 +407,7 @@ export class ProxyService {
         last_proxy_step_recorded: true,
       });
     }
-    const parsed = await this.#parser.parse(output.text, tools);
+    const parsed = this.#parser.parseLocally(output.text) ?? (await this.#parser.parse(output.text, tools));
     const finishReason =
       parsed.toolCalls.length > 0 ? 'tool_calls' : output.finishReason === 'length' ? 'length' : 'stop';
     if (hooks?.has('before') && parsed.toolCalls.length > 0) {

@@ -184,6 +184,20 @@ export class SessionLock {
 
   /** Runs `task` once every earlier task finished. */
   async run<T>(task: () => Promise<T>): Promise<T> {
+    if (this.#held === 0) {
+      // Uncontended (the usual case: one agent, one call at a time): nothing to wait for.
+      this.#held = 1;
+      let release!: () => void;
+      this.#tail = new Promise<void>((resolve) => {
+        release = resolve;
+      });
+      try {
+        return await task();
+      } finally {
+        this.#held -= 1;
+        release();
+      }
+    }
     this.#held += 1;
     const previous = this.#tail;
     let release!: () => void;
