@@ -1,4 +1,4 @@
-// The shipped weather recipe, shortened to its first 16 RL steps: the reward must rise because RL
+// The shipped weather recipe, shortened to its first 24 RL steps: the reward must rise because RL
 // teaches the warm-started model to call its tool. This is the end-to-end learning check; it takes
 // a few minutes of CPU (the 200-step warm-start dominates).
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -23,13 +23,13 @@ describe('the shipped weather recipe', () => {
     try {
       const loaded = await loadRecipe(recipePath);
       loaded.recipe.output_dir = join(directory, 'run');
-      loaded.recipe.training.steps = 16;
-      // The recipe's RL learning rate (1e-3) needs ~25 steps to pass 0.7; 3e-3 passes it in ~10
-      // and is stable that early, which keeps this test to a few minutes.
-      loaded.recipe.loss.learning_rate = 0.003;
+      // At the recipe's own learning rate (1e-3): 3e-3 rises twice as fast but can collapse right
+      // after it saturates (one CI run fell from 0.94 to 0 at step 15), which is why the recipe
+      // ships 1e-3. By step 24 the slowest run measured so far was past 0.7.
+      loaded.recipe.training.steps = 24;
       loaded.recipe.training.checkpoint_interval = 100;
       const summary = await runTraining(loaded, { log: () => undefined });
-      expect(summary.stepsCompleted).toBe(16);
+      expect(summary.stepsCompleted).toBe(24);
       expect(summary.maxLogprobDiff).toBeLessThanOrEqual(1e-4);
 
       const rl = (await readMetricsLog(join(directory, 'run', 'metrics.jsonl'))).filter(
@@ -39,8 +39,9 @@ describe('the shipped weather recipe', () => {
       const segments = rl.map((record) => record.metrics['rollout/segments_per_trajectory_mean']!);
       const first = mean(rewards.slice(0, 3));
       const last = mean(rewards.slice(-3));
-      // Measured: about 0.15 → 0.75–0.9 (runs differ: concurrent rollouts reach the engine in varying
-      // order). The margins leave room for that and for sampling noise (32 trajectories a step).
+      // Measured: about 0.12 → 0.88 over these steps (runs differ: concurrent rollouts reach the
+      // engine in varying order). The margins leave room for that and for sampling noise (32
+      // trajectories a step).
       expect(first).toBeLessThan(0.4);
       expect(last).toBeGreaterThan(0.55);
       expect(last - first).toBeGreaterThan(0.3);
