@@ -338,11 +338,6 @@ class ColumnBuilder {
     this.bytes = capacityBytes === null ? null : new Uint8Array(capacityBytes);
   }
 
-  /** Room left, or Infinity when the size was not announced. */
-  get room(): number {
-    return this.bytes === null ? Number.POSITIVE_INFINITY : this.bytes.byteLength - this.written;
-  }
-
   append(part: Uint8Array): void {
     if (part.byteLength === 0) return;
     if (this.bytes === null) this.parts.push(part);

@@ -256,32 +256,22 @@ async function main(): Promise<void> {
       // One untimed pass of the same load on each server first: the first run at a new concurrency
       // pays for JIT and heap growth (the proxy's first 512-session run costs ~40% more CPU per
       // request than the next), and max requests/s is a steady-state figure.
-      await run(`${bare.url}/v1/chat/completions`, bare.child, scenario, 'bare', `wb${name}`);
-      await run(`${proxy.url}/v1/chat/completions`, proxy.child, scenario, 'proxy', `wp${name}`);
+      const servers = { bare, proxy };
+      const runOn = (kind: 'bare' | 'proxy', tag: string) =>
+        run(`${servers[kind].url}/v1/chat/completions`, servers[kind].child, scenario, kind, tag);
+      await runOn('bare', `wb${name}`);
+      await runOn('proxy', `wp${name}`);
       // Then timed runs, alternating so both servers see the same moments of the machine; each keeps
       // its best (max requests/s), which other work on a shared machine can only lower.
-      let bareResult: RunResult | null = null;
-      let proxyResult: RunResult | null = null;
+      const best: { bare: RunResult | null; proxy: RunResult | null } = { bare: null, proxy: null };
       for (let attempt = 0; attempt < timedRuns; attempt++) {
-        const bareRun = await run(
-          `${bare.url}/v1/chat/completions`,
-          bare.child,
-          scenario,
-          'bare',
-          `b${name}-${attempt}`,
-        );
-        const proxyRun = await run(
-          `${proxy.url}/v1/chat/completions`,
-          proxy.child,
-          scenario,
-          'proxy',
-          `p${name}-${attempt}`,
-        );
-        if (bareResult === null || bareRun.requestsPerSecond > bareResult.requestsPerSecond)
-          bareResult = bareRun;
-        if (proxyResult === null || proxyRun.requestsPerSecond > proxyResult.requestsPerSecond)
-          proxyResult = proxyRun;
+        for (const kind of ['bare', 'proxy'] as const) {
+          const result = await runOn(kind, `${kind[0]}${name}-${attempt}`);
+          const kept = best[kind];
+          if (kept === null || result.requestsPerSecond > kept.requestsPerSecond) best[kind] = result;
+        }
       }
+      const { bare: bareResult, proxy: proxyResult } = best;
       if (bareResult === null || proxyResult === null) throw new Error('no timed run');
       rows[name] = { bare: bareResult, proxy: proxyResult };
       console.log(

@@ -142,7 +142,6 @@ export function createFastEncoder(library: unknown): ((text: string) => Int32Arr
   // The library's `regex_split`: matches and the text between them, empty matches dropped.
   const pushPieces = (text: string) => {
     let previous = 0;
-    split.lastIndex = 0;
     for (const match of text.matchAll(split)) {
       const whole = match[0];
       const at = match.index;

@@ -98,9 +98,7 @@ export class TitoTokenizer {
 
   /** Encodes text without adding special tokens; special-token text in it becomes single ids. */
   encode(text: string): Int32Array {
-    if (text === '') return new Int32Array(0);
-    if (this.#fastEncode !== null) return this.#fastEncode(text);
-    return this.libraryEncode(text);
+    return this.#fastEncode !== null ? this.#fastEncode(text) : this.libraryEncode(text);
   }
 
   /**

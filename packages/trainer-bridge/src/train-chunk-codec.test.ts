@@ -1,4 +1,4 @@
-import { type SampleBlock, TrainChunk, trainBatchToChunks } from '@dressage/protocol';
+import { SampleBlock, TrainChunk, trainBatchToChunks } from '@dressage/protocol';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { createSyntheticTrainBatch } from './synthetic-batch.js';
@@ -31,26 +31,6 @@ const sampleBlock: fc.Arbitrary<SampleBlock> = fc.record({
   teacher_log_probs: column,
   padding: fc.constant(Buffer.alloc(0)),
 });
-
-function emptyColumns(): SampleBlock {
-  const empty = Buffer.alloc(0);
-  return {
-    sample_count: 0,
-    tokens: empty,
-    total_lengths: empty,
-    response_lengths: empty,
-    loss_masks: empty,
-    rollout_log_probs: empty,
-    rollout_ids: empty,
-    rewards: empty,
-    raw_rewards: empty,
-    rollout_mask_sums: empty,
-    truncated: empty,
-    sample_indices: empty,
-    teacher_log_probs: empty,
-    padding: empty,
-  };
-}
 
 // The generated decoder keeps the last padding field it met; receivers ignore it.
 function withoutPadding(chunk: TrainChunk): unknown {
@@ -120,12 +100,11 @@ describe('the fast TrainChunk codec', () => {
     // Block sizes around 2^7 and 2^14, where the block's length prefix grows by a byte.
     for (const base of [100, 16_300]) {
       for (let length = base; length < base + 140; length++) {
-        const block: SampleBlock = {
-          ...emptyColumns(),
+        const block = SampleBlock.fromPartial({
           sample_count: 3,
           tokens: Buffer.alloc(length, 7),
           rollout_mask_sums: Buffer.alloc(24, 1),
-        };
+        });
         const chunk: TrainChunk = { payload: { $case: 'samples', value: block } };
         const fast = encodeTrainChunk(chunk);
         expect(withoutPadding(TrainChunk.decode(fast))).toEqual(TrainChunk.toJSON(chunk));

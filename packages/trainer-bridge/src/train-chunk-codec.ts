@@ -1,6 +1,6 @@
 import {
   DressageError,
-  type SampleBlock,
+  SampleBlock,
   TrainBatchHeader,
   TrainChunk,
   TrainerServiceService,
@@ -216,26 +216,6 @@ class Reader {
   }
 }
 
-function emptyBlock(): SampleBlock {
-  const empty = Buffer.alloc(0);
-  return {
-    sample_count: 0,
-    tokens: empty,
-    total_lengths: empty,
-    response_lengths: empty,
-    loss_masks: empty,
-    rollout_log_probs: empty,
-    rollout_ids: empty,
-    rewards: empty,
-    raw_rewards: empty,
-    rollout_mask_sums: empty,
-    truncated: empty,
-    sample_indices: empty,
-    teacher_log_probs: empty,
-    padding: empty,
-  };
-}
-
 const fieldNames = new Map<number, BytesField>(blockFields.map(([number, name]) => [number, name]));
 
 /**
@@ -260,7 +240,8 @@ export function decodeTrainChunk(buffer: Buffer): TrainChunk {
 }
 
 function decodeBlock(body: Buffer): SampleBlock {
-  const block = emptyBlock();
+  // Every column empty until its field is read (the generated defaults).
+  const block = SampleBlock.fromPartial({});
   const reader = new Reader(body, 0, body.length);
   while (reader.offset < reader.end) {
     const tag = reader.varint();
