@@ -115,9 +115,14 @@ export class EngineClient {
   readonly routerUrl: string;
   readonly #dispatcher: Dispatcher;
   readonly #generateTimeoutMs: number;
+  readonly #origin: string;
+  readonly #basePath: string;
 
   constructor(options: EngineClientOptions) {
     this.routerUrl = options.routerUrl.replace(/\/+$/, '');
+    const url = new URL(this.routerUrl);
+    this.#origin = url.origin;
+    this.#basePath = url.pathname.replace(/\/+$/, '');
     this.#dispatcher = new Agent({
       connections: options.connections ?? 512,
       keepAliveTimeout: 60_000,
@@ -140,38 +145,75 @@ export class EngineClient {
     const { input_ids: inputIds, ...rest } = body;
     const ids = options.inputIdsText === undefined ? encodeIds(inputIds) : `[${options.inputIdsText}]`;
     const json = `{"input_ids":${ids},${JSON.stringify(rest).slice(1)}`;
-    let response: Dispatcher.ResponseData;
-    try {
-      response = await request(`${this.routerUrl}/generate`, {
-        method: 'POST',
-        dispatcher: this.#dispatcher,
-        headers: { 'content-type': 'application/json', 'x-smg-routing-key': options.routingKey },
-        body: json,
-        signal: options.signal,
-        headersTimeout: this.#generateTimeoutMs,
-        bodyTimeout: this.#generateTimeoutMs,
+    const reply = await this.#post('/generate', json, options.routingKey, options.signal);
+    if (reply.statusCode >= 400) {
+      throw new ProxyHttpError(500, {
+        detail: `SGLang /generate returned HTTP ${reply.statusCode}: ${reply.body.toString('utf8', 0, 2048).slice(0, 500)}`,
       });
-    } catch (error) {
-      if (isAbortError(error)) throw error;
-      throw upstreamUnavailable(error);
     }
     let payload: unknown;
     try {
-      const text = await response.body.text();
-      if (response.statusCode >= 400) {
-        throw new ProxyHttpError(500, {
-          detail: `SGLang /generate returned HTTP ${response.statusCode}: ${text.slice(0, 500)}`,
-        });
-      }
-      payload = JSON.parse(text);
+      payload = JSON.parse(reply.body.toString('utf8'));
     } catch (error) {
-      if (error instanceof ProxyHttpError || isAbortError(error)) throw error;
-      if (error instanceof SyntaxError) {
-        throw new ProxyHttpError(500, { detail: `SGLang /generate returned invalid JSON: ${error.message}` });
-      }
-      throw upstreamUnavailable(error);
+      throw new ProxyHttpError(500, {
+        detail: `SGLang /generate returned invalid JSON: ${(error as Error).message}`,
+      });
     }
     return parseGenerateResponse(payload);
+  }
+
+  // The hot path's POST through undici's dispatcher with a plain handler: no response stream, no
+  // header parsing and no per-request URL parsing (about 20 µs a call less than `request()`).
+  #post(
+    path: string,
+    body: string,
+    routingKey: string,
+    signal: AbortSignal | undefined,
+  ): Promise<{ statusCode: number; body: Buffer }> {
+    return new Promise((resolve, reject) => {
+      if (signal?.aborted) {
+        reject(signal.reason);
+        return;
+      }
+      const chunks: Buffer[] = [];
+      let statusCode = 0;
+      let abortRequest: ((reason?: Error) => void) | null = null;
+      const onAbort = () => abortRequest?.(signal!.reason);
+      signal?.addEventListener('abort', onAbort, { once: true });
+      const finish = () => signal?.removeEventListener('abort', onAbort);
+      this.#dispatcher.dispatch(
+        {
+          origin: this.#origin,
+          path: this.#basePath + path,
+          method: 'POST',
+          headers: { 'content-type': 'application/json', 'x-smg-routing-key': routingKey },
+          body,
+          headersTimeout: this.#generateTimeoutMs,
+          bodyTimeout: this.#generateTimeoutMs,
+        },
+        {
+          onConnect(abort) {
+            abortRequest = abort;
+          },
+          onHeaders(status) {
+            statusCode = status;
+            return true;
+          },
+          onData(chunk) {
+            chunks.push(chunk);
+            return true;
+          },
+          onComplete() {
+            finish();
+            resolve({ statusCode, body: chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks) });
+          },
+          onError(error) {
+            finish();
+            reject(isAbortError(error) || signal?.aborted ? error : upstreamUnavailable(error));
+          },
+        } as Dispatcher.DispatchHandler,
+      );
+    });
   }
 
   /** `GET {router}/workers`, leniently decoded; an empty list when the router has no such endpoint. */

@@ -7,6 +7,7 @@ import {
   loadTokenizer,
   rendersNoToolsLikeEmptyTools,
   TitoEncoder,
+  type TitoTextEncoder,
   type TitoTokenizer,
 } from '@dressage/tito';
 import type { ProxyConfig } from './config.js';
@@ -28,6 +29,17 @@ export interface PromptTokenizer {
     tools: readonly Tool[] | null,
     addGenerationPrompt: boolean,
   ): string;
+  /**
+   * What `render(messages, tools, addGenerationPrompt)` adds to the render of
+   * `messages.slice(0, from)` (`messages[from - 1]` an assistant turn), rendering only the messages
+   * from `from` on; null when the renderer cannot continue a render (see `ChatRenderer.renderFrom`).
+   */
+  renderFrom(
+    messages: readonly ChatMessage[],
+    from: number,
+    tools: readonly Tool[] | null,
+    addGenerationPrompt: boolean,
+  ): string | null;
   /**
    * Renders with the generation prompt and encodes the whole prompt. `rendered`, when the caller
    * already has it, is `render(messages, tools, true)` and is not rendered again.
@@ -52,28 +64,24 @@ const memoTextLength = 256;
 const memoEntries = 4096;
 
 /**
- * The tokenizer with a bounded memo of short texts, as the same instance type (the encoder calls
- * `encode`; every other member is forwarded to the original). Callers get copies, never the memo.
+ * The tokenizer's encoding with a bounded memo of short texts. Callers get copies, never the memo.
+ * A plain object rather than a wrapping Proxy: the encoder calls `encode` several times a request.
  */
-function memoizeEncode(tokenizer: TitoTokenizer): TitoTokenizer {
+function memoizeEncode(tokenizer: TitoTokenizer): TitoTextEncoder {
   const memo = new Map<string, Int32Array>();
-  const encode = (text: string): Int32Array => {
-    if (text.length > memoTextLength) return tokenizer.encode(text);
-    let ids = memo.get(text);
-    if (ids === undefined) {
-      ids = tokenizer.encode(text);
-      if (memo.size >= memoEntries) memo.clear();
-      memo.set(text, ids);
-    }
-    return ids.slice();
-  };
-  return new Proxy(tokenizer, {
-    get(target, property) {
-      if (property === 'encode') return encode;
-      const value: unknown = Reflect.get(target, property, target);
-      return typeof value === 'function' ? value.bind(target) : value;
+  return {
+    encode(text: string): Int32Array {
+      if (text.length > memoTextLength) return tokenizer.encode(text);
+      let ids = memo.get(text);
+      if (ids === undefined) {
+        ids = tokenizer.encode(text);
+        if (memo.size >= memoEntries) memo.clear();
+        memo.set(text, ids);
+      }
+      return ids.slice();
     },
-  });
+    requireTokenId: (token: string) => tokenizer.requireTokenId(token),
+  };
 }
 
 // Whole prompts by rendered text: the samples of a rollout group open with the same prompt (system,
@@ -124,6 +132,8 @@ export function createPromptTokenizer(options: {
     noToolsEqualsEmptyTools: rendersNoToolsLikeEmptyTools(renderer),
     render: (messages, tools, addGenerationPrompt) =>
       renderer.render(messages, { tools, addGenerationPrompt }),
+    renderFrom: (messages, from, tools, addGenerationPrompt) =>
+      renderer.renderFrom?.(messages, from, { tools, addGenerationPrompt }) ?? null,
     encodeFull: (messages, tools, rendered) => {
       // A full encoding is the encoding of exactly this rendered text (TitoEncoder.encodeFull), so
       // equal texts have equal ids and the caller's render is not done again.

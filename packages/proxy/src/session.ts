@@ -1,7 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import type { ChatMessage, RouteType, SegmentReason, Tool } from '@dressage/protocol';
 import { isRealVersion } from '@dressage/protocol';
-import { canonicalToolsJson, isMessagePrefix, startsWithText } from '@dressage/tito';
+import { canonicalToolsJson, isMessagePrefix, rendersAlike, startsWithText } from '@dressage/tito';
 import type { RoutedExpertsDtype } from './config.js';
 import type { RoutedExpertsPiece } from './generation-controller.js';
 import { detailError } from './http-error.js';
@@ -92,6 +92,17 @@ export interface StepPlan {
   messages: ChatMessage[];
   tools: Tool[] | null;
   toolsJson: string;
+  /**
+   * The previous step's rendered snapshot and its message count when this request extends it
+   * (same tools, the same messages as sent): the new step's snapshot render continues it.
+   */
+  renderBase: RenderBase | null;
+}
+
+/** A rendered conversation that later renders continue: its text and how many messages it covers. */
+export interface RenderBase {
+  text: string;
+  count: number;
 }
 
 /** What generation produced for a step. */
@@ -343,8 +354,14 @@ export function planStep(
   let baseStep: Step | null = null;
   let renderFailed = false;
   let rendered: string | null = null;
+  const renderBase = previous === null ? null : continuableRender(previous, messages, toolsJson);
   try {
-    rendered = tokenizer.render(messages, tools, true);
+    // Agents resend the whole history: continue the previous step's render when the renderer can,
+    // rendering only the new messages (same text as a full render, checked in the renderer tests).
+    const continuation =
+      renderBase === null ? null : tokenizer.renderFrom(messages, renderBase.count, tools, true);
+    rendered =
+      continuation === null ? tokenizer.render(messages, tools, true) : renderBase!.text + continuation;
   } catch {
     renderFailed = true;
   }
@@ -434,6 +451,29 @@ export function planStep(
     messages,
     tools,
     toolsJson,
+    renderBase: rendered === null ? null : renderBase,
+  };
+}
+
+// The previous step's rendered snapshot when `messages` starts with its messages exactly as sent and
+// the tools are the same, so that its text is the start of the request's render; else null.
+function continuableRender(
+  previous: Step,
+  messages: readonly ChatMessage[],
+  toolsJson: string,
+): RenderBase | null {
+  const source = previous.snapshotSource;
+  const length = previous.snapshotRenderedLength;
+  const snapshot = previous.messagesSnapshot;
+  if (source === null || source.text === null || length < 0 || previous.toolsJson !== toolsJson) return null;
+  if (snapshot.length === 0 || snapshot.length > messages.length) return null;
+  // Nearly always the same objects (the request cache reuses the previous request's messages); the
+  // assistant reply comes back as the agent's copy of it.
+  for (let index = 0; index < snapshot.length; index++)
+    if (!rendersAlike(snapshot[index]!, messages[index]!)) return null;
+  return {
+    text: length === source.text.length ? source.text : source.text.slice(0, length),
+    count: snapshot.length,
   };
 }
 
@@ -549,7 +589,7 @@ export function commitStep(session: Session, plan: StepPlan, output: StepOutput,
   segment.logprobsInvalid ||= output.logprobsInvalid;
   segment.incrementalFailed ||= plan.incrementalFailed;
   const snapshot = [...plan.messages, output.assistantMessage];
-  const renderedSnapshot = safeRender(options.tokenizer, snapshot, plan.tools);
+  const renderedSnapshot = renderSnapshot(options.tokenizer, snapshot, plan.tools, plan.renderBase);
   const snapshotSource = attachSnapshot(session, plan.baseStep, renderedSnapshot);
   const index = session.steps.length;
   const lastVersion = output.versionRuns.at(-1)?.version ?? null;
@@ -592,13 +632,17 @@ export function commitStep(session: Session, plan: StepPlan, output: StepOutput,
   return step;
 }
 
-function safeRender(
+// The snapshot's render (no generation prompt), continuing the plan's base when it has one; null
+// when the messages do not render.
+function renderSnapshot(
   tokenizer: PromptTokenizer,
   messages: ChatMessage[],
   tools: Tool[] | null,
+  base: RenderBase | null,
 ): string | null {
   try {
-    return tokenizer.render(messages, tools, false);
+    const continuation = base === null ? null : tokenizer.renderFrom(messages, base.count, tools, false);
+    return continuation === null ? tokenizer.render(messages, tools, false) : base!.text + continuation;
   } catch {
     return null;
   }

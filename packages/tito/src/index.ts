@@ -19,6 +19,7 @@ export {
   normalizedMessagesEqual,
   normalizeMessage,
   normalizeMessages,
+  rendersAlike,
   toolCallArguments,
   toolsHash,
 } from './messages.js';
@@ -39,6 +40,7 @@ export {
   type FullEncodeOptions,
   type IncrementalRequest,
   TitoEncoder,
+  type TitoTextEncoder,
 } from './tito-encoder.js';
 export { loadTokenizer, TitoTokenizer } from './tokenizer.js';
 export { rendersNoToolsLikeEmptyTools } from './tools-probe.js';

@@ -191,6 +191,47 @@ function rawEqual(left: ChatMessage, right: ChatMessage, comparison: MessageComp
   return true;
 }
 
+/**
+ * True when two messages are identical as sent in every field a fixed renderer reads: role, text
+ * content (or both without content), reasoning, name, tool call id and tool calls with their
+ * arguments as strings. Stricter than {@link normalizedMessagesEqual}: equal messages render to
+ * the same text, so a render of one can stand for a render of the other
+ * ({@link ChatRenderer.renderFrom}).
+ */
+export function rendersAlike(left: ChatMessage, right: ChatMessage): boolean {
+  if (left === right) return true;
+  if (left.role !== right.role) return false;
+  const leftContent = left.content ?? null;
+  const rightContent = right.content ?? null;
+  if (leftContent !== rightContent || (leftContent !== null && typeof leftContent !== 'string')) return false;
+  const leftRecord = left as Record<string, unknown>;
+  const rightRecord = right as Record<string, unknown>;
+  if (
+    leftRecord.reasoning_content !== rightRecord.reasoning_content ||
+    left.name !== right.name ||
+    leftRecord.tool_call_id !== rightRecord.tool_call_id
+  ) {
+    return false;
+  }
+  const leftCalls = toolCallsOf(left);
+  const rightCalls = toolCallsOf(right);
+  if (leftCalls.length !== rightCalls.length) return false;
+  for (let index = 0; index < leftCalls.length; index++) {
+    const a = leftCalls[index]!;
+    const b = rightCalls[index]!;
+    if (
+      a.id !== b.id ||
+      (a.type ?? 'function') !== (b.type ?? 'function') ||
+      a.function.name !== b.function.name ||
+      typeof a.function.arguments !== 'string' ||
+      a.function.arguments !== b.function.arguments
+    ) {
+      return false;
+    }
+  }
+  return true;
+}
+
 function toolCallsOf(message: ChatMessage): readonly ToolCall[] {
   return message.role === 'assistant' ? (message.tool_calls ?? []) : [];
 }

@@ -31,6 +31,12 @@ export interface IncrementalRequest {
   enableThinking?: boolean;
 }
 
+/**
+ * What the encoder needs of a tokenizer: a {@link TitoTokenizer}, or a wrapper of one (a memo of
+ * short texts, say) that encodes exactly as it does.
+ */
+export type TitoTextEncoder = Pick<TitoTokenizer, 'encode' | 'requireTokenId'>;
+
 /** Options of a full (non-incremental) encoding. */
 export interface FullEncodeOptions extends RenderOptions {}
 
@@ -92,13 +98,13 @@ function renderDiff(before: string, after: string, what: string): string {
  */
 export class TitoEncoder {
   /** The tokenizer that encodes every delta. */
-  readonly tokenizer: TitoTokenizer;
+  readonly tokenizer: TitoTextEncoder;
   /** The renderer whose text the deltas are diffs of. */
   readonly renderer: ChatRenderer;
   readonly #endOfTurnId: number;
   readonly #separator: Int32Array;
 
-  constructor(options: { tokenizer: TitoTokenizer; renderer: ChatRenderer }) {
+  constructor(options: { tokenizer: TitoTextEncoder; renderer: ChatRenderer }) {
     this.tokenizer = options.tokenizer;
     this.renderer = options.renderer;
     this.#endOfTurnId = options.tokenizer.requireTokenId(options.renderer.endOfTurn);

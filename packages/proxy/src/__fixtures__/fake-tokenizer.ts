@@ -28,6 +28,10 @@ export const fakeRenderer: ChatRenderer = {
     }
     return options.addGenerationPrompt ? `${out}<assistant>` : out;
   },
+  renderFrom(messages, from, options = {}) {
+    if (from < 1 || messages[from - 1]?.role !== 'assistant') return null;
+    return this.render(messages.slice(from), options);
+  },
   dummyContext() {
     return [];
   },

@@ -31,6 +31,16 @@ function assistantBody(message: ChatMessage): string {
   return text;
 }
 
+function renderTurns(messages: readonly ChatMessage[], begin: number): string {
+  let text = '';
+  for (let index = begin; index < messages.length; index++) {
+    const message = messages[index]!;
+    const body = message.role === 'assistant' ? assistantBody(message) : messageText(message.content);
+    text += `${turnStart}${message.role}\n${body}${turnEnd}\n`;
+  }
+  return text;
+}
+
 /**
  * A generic ChatML renderer: every message is `<|im_start|>{role}\n{content}<|im_end|>\n`, tool
  * results keep the `tool` role (one turn each), reasoning is shown only when present, and tools
@@ -52,13 +62,15 @@ export function createChatmlRenderer(): ChatRenderer {
         if (first?.role === 'system') start = 1;
         parts.push(`${turnStart}system\n${system}${toolsPreamble(tools)}${turnEnd}\n`);
       }
-      for (let index = start; index < messages.length; index++) {
-        const message = messages[index]!;
-        const body = message.role === 'assistant' ? assistantBody(message) : messageText(message.content);
-        parts.push(`${turnStart}${message.role}\n${body}${turnEnd}\n`);
-      }
+      parts.push(renderTurns(messages, start));
       if (options.addGenerationPrompt) parts.push(`${turnStart}assistant\n`);
       return parts.join('');
+    },
+    renderFrom(messages: readonly ChatMessage[], from: number, options: RenderOptions = {}): string | null {
+      // Every turn depends on its own message only, and the tools turn comes before index 1.
+      if (from < 1 || from > messages.length || messages[from - 1]!.role !== 'assistant') return null;
+      assertKnownRoles(messages, from);
+      return renderTurns(messages, from) + (options.addGenerationPrompt ? `${turnStart}assistant\n` : '');
     },
     dummyContext(group: readonly ChatMessage[]): ChatMessage[] {
       return group[0]?.role === 'tool' ? [dummySystem, dummyToolCaller(group)] : [dummySystem];

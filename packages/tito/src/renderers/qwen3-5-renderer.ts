@@ -60,6 +60,33 @@ function assistantTurn(message: ChatMessage): string {
   return `${text}${turnEnd}\n`;
 }
 
+// The turns of `messages[begin..]`. Each depends only on its message, except that a run of tool
+// results shares one user turn, so a tool message looks at its neighbours (hence the whole list).
+function renderTurns(messages: readonly ChatMessage[], begin: number): string {
+  let text = '';
+  for (let index = begin; index < messages.length; index++) {
+    const message = messages[index]!;
+    switch (message.role) {
+      case 'system':
+      case 'user':
+        text += `${turnStart}${message.role}\n${messageText(message.content)}${turnEnd}\n`;
+        break;
+      case 'assistant':
+        text += assistantTurn(message);
+        break;
+      case 'tool':
+        text += toolResponseText(messages, index);
+        break;
+    }
+  }
+  return text;
+}
+
+function generationPrompt(options: RenderOptions): string {
+  if (!options.addGenerationPrompt) return '';
+  return `${turnStart}assistant\n<think>\n${options.enableThinking === false ? '\n</think>\n\n' : ''}`;
+}
+
 /**
  * The fixed renderer of the Qwen3.5/3.6 format, written for TITO: ChatML turns, reasoning always
  * kept as `<think>\n…\n</think>\n\n`, XML tool calls, and tool results as `<tool_response>` blocks
@@ -72,40 +99,27 @@ export function createQwen35Renderer(): ChatRenderer {
     generationPromptIsContextFree: true,
     render(messages: readonly ChatMessage[], options: RenderOptions = {}): string {
       assertKnownRoles(messages);
-      const parts: string[] = [];
+      let text = '';
       let start = 0;
       const first = messages[0];
       const tools = options.tools ?? [];
       if (tools.length > 0) {
-        let system = `${turnStart}system\n${toolsPreamble(tools)}`;
+        text = `${turnStart}system\n${toolsPreamble(tools)}`;
         if (first?.role === 'system') {
-          const text = messageText(first.content);
-          if (text !== '') system += `\n\n${text}`;
+          const content = messageText(first.content);
+          if (content !== '') text += `\n\n${content}`;
           start = 1;
         }
-        parts.push(`${system}${turnEnd}\n`);
+        text += `${turnEnd}\n`;
       }
-      for (let index = start; index < messages.length; index++) {
-        const message = messages[index]!;
-        switch (message.role) {
-          case 'system':
-          case 'user':
-            parts.push(`${turnStart}${message.role}\n${messageText(message.content)}${turnEnd}\n`);
-            break;
-          case 'assistant':
-            parts.push(assistantTurn(message));
-            break;
-          case 'tool':
-            parts.push(toolResponseText(messages, index));
-            break;
-        }
-      }
-      if (options.addGenerationPrompt) {
-        parts.push(
-          `${turnStart}assistant\n<think>\n${options.enableThinking === false ? '\n</think>\n\n' : ''}`,
-        );
-      }
-      return parts.join('');
+      return text + renderTurns(messages, start) + generationPrompt(options);
+    },
+    renderFrom(messages: readonly ChatMessage[], from: number, options: RenderOptions = {}): string | null {
+      // After an assistant turn nothing earlier changes: the tools turn only merges a system
+      // message at index 0, and a tool run cannot straddle an assistant message.
+      if (from < 1 || from > messages.length || messages[from - 1]!.role !== 'assistant') return null;
+      assertKnownRoles(messages, from);
+      return renderTurns(messages, from) + generationPrompt(options);
     },
     dummyContext(group: readonly ChatMessage[]): ChatMessage[] {
       return group[0]?.role === 'tool' ? [dummySystem, dummyToolCaller(group)] : [dummySystem];

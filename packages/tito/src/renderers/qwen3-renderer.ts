@@ -42,6 +42,49 @@ function lastQueryIndex(messages: readonly ChatMessage[]): number {
   return messages.length - 1;
 }
 
+function generationPrompt(options: RenderOptions): string {
+  if (!options.addGenerationPrompt) return '';
+  return `${turnStart}assistant\n${options.enableThinking === false ? '<think>\n\n</think>\n\n' : ''}`;
+}
+
+// The turns of `messages[begin..]` (a tool result looks at its neighbours, hence the whole list).
+function renderTurns(
+  messages: readonly ChatMessage[],
+  begin: number,
+  preserveThinking: boolean,
+  lastQuery: number,
+): string {
+  let text = '';
+  for (let index = begin; index < messages.length; index++) {
+    const message = messages[index]!;
+    switch (message.role) {
+      case 'system':
+      case 'user':
+        text += `${turnStart}${message.role}\n${messageText(message.content)}${turnEnd}\n`;
+        break;
+      case 'assistant': {
+        const { reasoning, content } = assistantParts(message);
+        const showsThinking =
+          preserveThinking || (index > lastQuery && (index === messages.length - 1 || reasoning !== ''));
+        let turn = showsThinking
+          ? `${turnStart}assistant\n<think>\n${stripCharacters(reasoning, '\n')}\n</think>\n\n${content.replace(/^\n+/, '')}`
+          : `${turnStart}assistant\n${content}`;
+        const calls = toolCallsOf(message);
+        for (let call = 0; call < calls.length; call++) {
+          if (call > 0 || content !== '') turn += '\n';
+          turn += `<tool_call>\n${jsonToolCallBody(calls[call]!)}\n</tool_call>`;
+        }
+        text += `${turn}${turnEnd}\n`;
+        break;
+      }
+      case 'tool':
+        text += toolResponseText(messages, index);
+        break;
+    }
+  }
+  return text;
+}
+
 /** Options of {@link createQwen3Renderer}. */
 export interface Qwen3RendererOptions {
   /**
@@ -73,40 +116,20 @@ export function createQwen3Renderer(options: Qwen3RendererOptions = {}): ChatRen
         parts.push(`${turnStart}system\n${messageText(first.content)}${turnEnd}\n`);
       }
       const lastQuery = preserveThinking ? -1 : lastQueryIndex(messages);
-      for (let index = first?.role === 'system' ? 1 : 0; index < messages.length; index++) {
-        const message = messages[index]!;
-        switch (message.role) {
-          case 'system':
-          case 'user':
-            parts.push(`${turnStart}${message.role}\n${messageText(message.content)}${turnEnd}\n`);
-            break;
-          case 'assistant': {
-            const { reasoning, content } = assistantParts(message);
-            const showsThinking =
-              preserveThinking || (index > lastQuery && (index === messages.length - 1 || reasoning !== ''));
-            let text = showsThinking
-              ? `${turnStart}assistant\n<think>\n${stripCharacters(reasoning, '\n')}\n</think>\n\n${content.replace(/^\n+/, '')}`
-              : `${turnStart}assistant\n${content}`;
-            const calls = toolCallsOf(message);
-            for (let call = 0; call < calls.length; call++) {
-              if (call > 0 || content !== '') text += '\n';
-              text += `<tool_call>\n${jsonToolCallBody(calls[call]!)}\n</tool_call>`;
-            }
-            parts.push(`${text}${turnEnd}\n`);
-            break;
-          }
-          case 'tool':
-            parts.push(toolResponseText(messages, index));
-            break;
-        }
-      }
-      if (renderOptions.addGenerationPrompt) {
-        parts.push(
-          `${turnStart}assistant\n${renderOptions.enableThinking === false ? '<think>\n\n</think>\n\n' : ''}`,
-        );
-      }
+      parts.push(renderTurns(messages, first?.role === 'system' ? 1 : 0, preserveThinking, lastQuery));
+      parts.push(generationPrompt(renderOptions));
       return parts.join('');
     },
+    // Only while every turn keeps its reasoning: otherwise a new user query changes earlier turns.
+    ...(preserveThinking
+      ? {
+          renderFrom(messages: readonly ChatMessage[], from: number, renderOptions: RenderOptions = {}) {
+            if (from < 1 || from > messages.length || messages[from - 1]!.role !== 'assistant') return null;
+            assertKnownRoles(messages, from);
+            return renderTurns(messages, from, true, -1) + generationPrompt(renderOptions);
+          },
+        }
+      : {}),
     dummyContext(group: readonly ChatMessage[]): ChatMessage[] {
       return group[0]?.role === 'tool' ? [dummySystem, dummyToolCaller(group)] : [dummySystem];
     },

@@ -24,6 +24,15 @@ export interface ChatRenderer {
   /** Renders messages to prompt text. */
   render(messages: readonly ChatMessage[], options?: RenderOptions): string;
   /**
+   * Optional, for renderers whose text only grows when messages follow an assistant turn: what
+   * `render(messages, options)` adds to `render(messages.slice(0, from))`, rendering only
+   * `messages[from]` onwards. Null when `messages[from - 1]` is not an assistant message. A caller
+   * that already has the text of an earlier conversation whose messages {@link rendersAlike} these
+   * extends it instead of rendering the whole history again, so such renderers read no message
+   * fields beyond the ones `rendersAlike` compares.
+   */
+  renderFrom?(messages: readonly ChatMessage[], from: number, options?: RenderOptions): string | null;
+  /**
    * The context against which TITO renders one appended group (consecutive tool results, or one
    * user message) before diffing: it must make the group render exactly as it would after a real
    * history ending with an assistant turn.

@@ -10,8 +10,8 @@ export const turnEnd = '<|im_end|>';
 const knownRoles = new Set(['system', 'user', 'assistant', 'tool']);
 
 /** Throws a typed error for a role no renderer knows (messages built without the schema). */
-export function assertKnownRoles(messages: readonly ChatMessage[]): void {
-  for (let index = 0; index < messages.length; index++) {
+export function assertKnownRoles(messages: readonly ChatMessage[], from = 0): void {
+  for (let index = from; index < messages.length; index++) {
     const role = (messages[index] as { role?: unknown }).role;
     if (typeof role !== 'string' || !knownRoles.has(role)) {
       throw new TitoIncrementalError({
