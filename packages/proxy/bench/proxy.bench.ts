@@ -6,10 +6,7 @@ import { createRequire } from 'node:module';
 import { loadavg } from 'node:os';
 import { dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { setFlagsFromString } from 'node:v8';
-import { runInNewContext } from 'node:vm';
 import { Agent, request } from 'undici';
-import { type StoredTrajectory, TrajectoryStore } from '../src/trajectory-store.js';
 
 const packageRoot = fileURLToPath(new URL('..', import.meta.url));
 const require = createRequire(import.meta.url);
@@ -167,74 +164,25 @@ async function run(
   };
 }
 
-function collectGarbage(): void {
-  setFlagsFromString('--expose-gc');
-  (runInNewContext('gc') as () => void)();
-}
-
-// 10M tokens as finalize stores them: 20-turn TITO lineages (one block) with 20 timeline records each.
-async function bytesPerStoredToken(): Promise<{ rssBytesPerToken: number; heapBytesPerToken: number }> {
-  const totalTokens = 10_000_000;
-  const tokensPerTrajectory = 20_000;
-  const store = await TrajectoryStore.open({ directory: null });
-  collectGarbage();
-  const before = process.memoryUsage();
-  for (let index = 0; index < totalTokens / tokensPerTrajectory; index++) {
-    const ids = new Int32Array(tokensPerTrajectory);
-    const logprobs = new Float32Array(tokensPerTrajectory);
-    const ranges: number[] = [];
-    const step = tokensPerTrajectory / turns;
-    for (let turn = 0; turn < turns; turn++) ranges.push(turn * step + step / 2, (turn + 1) * step);
-    for (let token = 0; token < tokensPerTrajectory; token++) {
-      ids[token] = (token * 7919) % 151_000;
-      logprobs[token] = -0.01 * (token % 100);
-    }
-    const records: StoredTrajectory['records'] = [
-      {
-        view: 'lineage',
-        segmentIndex: 0,
-        meta: { uid: `t${index}:lineage:0` },
-        block: 0,
-        end: tokensPerTrajectory,
-        responseStart: null,
-      },
-    ];
-    for (let turn = 0; turn < turns; turn++) {
-      records.push({
-        view: 'timeline',
-        segmentIndex: turn,
-        meta: { uid: `t${index}:timeline:${turn}` },
-        block: 0,
-        end: (turn + 1) * step,
-        responseStart: turn * step + step / 2,
-      });
-    }
-    await store.put({
-      trajectoryId: `t${index}`,
-      sessionId: `t${index}`,
-      instanceId: `g${index % 64}`,
-      finalizedAt: Date.now(),
-      recordVersions: true,
-      records,
-      blocks: [
-        {
-          ids,
-          logprobs,
-          maskRanges: Uint32Array.from(ranges),
-          versionRuns: [{ end: tokensPerTrajectory, version: 'v1' }],
-        },
-      ],
+// Bytes per stored token, measured in a fresh process: resident memory there grows only with the
+// store, where in this process it would depend on what earlier scenarios left behind.
+function bytesPerStoredToken(): Promise<{ rssBytesPerToken: number; heapBytesPerToken: number }> {
+  const child = spawn(
+    process.execPath,
+    ['--expose-gc', '--conditions=@dressage/source', '--import', 'tsx', 'bench/stored-token-bytes.ts'],
+    { cwd: packageRoot, stdio: ['ignore', 'pipe', 'inherit'] },
+  );
+  let output = '';
+  child.stdout!.on('data', (data: Buffer) => {
+    output += data.toString();
+  });
+  return new Promise((resolve, reject) => {
+    child.once('exit', (code) => {
+      const last = output.trim().split('\n').at(-1) ?? '';
+      if (code === 0) resolve(JSON.parse(last) as { rssBytesPerToken: number; heapBytesPerToken: number });
+      else reject(new Error(`stored-token-bytes exited with ${code}: ${output}`));
     });
-  }
-  collectGarbage();
-  const after = process.memoryUsage();
-  const heap = after.heapUsed + after.arrayBuffers - (before.heapUsed + before.arrayBuffers);
-  const result = {
-    rssBytesPerToken: (after.rss - before.rss) / totalTokens,
-    heapBytesPerToken: heap / totalTokens,
-  };
-  if (store.size !== totalTokens / tokensPerTrajectory) throw new Error('store lost trajectories');
-  return result;
+  });
 }
 
 async function main(): Promise<void> {

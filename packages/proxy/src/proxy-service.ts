@@ -24,6 +24,7 @@ import {
   readRequestSchema,
   resumeRequestSchema,
 } from './request-bodies.js';
+import { type BodyLayout, continueBody, layoutOf, parseJson } from './request-bytes.js';
 import { commitStep, type PlanOptions, planStep, Session, type StepPlan } from './session.js';
 import type { CompletionBody } from './streaming.js';
 import {
@@ -38,6 +39,15 @@ import { TrajectoryStore } from './trajectory-store.js';
 export interface ProxyServiceOptions {
   /** Tool-call hooks registered in code; they run after those of `config.toolCallHooks`. */
   toolCallHooks?: readonly ToolCallHook[];
+}
+
+/** A chat request body, parsed and validated ({@link ProxyService.parseChatRequest}). */
+export interface ParsedChatRequest {
+  /** The body as JSON.parse gives it. */
+  raw: Record<string, unknown>;
+  body: ChatCompletionRequest;
+  /** Where its messages lie in its bytes, when it came as bytes. */
+  layout: BodyLayout | null;
 }
 
 /** A finished chat completion and how to deliver it. */
@@ -200,6 +210,62 @@ export class ProxyService {
   ): Promise<CompletionOutcome> {
     if (this.controller.shuttingDown) throw detailError(503, { error: 'proxy_shutting_down' });
     const body = this.#parseChatBody(rawBody, headers);
+    return this.runChatCompletion(
+      { raw: rawBody as Record<string, unknown>, body, layout: null },
+      headers,
+      signal,
+    );
+  }
+
+  /**
+   * Parses and validates a chat request body given as bytes. When it repeats the session's previous
+   * body up to the end of that body's messages (an agent resending its history), only the bytes
+   * after them are parsed and validated; the result is the same as parsing everything.
+   *
+   * @throws ProxyHttpError 400 on malformed JSON or an invalid request, 503 while shutting down.
+   */
+  parseChatRequest(bytes: Buffer, headers: IncomingHttpHeaders): ParsedChatRequest {
+    const key = header(headers, 'x-session-id') ?? header(headers, 'x-smg-routing-key');
+    const cache = key === null ? null : (this.#sessions.get(key)?.requestCache ?? null);
+    const continued = cache?.layout ? continueBody(cache.layout, bytes) : null;
+    if (continued !== null && cache !== null) {
+      if (this.controller.shuttingDown) throw detailError(503, { error: 'proxy_shutting_down' });
+      const { layout, repeated, appended } = continued;
+      const rawMessages = [...cache.rawMessages.slice(0, repeated), ...appended];
+      const raw: Record<string, unknown> = { ...layout.before, messages: rawMessages, ...layout.after };
+      // Tools before the messages are repeated bytes; after them, the same bytes or the same JSON.
+      const sameTools =
+        continued.sameAfter || !Object.hasOwn(layout.after, 'tools') || sameJson(raw.tools, cache.rawTools);
+      if (appended.length > 0) {
+        const result = chatCompletionRequestSchema.safeParse({
+          ...raw,
+          messages: appended,
+          tools: sameTools ? null : raw.tools,
+        });
+        if (result.success) {
+          const body = result.data;
+          body.messages = [...cache.messages.slice(0, repeated), ...body.messages];
+          if (sameTools) body.tools = cache.tools;
+          return { raw, body, layout };
+        }
+      }
+      // Nothing appended (or the new part is invalid): validate everything, as a fresh body would be.
+      return { raw, body: parseBody(chatCompletionRequestSchema, raw, 'chat completion request'), layout };
+    }
+    const raw = parseJson(bytes);
+    if (this.controller.shuttingDown) throw detailError(503, { error: 'proxy_shutting_down' });
+    const body = this.#parseChatBody(raw, headers);
+    return { raw: raw as Record<string, unknown>, body, layout: layoutOf(bytes) };
+  }
+
+  /** Runs a request from {@link parseChatRequest} up to the finished completion. */
+  async runChatCompletion(
+    request: ParsedChatRequest,
+    headers: IncomingHttpHeaders,
+    signal: AbortSignal,
+  ): Promise<CompletionOutcome> {
+    if (this.controller.shuttingDown) throw detailError(503, { error: 'proxy_shutting_down' });
+    const { raw: rawBody, body } = request;
     const sessionId =
       header(headers, 'x-session-id') ??
       header(headers, 'x-smg-routing-key') ??
@@ -224,6 +290,7 @@ export class ProxyService {
       messages: body.messages as ChatMessage[],
       rawTools: raw.tools,
       tools: body.tools as Tool[] | null | undefined,
+      layout: request.layout,
     };
     const current = session;
     this.#inFlight += 1;

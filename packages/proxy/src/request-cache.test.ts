@@ -1,4 +1,4 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { decodeCharacters } from './__fixtures__/fake-tokenizer.js';
 import { type Harness, startHarness } from './__fixtures__/harness.js';
 
@@ -79,6 +79,68 @@ describe('request caches', () => {
       'append',
       'append',
     ]);
+  });
+
+  it('a body that repeats the previous one is parsed only from where it grows', async () => {
+    harness = await startHarness();
+    harness.engine.script = (_request, index) => ({ text: `r${index}` });
+    const tools = { tools: [tool('read')], stream: false };
+    expect((await chat('s', [user('one')], tools)).status).toBe(200);
+    expect((await chat('s', [user('one'), assistant('r0'), user('two')], tools)).status).toBe(200);
+    const third = JSON.stringify({
+      model: 'm',
+      messages: [user('one'), assistant('r0'), user('two'), assistant('r1'), user('three')],
+      ...tools,
+    });
+    const parse = vi.spyOn(JSON, 'parse');
+    try {
+      expect(
+        (await harness.call('POST', '/v1/chat/completions', third, { 'x-session-id': 's' })).status,
+      ).toBe(200);
+      const proxySide = parse.mock.calls
+        .map(([text]) => String(text))
+        .filter((text) => !text.includes('"choices"'));
+      // The new messages were parsed; the whole body and the repeated history were not.
+      expect(proxySide.some((text) => text.includes('three') && !text.includes('one'))).toBe(true);
+      expect(proxySide.some((text) => text.includes('"one"'))).toBe(false);
+    } finally {
+      parse.mockRestore();
+    }
+    const records = await timeline('s');
+    expect(records.map((record) => record.extra_info.route_type)).toEqual(['create', 'append', 'append']);
+    expect(records[2]!.messages.map((message) => message.content)).toEqual([
+      'one',
+      'r0',
+      'two',
+      'r1',
+      'three',
+      'r2',
+    ]);
+    expect(records[2]!.tools).toEqual(tools.tools);
+  });
+
+  it('a malformed or odd body after cached turns is answered as a fresh session answers it', async () => {
+    harness = await startHarness();
+    harness.engine.script = () => ({ text: 'ok' });
+    const head = '{"model":"m","messages":[{"role":"user","content":"one"}';
+    expect(
+      (await harness.call('POST', '/v1/chat/completions', `${head}]}`, { 'x-session-id': 's' })).status,
+    ).toBe(200);
+    const bodies = [
+      `${head},{"role":"assistant","content":"ok"},{"role":"user","content":"two"}`,
+      `${head},{"role":"assistant","content":"ok"},{"role":"user","content":"two"]]}`,
+      `${head},{"role":"assistant","content":"ok"}],"stream":tru}`,
+      // JSON.parse keeps the later `messages`: an empty list, which is invalid.
+      `${head},{"role":"assistant","content":"ok"},{"role":"user","content":"two"}],"messages":[]}`,
+    ];
+    for (const [index, body] of bodies.entries()) {
+      const cached = await harness.call('POST', '/v1/chat/completions', body, { 'x-session-id': 's' });
+      const fresh = await harness.call('POST', '/v1/chat/completions', body, {
+        'x-session-id': `fresh-${index}`,
+      });
+      expect(cached.status).toBe(400);
+      expect(cached.body).toEqual(fresh.body);
+    }
   });
 
   it('a tools change after cached turns still starts a segment with the new tools', async () => {

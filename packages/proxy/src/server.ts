@@ -4,16 +4,17 @@ import type { ProxyConfig } from './config.js';
 import { detailError, ProxyHttpError, toHttpResponse } from './http-error.js';
 import { loadPromptTokenizer, type PromptTokenizer } from './prompt-tokenizer.js';
 import { type CompletionOutcome, ProxyService } from './proxy-service.js';
+import { parseJson } from './request-bytes.js';
 import { completionToFrames, errorFrame, HEARTBEAT_FRAME, streamHeaders } from './streaming.js';
 import type { ToolCallHook } from './tool-call-hooks.js';
 
-type Handler = (request: IncomingMessage, body: unknown, response: ServerResponse) => Promise<unknown>;
+type Handler = (request: IncomingMessage, body: unknown) => Promise<unknown>;
+type BytesHandler = (request: IncomingMessage, bytes: Buffer, response: ServerResponse) => Promise<void>;
 
-interface Route {
-  method: 'GET' | 'POST';
-  auth: boolean;
-  handler: Handler;
-}
+/** A JSON route answers with what its handler returns; a bytes route reads its body raw and answers itself. */
+type Route =
+  | { method: 'GET' | 'POST'; auth: boolean; handler: Handler }
+  | { method: 'POST'; auth: boolean; bytesHandler: BytesHandler };
 
 /** A running proxy. */
 export interface ProxyServer {
@@ -104,15 +105,6 @@ function readBody(request: IncomingMessage, limit: number): Promise<Buffer> {
   });
 }
 
-function parseJson(buffer: Buffer): unknown {
-  if (buffer.length === 0) return undefined;
-  try {
-    return JSON.parse(buffer.toString('utf8'));
-  } catch (error) {
-    throw detailError(400, `Malformed JSON body: ${(error as Error).message}`);
-  }
-}
-
 function sendOutcome(response: ServerResponse, outcome: CompletionOutcome): void {
   if (!outcome.stream) {
     sendJson(response, 200, outcome.completion);
@@ -130,11 +122,12 @@ export function createProxyHttpServer(service: ProxyService): Server {
   const config = service.config;
   const heartbeatMs = config.streamHeartbeatIntervalSeconds * 1000;
 
-  const chat: Handler = async (request, body, response) => {
+  // The chat route takes its body as bytes: the service parses only what the agent appended.
+  const chat: BytesHandler = async (request, bytes, response) => {
     const abort = connectionAbort(request.socket);
-    const task = service.chatCompletion(body, request.headers, abort.signal);
-    const wantsStream =
-      typeof body === 'object' && body !== null && (body as { stream?: unknown }).stream === true;
+    const parsed = service.parseChatRequest(bytes, request.headers);
+    const task = service.runChatCompletion(parsed, request.headers, abort.signal);
+    const wantsStream = parsed.body.stream === true;
     if (!wantsStream || heartbeatMs <= 0) {
       sendOutcome(response, await task);
       return;
@@ -173,7 +166,7 @@ export function createProxyHttpServer(service: ProxyService): Server {
 
   const routes = new Map<string, Route>([
     ['/v1/models', { method: 'GET', auth: true, handler: () => service.models() }],
-    ['/v1/chat/completions', { method: 'POST', auth: true, handler: chat }],
+    ['/v1/chat/completions', { method: 'POST', auth: true, bytesHandler: chat }],
     ['/session/finalize', { method: 'POST', auth: true, handler: (_, body) => service.finalize(body) }],
     ['/session/discard', { method: 'POST', auth: true, handler: (_, body) => service.discard(body) }],
     ['/trajectory/read', { method: 'POST', auth: true, handler: (_, body) => service.read(body) }],
@@ -199,10 +192,13 @@ export function createProxyHttpServer(service: ProxyService): Server {
         if (authorization !== `Bearer ${config.apiKey}`)
           throw new ProxyHttpError(401, { detail: 'Unauthorized' });
       }
+      if ('bytesHandler' in route) {
+        await route.bytesHandler(request, await readBody(request, config.maxRequestBytes), response);
+        return;
+      }
       const body =
         route.method === 'POST' ? parseJson(await readBody(request, config.maxRequestBytes)) : undefined;
-      const result = await route.handler(request, body, response);
-      if (route.handler !== chat) sendJson(response, 200, result);
+      sendJson(response, 200, await route.handler(request, body));
     } catch (error) {
       if (error instanceof ProxyHttpError && error.status === 413 && !request.complete) {
         response.setHeader('connection', 'close');

@@ -6,6 +6,7 @@ import type { RoutedExpertsDtype } from './config.js';
 import type { RoutedExpertsPiece } from './generation-controller.js';
 import { detailError } from './http-error.js';
 import type { PromptTokenizer } from './prompt-tokenizer.js';
+import type { BodyLayout } from './request-bytes.js';
 import { TokenBuffer, type VersionRun } from './token-buffer.js';
 import type { ToolCallHookResults } from './tool-call-hooks.js';
 
@@ -181,6 +182,8 @@ export interface RequestCache {
   messages: ChatMessage[];
   rawTools: unknown;
   tools: Tool[] | null | undefined;
+  /** Where its messages lie in its body, when it came as bytes (the next body is compared with it). */
+  layout: BodyLayout | null;
 }
 
 /** A FIFO mutex: requests of one session, finalize and discard run one at a time. */

@@ -1,0 +1,229 @@
+// Chat request bodies as bytes. Agents resend the whole conversation on every call, so a body
+// usually starts with the bytes of the session's previous body up to the end of its last message.
+// Those messages need no parsing: only the bytes after them are parsed, and the result equals what
+// JSON.parse of the whole body gives (anything unexpected falls back to parsing it whole).
+
+import { detailError } from './http-error.js';
+
+const quote = 0x22;
+const backslash = 0x5c;
+const comma = 0x2c;
+const colon = 0x3a;
+const openBrace = 0x7b;
+const closeBrace = 0x7d;
+const openBracket = 0x5b;
+const closeBracket = 0x5d;
+const messagesKey = Buffer.from('messages');
+
+/**
+ * Where the top-level `messages` array of a JSON body lies, and the other top-level members as
+ * parsed: what the next body of the session is compared with.
+ */
+export interface BodyLayout {
+  /** The whole body. */
+  bytes: Buffer;
+  /** Offset just past each element of the `messages` array. */
+  messageEnds: number[];
+  /** Offset of the array's closing bracket. */
+  close: number;
+  /** Top-level members before `messages`, as JSON.parse gives them. */
+  before: Record<string, unknown>;
+  /** Top-level members after the `messages` array. */
+  after: Record<string, unknown>;
+}
+
+/** A body parsed against the previous one of its session. */
+export interface ContinuedBody {
+  layout: BodyLayout;
+  /** How many leading messages are the previous body's, byte for byte. */
+  repeated: number;
+  /** The messages after those, parsed. */
+  appended: unknown[];
+  /** True when the members after `messages` are the previous body's, byte for byte. */
+  sameAfter: boolean;
+}
+
+/**
+ * Parses a request body; an empty body is `undefined`.
+ *
+ * @throws ProxyHttpError 400 `Malformed JSON body: …` when it is not JSON.
+ */
+export function parseJson(bytes: Buffer): unknown {
+  if (bytes.length === 0) return undefined;
+  try {
+    return JSON.parse(bytes.toString('utf8'));
+  } catch (error) {
+    throw detailError(400, `Malformed JSON body: ${(error as Error).message}`);
+  }
+}
+
+function isSpace(byte: number | undefined): boolean {
+  return byte === 0x20 || byte === 0x0a || byte === 0x0d || byte === 0x09;
+}
+
+function skipSpace(bytes: Buffer, position: number): number {
+  while (isSpace(bytes[position])) position++;
+  return position;
+}
+
+// Offset just past the string opening at `position`, or -1 when it does not close.
+function skipString(bytes: Buffer, position: number): number {
+  let from = position + 1;
+  for (;;) {
+    const close = bytes.indexOf(quote, from);
+    if (close === -1) return -1;
+    let escapes = 0;
+    for (let index = close - 1; bytes[index] === backslash; index--) escapes++;
+    if (escapes % 2 === 0) return close + 1;
+    from = close + 1;
+  }
+}
+
+// Offset just past the JSON value starting at `position`, or -1. Only brackets and strings are
+// tracked: the pieces cut out this way are parsed by JSON.parse, which rejects anything malformed.
+function skipValue(bytes: Buffer, position: number): number {
+  const first = bytes[position];
+  if (first === quote) return skipString(bytes, position);
+  if (first !== openBrace && first !== openBracket) {
+    while (position < bytes.length) {
+      const byte = bytes[position];
+      if (byte === comma || byte === closeBrace || byte === closeBracket || isSpace(byte)) break;
+      position++;
+    }
+    return position;
+  }
+  let depth = 0;
+  while (position < bytes.length) {
+    const byte = bytes[position]!;
+    if (byte === quote) {
+      position = skipString(bytes, position);
+      if (position === -1) return -1;
+      continue;
+    }
+    if (byte === openBrace || byte === openBracket) depth++;
+    else if (byte === closeBrace || byte === closeBracket) {
+      depth--;
+      if (depth === 0) return position + 1;
+    }
+    position++;
+  }
+  return -1;
+}
+
+// The elements of an array from `position` (just past `[` or past an element): their end offsets
+// are pushed to `ends`; returns the offset of the closing bracket, or -1. Elements must be objects.
+function scanElements(bytes: Buffer, position: number, ends: number[], first: boolean): number {
+  for (;;) {
+    position = skipSpace(bytes, position);
+    const byte = bytes[position];
+    if (byte === closeBracket) return position;
+    if (!first) {
+      if (byte !== comma) return -1;
+      position = skipSpace(bytes, position + 1);
+    }
+    if (bytes[position] !== openBrace) return -1;
+    position = skipValue(bytes, position);
+    if (position === -1) return -1;
+    ends.push(position);
+    first = false;
+  }
+}
+
+// Parses the members after the array's closing bracket; null when they are malformed or name
+// `messages` again (JSON.parse would take that later array).
+function parseAfter(bytes: Buffer, close: number): Record<string, unknown> | null {
+  try {
+    const members = JSON.parse(`{"messages":0${bytes.toString('utf8', close + 1)}`) as Record<
+      string,
+      unknown
+    >;
+    if (members.messages !== 0) return null;
+    delete members.messages;
+    return members;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * The layout of a body (one scan), or null when it is not an object with a `messages` array of
+ * objects, or is malformed. Call it on bodies that JSON.parse accepted.
+ */
+export function layoutOf(bytes: Buffer): BodyLayout | null {
+  let position = skipSpace(bytes, 0);
+  if (bytes[position] !== openBrace) return null;
+  position++;
+  for (let member = 0; ; member++) {
+    position = skipSpace(bytes, position);
+    if (member > 0) {
+      if (bytes[position] !== comma) return null;
+      position = skipSpace(bytes, position + 1);
+    }
+    if (bytes[position] !== quote) return null;
+    const keyEnd = skipString(bytes, position);
+    if (keyEnd === -1) return null;
+    // An escaped spelling of `messages` is not recognised: such bodies are simply parsed whole.
+    const isMessages =
+      keyEnd - position - 2 === messagesKey.length &&
+      bytes.compare(messagesKey, 0, messagesKey.length, position + 1, keyEnd - 1) === 0;
+    position = skipSpace(bytes, keyEnd);
+    if (bytes[position] !== colon) return null;
+    position = skipSpace(bytes, position + 1);
+    if (!isMessages) {
+      position = skipValue(bytes, position);
+      if (position === -1) return null;
+      continue;
+    }
+    if (bytes[position] !== openBracket) return null;
+    const messageEnds: number[] = [];
+    const close = scanElements(bytes, position + 1, messageEnds, true);
+    if (close === -1) return null;
+    const after = parseAfter(bytes, close);
+    if (after === null) return null;
+    let before: Record<string, unknown>;
+    try {
+      before = JSON.parse(`${bytes.toString('utf8', 0, position)}0}`) as Record<string, unknown>;
+    } catch {
+      return null;
+    }
+    delete before.messages;
+    return { bytes, messageEnds, close, before, after };
+  }
+}
+
+/**
+ * Parses `bytes` as a continuation of `previous`: when it repeats the previous body byte for byte up
+ * to the end of its last message, only the rest is parsed. Null when it does not, or when anything
+ * after that point is unexpected; the caller then parses the body whole.
+ */
+export function continueBody(previous: BodyLayout, bytes: Buffer): ContinuedBody | null {
+  const repeated = previous.messageEnds.length;
+  if (repeated === 0) return null;
+  const end = previous.messageEnds[repeated - 1]!;
+  if (bytes.length <= end || bytes.compare(previous.bytes, 0, end, 0, end) !== 0) return null;
+  const messageEnds = previous.messageEnds.slice();
+  const close = scanElements(bytes, end, messageEnds, false);
+  if (close === -1) return null;
+  let appended: unknown[] = [];
+  if (messageEnds.length > repeated) {
+    const start = skipSpace(bytes, end) + 1; // past the comma
+    try {
+      appended = JSON.parse(`[${bytes.toString('utf8', start, close)}]`) as unknown[];
+    } catch {
+      return null;
+    }
+    if (appended.length !== messageEnds.length - repeated) return null;
+  }
+  const tailLength = bytes.length - close;
+  const sameAfter =
+    tailLength === previous.bytes.length - previous.close &&
+    bytes.compare(previous.bytes, previous.close, previous.bytes.length, close, bytes.length) === 0;
+  const after = sameAfter ? previous.after : parseAfter(bytes, close);
+  if (after === null) return null;
+  return {
+    layout: { bytes, messageEnds, close, before: previous.before, after },
+    repeated,
+    appended,
+    sameAfter,
+  };
+}
