@@ -233,9 +233,9 @@ export class ProxyService {
       const { layout, repeated, appended } = continued;
       const rawMessages = [...cache.rawMessages.slice(0, repeated), ...appended];
       const raw: Record<string, unknown> = { ...layout.before, messages: rawMessages, ...layout.after };
-      // Tools before the messages are repeated bytes; after them, the same bytes or the same JSON.
-      const sameTools =
-        continued.sameAfter || !Object.hasOwn(layout.after, 'tools') || sameJson(raw.tools, cache.rawTools);
+      // The same tools: the same bytes after the messages (or before them, with none after), or
+      // the same JSON. Tools dropped from the request are a change too.
+      const sameTools = continued.sameAfter || sameJson(raw.tools, cache.rawTools);
       if (appended.length > 0) {
         const result = chatCompletionRequestSchema.safeParse({
           ...raw,

@@ -1,3 +1,4 @@
+import { chatCompletionRequestSchema } from '@dressage/protocol';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { decodeCharacters } from './__fixtures__/fake-tokenizer.js';
 import { type Harness, startHarness } from './__fixtures__/harness.js';
@@ -141,6 +142,80 @@ describe('request caches', () => {
       expect(cached.status).toBe(400);
       expect(cached.body).toEqual(fresh.body);
     }
+  });
+
+  it('parses every body of random sessions as a whole parse would', async () => {
+    harness = await startHarness();
+    harness.engine.script = (_request, index) => ({ text: index % 3 === 0 ? `r${index}` : `"q${index}"\\` });
+    const parse = vi.spyOn(harness.proxy.service, 'runChatCompletion');
+    let state = 7;
+    const random = () => {
+      state = (state * 1103515245 + 12345) % 2147483648;
+      return state / 2147483648;
+    };
+    const toolLists = [undefined, [tool('read')], [tool('read'), tool('write')]];
+    let checked = 0;
+    for (let session = 0; session < 6; session++) {
+      const messages: unknown[] = [user(`start ${session} "quoted" ]}`)];
+      let tools = toolLists[session % 3];
+      for (let turn = 0; turn < 8; turn++) {
+        if (random() < 0.25) tools = toolLists[Math.floor(random() * 3)];
+        const extra: Record<string, unknown> = {};
+        if (random() < 0.3) extra.temperature = Math.round(random() * 10) / 10;
+        if (random() < 0.3) extra.stream = false;
+        const ahead = random() < 0.3;
+        // Tools ahead of the messages or after them; sometimes an early message rewritten.
+        const sent = random() < 0.1 ? [user('rewritten'), ...messages.slice(1)] : messages;
+        const body = ahead
+          ? { tools, model: 'm', messages: sent, ...extra }
+          : { model: 'm', messages: sent, ...extra, ...(tools === undefined ? {} : { tools }) };
+        const text = JSON.stringify(body);
+        const answer = await harness.call('POST', '/v1/chat/completions', text, {
+          'x-session-id': `r${session}`,
+        });
+        expect(answer.status).toBe(200);
+        const parsed = parse.mock.calls.at(-1)![0];
+        expect(parsed.raw).toEqual(JSON.parse(text));
+        expect(parsed.body).toEqual(chatCompletionRequestSchema.parse(JSON.parse(text)));
+        checked++;
+        messages.push(answer.body.choices[0].message, user(`turn ${turn} \\ "${session}"`));
+      }
+    }
+    expect(checked).toBe(48);
+    parse.mockRestore();
+  });
+
+  it('tools dropped after cached turns are a tools change, and tools before the messages count too', async () => {
+    harness = await startHarness();
+    harness.engine.script = (_request, index) => ({ text: `r${index}` });
+    const offered = { tools: [tool('read')] };
+    expect((await chat('s', [user('a')], offered)).status).toBe(200);
+    expect((await chat('s', [user('a'), assistant('r0'), user('b')])).status).toBe(200);
+    // Tools ahead of the messages: repeated bytes, then changed ones.
+    const ahead = (tools: unknown, messages: unknown[]) =>
+      harness.call('POST', '/v1/chat/completions', JSON.stringify({ tools, model: 'm', messages }), {
+        'x-session-id': 't',
+      });
+    expect((await ahead([tool('read')], [user('a')])).status).toBe(200);
+    expect((await ahead([tool('read')], [user('a'), assistant('r2'), user('b')])).status).toBe(200);
+    expect(
+      (await ahead([tool('write')], [user('a'), assistant('r2'), user('b'), assistant('r3'), user('c')]))
+        .status,
+    ).toBe(200);
+    const dropped = await timeline('s');
+    expect(dropped.map((record) => record.tools)).toEqual([offered.tools, null]);
+    expect(dropped[1]!.extra_info.segment_reasons).toEqual(['tools_changed']);
+    const sentAhead = await timeline('t');
+    expect(sentAhead.map((record) => record.tools)).toEqual([
+      [tool('read')],
+      [tool('read')],
+      [tool('write')],
+    ]);
+    expect(sentAhead.map((record) => record.extra_info.segment_reasons)).toEqual([
+      ['initial'],
+      ['initial'],
+      ['tools_changed'],
+    ]);
   });
 
   it('a tools change after cached turns still starts a segment with the new tools', async () => {
