@@ -3,7 +3,7 @@ import { Tokenizer } from '@huggingface/tokenizers';
 import fc from 'fast-check';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { qwen3ModelDirectory } from './__fixtures__/qwen3-model.js';
-import { createFastEncoder } from './fast-encoder.js';
+import { createFastEncoder, createPieceSplitter } from './fast-encoder.js';
 import { readModelFiles } from './model-directory.js';
 import { loadTokenizer, type TitoTokenizer } from './tokenizer.js';
 
@@ -93,5 +93,42 @@ describe('the fast encoder', () => {
     const templated = new Tokenizer(files.tokenizerJson, files.tokenizerConfig) as unknown as typeof library;
     templated.post_processor = { config: { type: 'TemplateProcessing' } };
     expect(createFastEncoder(templated)).toBeNull();
+  });
+});
+
+describe('the piece splitter', () => {
+  // The library's regex_split as written: matchAll, the text between matches, empty matches dropped.
+  function reference(pattern: RegExp, text: string): string[] {
+    const pieces: string[] = [];
+    let previous = 0;
+    for (const match of text.matchAll(pattern)) {
+      if (previous < match.index) pieces.push(text.slice(previous, match.index));
+      if (match[0].length > 0) pieces.push(match[0]);
+      previous = match.index + match[0].length;
+    }
+    if (previous < text.length) pieces.push(text.slice(previous));
+    return pieces;
+  }
+
+  it('splits as matchAll does, for patterns with gaps and empty matches too', () => {
+    const patterns = [
+      /\p{L}+|\s+/gu, // gaps: digits and punctuation fall between matches
+      /a*/g, // empty matches everywhere
+      /x*/gu, // empty matches before astral characters
+      /(?:'s|'t)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+/gu,
+    ];
+    const alphabet = ['a', 'b', 'x', ' ', '\n', '1', '.', "'s", 'é', '😀', '\ud800'];
+    fc.assert(
+      fc.property(fc.array(fc.constantFrom(...alphabet), { maxLength: 24 }), (parts) => {
+        const text = parts.join('');
+        for (const pattern of patterns) {
+          const pieces: string[] = [];
+          createPieceSplitter(pattern)(text, (piece) => pieces.push(piece));
+          expect(pieces).toEqual(reference(pattern, text));
+          expect(pattern.lastIndex).toBe(0);
+        }
+      }),
+      { numRuns: 500 },
+    );
   });
 });

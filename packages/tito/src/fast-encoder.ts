@@ -98,6 +98,47 @@ function supportedLayout(
 }
 
 /**
+ * The library's `regex_split` of a text by a global pattern: the matches and the text between them,
+ * empty matches dropped, handed to `onPiece` in order. Exported for tests.
+ */
+export function createPieceSplitter(
+  pattern: RegExp,
+): (text: string, onPiece: (piece: string) => void) => void {
+  // Own copies of the pattern, so the library's lastIndex is never moved under it.
+  const global = new RegExp(pattern.source, pattern.flags);
+  const fullUnicode = global.flags.includes('u') || global.flags.includes('v');
+  const sticky = new RegExp(global.source, `${global.flags.replace('g', '')}y`);
+  const splitFrom = (text: string, from: number, onPiece: (piece: string) => void) => {
+    let previous = from;
+    global.lastIndex = from;
+    for (let match = global.exec(text); match !== null; match = global.exec(text)) {
+      const whole = match[0];
+      const at = match.index;
+      if (previous < at) onPiece(text.slice(previous, at));
+      if (whole.length > 0) onPiece(whole);
+      // Past an empty match, as matchAll moves on: one code point (unicode) or one code unit.
+      else global.lastIndex = at + (fullUnicode && text.codePointAt(at)! > 0xffff ? 2 : 1);
+      previous = at + whole.length;
+    }
+    if (previous < text.length) onPiece(text.slice(previous));
+  };
+  // Without a match object per piece: while a non-empty match starts right where the last one ended
+  // (always, for patterns that cover the text), `test` on the sticky copy gives its end.
+  return (text, onPiece) => {
+    let position = 0;
+    while (position < text.length) {
+      sticky.lastIndex = position;
+      if (!sticky.test(text) || sticky.lastIndex === position) {
+        splitFrom(text, position, onPiece);
+        return;
+      }
+      onPiece(text.slice(position, sticky.lastIndex));
+      position = sticky.lastIndex;
+    }
+  };
+}
+
+/**
  * An `encode(text)` (no special tokens added) equal to the library tokenizer's, or null when the
  * tokenizer's layout is not the one this encoder implements. Callers check it on probe texts too.
  */
@@ -139,18 +180,8 @@ export function createFastEncoder(library: unknown): ((text: string) => Int32Arr
     else for (let index = 0; index < ids.length; index++) push(ids[index] as number);
   };
 
-  // The library's `regex_split`: matches and the text between them, empty matches dropped.
-  const pushPieces = (text: string) => {
-    let previous = 0;
-    for (const match of text.matchAll(split)) {
-      const whole = match[0];
-      const at = match.index;
-      if (previous < at) pushPiece(text.slice(previous, at));
-      if (whole.length > 0) pushPiece(whole);
-      previous = at + whole.length;
-    }
-    if (previous < text.length) pushPiece(text.slice(previous));
-  };
+  const pieces = createPieceSplitter(split);
+  const pushPieces = (text: string) => pieces(text, pushPiece);
 
   return (text: string): Int32Array => {
     length = 0;
