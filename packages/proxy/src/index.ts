@@ -49,7 +49,12 @@ export {
   type ProxyClientOptions,
   type ReadTrajectoryOptions,
 } from './proxy-client.js';
-export { type CompletionOutcome, ProxyService, type ProxyServiceOptions } from './proxy-service.js';
+export {
+  type CompletionOutcome,
+  type ParsedChatRequest,
+  ProxyService,
+  type ProxyServiceOptions,
+} from './proxy-service.js';
 export {
   discardRequestSchema,
   finalizeRequestSchema,
