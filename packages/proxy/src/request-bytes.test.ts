@@ -1,45 +1,51 @@
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { continueBody, layoutOf, parseJson } from './request-bytes.js';
 
-// A small deterministic generator (mulberry32), so failures reproduce.
-function createRandom(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let value = state;
-    value = Math.imul(value ^ (value >>> 15), value | 1);
-    value ^= value + Math.imul(value ^ (value >>> 7), value | 61);
-    return ((value ^ (value >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 // Text that stresses the scanner: quotes, backslashes before quotes, brackets and braces inside
 // strings, multi-byte characters and surrogate pairs.
-const pieces = ['plain', '"quoted"', 'back\\slash', '\\"', '\\\\', ']}', '{[', 'ünï', '😀', '\n', ',', ':'];
-function text(random: () => number): string {
-  let out = '';
-  const count = Math.floor(random() * 6);
-  for (let index = 0; index < count; index++) out += pieces[Math.floor(random() * pieces.length)];
-  return out;
-}
+const text = fc
+  .array(
+    fc.constantFrom(
+      'plain',
+      '"quoted"',
+      'back\\slash',
+      '\\"',
+      '\\\\',
+      ']}',
+      '{[',
+      'ünï',
+      '😀',
+      '\n',
+      ',',
+      ':',
+    ),
+    {
+      maxLength: 5,
+    },
+  )
+  .map((pieces) => pieces.join(''));
 
-function message(random: () => number, index: number): Record<string, unknown> {
-  if (index % 2 === 1) {
-    const reply: Record<string, unknown> = { role: 'assistant', content: text(random) };
-    if (random() < 0.3) {
-      reply.tool_calls = [
-        {
-          id: `call_${index}`,
-          type: 'function',
-          function: { name: 'ls', arguments: `{"path": "${index}"}` },
-        },
-      ];
-    }
-    return reply;
-  }
-  if (random() < 0.2) return { role: 'user', content: [{ type: 'text', text: text(random) }] };
-  return { role: 'user', content: text(random), name: random() < 0.2 ? 'agent' : undefined };
-}
+const userMessage = fc.oneof(
+  text.map((content) => ({ role: 'user', content })),
+  fc.record({ role: fc.constant('user'), content: text, name: fc.constant('agent') }),
+  text.map((part) => ({ role: 'user', content: [{ type: 'text', text: part }] })),
+);
+const assistantMessage = fc.oneof(
+  text.map((content) => ({ role: 'assistant', content })),
+  fc.tuple(text, fc.nat(99)).map(([content, index]) => ({
+    role: 'assistant',
+    content,
+    tool_calls: [
+      { id: `call_${index}`, type: 'function', function: { name: 'ls', arguments: `{"path": "${index}"}` } },
+    ],
+  })),
+);
+// Turns of a session: an assistant reply and a user message, or nothing new (a retry).
+const turns = fc.array(fc.option(fc.tuple(assistantMessage, userMessage), { freq: 6 }), {
+  minLength: 1,
+  maxLength: 7,
+});
 
 // One body in one of several shapes: keys before and after `messages`, pretty-printed or compact.
 function serialize(messages: unknown[], shape: number, newline: boolean): Buffer {
@@ -50,8 +56,7 @@ function serialize(messages: unknown[], shape: number, newline: boolean): Buffer
       : shape === 1
         ? { tools, messages, temperature: 0.5 }
         : { messages };
-  const indent = shape === 1 ? 2 : undefined;
-  return Buffer.from(JSON.stringify(body, null, indent) + (newline ? '\n' : ''));
+  return Buffer.from(JSON.stringify(body, null, shape === 1 ? 2 : undefined) + (newline ? '\n' : ''));
 }
 
 function assemble(previous: unknown[], continued: NonNullable<ReturnType<typeof continueBody>>) {
@@ -64,37 +69,40 @@ function assemble(previous: unknown[], continued: NonNullable<ReturnType<typeof 
 
 describe('request bodies as bytes', () => {
   it('parses appended conversations exactly as JSON.parse does, without the repeated messages', () => {
-    let continuedCount = 0;
-    for (let seed = 1; seed <= 200; seed++) {
-      const random = createRandom(seed);
-      const shape = seed % 3;
-      const newline = seed % 2 === 0;
-      const messages: unknown[] = [{ role: 'system', content: text(random) }, message(random, 0)];
-      let bytes = serialize(messages, shape, newline);
-      let layout = layoutOf(bytes);
-      expect(layout).not.toBeNull();
-      expect(layout!.messageEnds).toHaveLength(messages.length);
-      let parsed = JSON.parse(bytes.toString('utf8')).messages as unknown[];
-      for (let turn = 1; turn < 8; turn++) {
-        // An assistant reply and a new user message; sometimes nothing new at all (a retry).
-        if (random() < 0.85) messages.push(message(random, 2 * turn - 1), message(random, 2 * turn));
-        const next = serialize(messages, shape, newline);
-        const expected = JSON.parse(next.toString('utf8'));
-        const continued = continueBody(layout!, next);
-        expect(continued).not.toBeNull();
-        expect(continued!.repeated).toBe(layout!.messageEnds.length);
-        expect(assemble(parsed, continued!)).toEqual(expected);
-        // The bytes after the messages are the same body after body, so they are not parsed again.
-        expect(continued!.sameAfter).toBe(true);
-        expect(continued!.layout.messageEnds).toEqual(layoutOf(next)!.messageEnds);
-        continuedCount++;
-        bytes = next;
-        layout = continued!.layout;
-        parsed = expected.messages;
-      }
-      expect(layout!.bytes).toBe(bytes);
-    }
-    expect(continuedCount).toBe(1400);
+    fc.assert(
+      fc.property(
+        text,
+        userMessage,
+        turns,
+        fc.nat(2),
+        fc.boolean(),
+        (system, first, session, shape, newline) => {
+          const messages: unknown[] = [{ role: 'system', content: system }, first];
+          let bytes = serialize(messages, shape, newline);
+          let layout = layoutOf(bytes);
+          expect(layout).not.toBeNull();
+          expect(layout!.messageEnds).toHaveLength(messages.length);
+          let parsed = JSON.parse(bytes.toString('utf8')).messages as unknown[];
+          for (const turn of session) {
+            if (turn !== null) messages.push(...turn);
+            const next = serialize(messages, shape, newline);
+            const expected = JSON.parse(next.toString('utf8'));
+            const continued = continueBody(layout!, next);
+            expect(continued).not.toBeNull();
+            expect(continued!.repeated).toBe(layout!.messageEnds.length);
+            expect(assemble(parsed, continued!)).toEqual(expected);
+            // The bytes after the messages are the same body after body, so they are not parsed again.
+            expect(continued!.sameAfter).toBe(true);
+            expect(continued!.layout.messageEnds).toEqual(layoutOf(next)!.messageEnds);
+            bytes = next;
+            layout = continued!.layout;
+            parsed = expected.messages;
+          }
+          expect(layout!.bytes).toBe(bytes);
+        },
+      ),
+      { numRuns: 300 },
+    );
   });
 
   it('parses changed members after the messages again', () => {

@@ -158,20 +158,8 @@ export function firstMismatch(
   return -1;
 }
 
-// True when the fields a comparison reads are identical as sent (a sufficient, not necessary,
-// condition for equality after normalisation).
-function rawEqual(left: ChatMessage, right: ChatMessage, comparison: MessageComparison): boolean {
-  if (left.role !== right.role || typeof left.content !== 'string' || left.content !== right.content)
-    return false;
-  const leftRecord = left as Record<string, unknown>;
-  const rightRecord = right as Record<string, unknown>;
-  if (leftRecord.reasoning_content !== rightRecord.reasoning_content) return false;
-  if (
-    comparison === 'all' &&
-    (left.name !== right.name || leftRecord.tool_call_id !== rightRecord.tool_call_id)
-  ) {
-    return false;
-  }
+// True when both messages carry the same tool calls as sent, arguments as identical strings.
+function toolCallsSentAlike(left: ChatMessage, right: ChatMessage): boolean {
   const leftCalls = toolCallsOf(left);
   const rightCalls = toolCallsOf(right);
   if (leftCalls.length !== rightCalls.length) return false;
@@ -189,6 +177,23 @@ function rawEqual(left: ChatMessage, right: ChatMessage, comparison: MessageComp
     }
   }
   return true;
+}
+
+// True when the fields a comparison reads are identical as sent (a sufficient, not necessary,
+// condition for equality after normalisation).
+function rawEqual(left: ChatMessage, right: ChatMessage, comparison: MessageComparison): boolean {
+  if (left.role !== right.role || typeof left.content !== 'string' || left.content !== right.content)
+    return false;
+  const leftRecord = left as Record<string, unknown>;
+  const rightRecord = right as Record<string, unknown>;
+  if (leftRecord.reasoning_content !== rightRecord.reasoning_content) return false;
+  if (
+    comparison === 'all' &&
+    (left.name !== right.name || leftRecord.tool_call_id !== rightRecord.tool_call_id)
+  ) {
+    return false;
+  }
+  return toolCallsSentAlike(left, right);
 }
 
 /**
@@ -213,23 +218,7 @@ export function rendersAlike(left: ChatMessage, right: ChatMessage): boolean {
   ) {
     return false;
   }
-  const leftCalls = toolCallsOf(left);
-  const rightCalls = toolCallsOf(right);
-  if (leftCalls.length !== rightCalls.length) return false;
-  for (let index = 0; index < leftCalls.length; index++) {
-    const a = leftCalls[index]!;
-    const b = rightCalls[index]!;
-    if (
-      a.id !== b.id ||
-      (a.type ?? 'function') !== (b.type ?? 'function') ||
-      a.function.name !== b.function.name ||
-      typeof a.function.arguments !== 'string' ||
-      a.function.arguments !== b.function.arguments
-    ) {
-      return false;
-    }
-  }
-  return true;
+  return toolCallsSentAlike(left, right);
 }
 
 function toolCallsOf(message: ChatMessage): readonly ToolCall[] {

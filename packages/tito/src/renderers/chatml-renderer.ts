@@ -5,6 +5,7 @@ import type { ChatRenderer, RenderOptions } from './renderer.js';
 import {
   assertKnownRoles,
   assistantParts,
+  continuesAfterAssistant,
   dummySystem,
   dummyToolCaller,
   jsonToolCallBody,
@@ -67,9 +68,7 @@ export function createChatmlRenderer(): ChatRenderer {
       return parts.join('');
     },
     renderFrom(messages: readonly ChatMessage[], from: number, options: RenderOptions = {}): string | null {
-      // Every turn depends on its own message only, and the tools turn comes before index 1.
-      if (from < 1 || from > messages.length || messages[from - 1]!.role !== 'assistant') return null;
-      assertKnownRoles(messages, from);
+      if (!continuesAfterAssistant(messages, from)) return null;
       return renderTurns(messages, from) + (options.addGenerationPrompt ? `${turnStart}assistant\n` : '');
     },
     dummyContext(group: readonly ChatMessage[]): ChatMessage[] {

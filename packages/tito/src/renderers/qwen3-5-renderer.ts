@@ -6,11 +6,12 @@ import {
   argumentsNotAnObject,
   assertKnownRoles,
   assistantParts,
+  continuesAfterAssistant,
   dummySystem,
   dummyToolCaller,
+  renderQwenTurns,
   stripCharacters,
   toolCallsOf,
-  toolResponseText,
   turnEnd,
   turnStart,
 } from './shared.js';
@@ -60,28 +61,6 @@ function assistantTurn(message: ChatMessage): string {
   return `${text}${turnEnd}\n`;
 }
 
-// The turns of `messages[begin..]`. Each depends only on its message, except that a run of tool
-// results shares one user turn, so a tool message looks at its neighbours (hence the whole list).
-function renderTurns(messages: readonly ChatMessage[], begin: number): string {
-  let text = '';
-  for (let index = begin; index < messages.length; index++) {
-    const message = messages[index]!;
-    switch (message.role) {
-      case 'system':
-      case 'user':
-        text += `${turnStart}${message.role}\n${messageText(message.content)}${turnEnd}\n`;
-        break;
-      case 'assistant':
-        text += assistantTurn(message);
-        break;
-      case 'tool':
-        text += toolResponseText(messages, index);
-        break;
-    }
-  }
-  return text;
-}
-
 function generationPrompt(options: RenderOptions): string {
   if (!options.addGenerationPrompt) return '';
   return `${turnStart}assistant\n<think>\n${options.enableThinking === false ? '\n</think>\n\n' : ''}`;
@@ -112,14 +91,11 @@ export function createQwen35Renderer(): ChatRenderer {
         }
         text += `${turnEnd}\n`;
       }
-      return text + renderTurns(messages, start) + generationPrompt(options);
+      return text + renderQwenTurns(messages, start, assistantTurn) + generationPrompt(options);
     },
     renderFrom(messages: readonly ChatMessage[], from: number, options: RenderOptions = {}): string | null {
-      // After an assistant turn nothing earlier changes: the tools turn only merges a system
-      // message at index 0, and a tool run cannot straddle an assistant message.
-      if (from < 1 || from > messages.length || messages[from - 1]!.role !== 'assistant') return null;
-      assertKnownRoles(messages, from);
-      return renderTurns(messages, from) + generationPrompt(options);
+      if (!continuesAfterAssistant(messages, from)) return null;
+      return renderQwenTurns(messages, from, assistantTurn) + generationPrompt(options);
     },
     dummyContext(group: readonly ChatMessage[]): ChatMessage[] {
       return group[0]?.role === 'tool' ? [dummySystem, dummyToolCaller(group)] : [dummySystem];

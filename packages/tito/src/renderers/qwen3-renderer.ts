@@ -5,12 +5,13 @@ import type { ChatRenderer, RenderOptions } from './renderer.js';
 import {
   assertKnownRoles,
   assistantParts,
+  continuesAfterAssistant,
   dummySystem,
   dummyToolCaller,
   jsonToolCallBody,
+  renderQwenTurns,
   stripCharacters,
   toolCallsOf,
-  toolResponseText,
   turnEnd,
   turnStart,
 } from './shared.js';
@@ -47,42 +48,34 @@ function generationPrompt(options: RenderOptions): string {
   return `${turnStart}assistant\n${options.enableThinking === false ? '<think>\n\n</think>\n\n' : ''}`;
 }
 
-// The turns of `messages[begin..]` (a tool result looks at its neighbours, hence the whole list).
+// An assistant turn; with thinking not preserved, reasoning shows only after the last user query.
+function assistantTurn(message: ChatMessage, showsThinking: boolean): string {
+  const { reasoning, content } = assistantParts(message);
+  let turn = showsThinking
+    ? `${turnStart}assistant\n<think>\n${stripCharacters(reasoning, '\n')}\n</think>\n\n${content.replace(/^\n+/, '')}`
+    : `${turnStart}assistant\n${content}`;
+  const calls = toolCallsOf(message);
+  for (let call = 0; call < calls.length; call++) {
+    if (call > 0 || content !== '') turn += '\n';
+    turn += `<tool_call>\n${jsonToolCallBody(calls[call]!)}\n</tool_call>`;
+  }
+  return `${turn}${turnEnd}\n`;
+}
+
+// The turns of `messages[begin..]` with the reasoning rule of this renderer.
 function renderTurns(
   messages: readonly ChatMessage[],
   begin: number,
   preserveThinking: boolean,
   lastQuery: number,
 ): string {
-  let text = '';
-  for (let index = begin; index < messages.length; index++) {
-    const message = messages[index]!;
-    switch (message.role) {
-      case 'system':
-      case 'user':
-        text += `${turnStart}${message.role}\n${messageText(message.content)}${turnEnd}\n`;
-        break;
-      case 'assistant': {
-        const { reasoning, content } = assistantParts(message);
-        const showsThinking =
-          preserveThinking || (index > lastQuery && (index === messages.length - 1 || reasoning !== ''));
-        let turn = showsThinking
-          ? `${turnStart}assistant\n<think>\n${stripCharacters(reasoning, '\n')}\n</think>\n\n${content.replace(/^\n+/, '')}`
-          : `${turnStart}assistant\n${content}`;
-        const calls = toolCallsOf(message);
-        for (let call = 0; call < calls.length; call++) {
-          if (call > 0 || content !== '') turn += '\n';
-          turn += `<tool_call>\n${jsonToolCallBody(calls[call]!)}\n</tool_call>`;
-        }
-        text += `${turn}${turnEnd}\n`;
-        break;
-      }
-      case 'tool':
-        text += toolResponseText(messages, index);
-        break;
-    }
-  }
-  return text;
+  return renderQwenTurns(messages, begin, (message, index) =>
+    assistantTurn(
+      message,
+      preserveThinking ||
+        (index > lastQuery && (index === messages.length - 1 || assistantParts(message).reasoning !== '')),
+    ),
+  );
 }
 
 /** Options of {@link createQwen3Renderer}. */
@@ -124,8 +117,7 @@ export function createQwen3Renderer(options: Qwen3RendererOptions = {}): ChatRen
     ...(preserveThinking
       ? {
           renderFrom(messages: readonly ChatMessage[], from: number, renderOptions: RenderOptions = {}) {
-            if (from < 1 || from > messages.length || messages[from - 1]!.role !== 'assistant') return null;
-            assertKnownRoles(messages, from);
+            if (!continuesAfterAssistant(messages, from)) return null;
             return renderTurns(messages, from, true, -1) + generationPrompt(renderOptions);
           },
         }

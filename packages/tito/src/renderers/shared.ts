@@ -25,6 +25,46 @@ export function assertKnownRoles(messages: readonly ChatMessage[], from = 0): vo
 }
 
 /**
+ * Whether a fixed renderer's `renderFrom` can continue at `from`: only right after an assistant
+ * turn (a tools turn merges a system message at index 0 only, and a tool run cannot straddle an
+ * assistant message). Checks the roles of the messages it will render.
+ */
+export function continuesAfterAssistant(messages: readonly ChatMessage[], from: number): boolean {
+  if (from < 1 || from > messages.length || messages[from - 1]!.role !== 'assistant') return false;
+  assertKnownRoles(messages, from);
+  return true;
+}
+
+/**
+ * The turns of `messages[begin..]` in the Qwen formats: system and user turns, tool results inside
+ * user turns (a tool message looks at its neighbours, hence the whole list), and assistant turns as
+ * `assistantTurn` writes them.
+ */
+export function renderQwenTurns(
+  messages: readonly ChatMessage[],
+  begin: number,
+  assistantTurn: (message: ChatMessage, index: number) => string,
+): string {
+  let text = '';
+  for (let index = begin; index < messages.length; index++) {
+    const message = messages[index]!;
+    switch (message.role) {
+      case 'system':
+      case 'user':
+        text += `${turnStart}${message.role}\n${messageText(message.content)}${turnEnd}\n`;
+        break;
+      case 'assistant':
+        text += assistantTurn(message, index);
+        break;
+      case 'tool':
+        text += toolResponseText(messages, index);
+        break;
+    }
+  }
+  return text;
+}
+
+/**
  * A tool result in the Qwen format: inside a user turn, as a `<tool_response>` block; consecutive tool
  * messages share one user turn (only the first opens it, only the last closes it).
  */
