@@ -361,10 +361,7 @@ export function planStep(
   try {
     // Agents resend the whole history: continue the previous step's render when the renderer can,
     // rendering only the new messages (same text as a full render, checked in the renderer tests).
-    const continuation =
-      renderBase === null ? null : tokenizer.renderFrom(messages, renderBase.count, tools, true);
-    rendered =
-      continuation === null ? tokenizer.render(messages, tools, true) : renderBase!.text + continuation;
+    rendered = renderContinuing(tokenizer, messages, tools, renderBase, true);
   } catch {
     renderFailed = true;
   }
@@ -635,6 +632,22 @@ export function commitStep(session: Session, plan: StepPlan, output: StepOutput,
   return step;
 }
 
+// `render(messages, tools, addGenerationPrompt)`, as `base`'s text and what follows it when the
+// renderer can continue it, else rendered whole.
+function renderContinuing(
+  tokenizer: PromptTokenizer,
+  messages: ChatMessage[],
+  tools: Tool[] | null,
+  base: RenderBase | null,
+  addGenerationPrompt: boolean,
+): string {
+  const continuation =
+    base === null ? null : tokenizer.renderFrom(messages, base.count, tools, addGenerationPrompt);
+  return continuation === null
+    ? tokenizer.render(messages, tools, addGenerationPrompt)
+    : base!.text + continuation;
+}
+
 // The snapshot's render (no generation prompt), continuing the plan's base when it has one; null
 // when the messages do not render.
 function renderSnapshot(
@@ -644,8 +657,7 @@ function renderSnapshot(
   base: RenderBase | null,
 ): string | null {
   try {
-    const continuation = base === null ? null : tokenizer.renderFrom(messages, base.count, tools, false);
-    return continuation === null ? tokenizer.render(messages, tools, false) : base!.text + continuation;
+    return renderContinuing(tokenizer, messages, tools, base, false);
   } catch {
     return null;
   }
