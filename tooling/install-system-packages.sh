@@ -5,11 +5,12 @@
 #   python3-grpcio python3-protobuf     the Megatron worker's gRPC server and its tests
 #   python3-numpy protobuf-compiler
 #   protobuf-compiler-grpc
+#   python3-torch                       real CPU tensors for the worker's slime stand-ins (~850 MB)
 #   chromium                            the inspector's end-to-end test (driven by playwright-core)
 # Runs apt-get as root, or through sudo when available.
 set -euo pipefail
 
-packages=(bubblewrap ripgrep python3-grpcio python3-protobuf python3-numpy protobuf-compiler protobuf-compiler-grpc chromium)
+packages=(bubblewrap ripgrep python3-grpcio python3-protobuf python3-numpy protobuf-compiler protobuf-compiler-grpc python3-torch chromium)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

@@ -1,4 +1,5 @@
-"""Starts the worker: `python3 -m dressage_megatron_worker --port 50051 --actor slime -- <slime args>`."""
+"""Starts the worker: `python3 -m dressage_megatron_worker --port 50051 --actor slime -- <slime args>`
+(`--dry-run` checks the slime arguments and the router instead)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from typing import Any, Sequence
 
 import grpc
 
-from .actors import RecordingActor, SinkActor, SlimeMegatronActor, TrainingActor
+from .actors import RecordingActor, SinkActor, TrainingActor
 from .service import DEFAULT_MAX_MESSAGE_BYTES, TrainerService, message_limit_options
+from .slime_actor import SlimeMegatronActor
 from .stubs import trainer_pb2
 from .train_chunk_codec import train_chunk_deserializer
 
@@ -95,7 +97,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--verify", default=None, help="recording actor: SAMPLES,TOKENS,RESPONSE[,SEED] of the synthetic batch"
     )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check the slime arguments after -- and the router, print one JSON line per check, and exit",
+    )
+    parser.add_argument("--router-url", default=None, help="dry run: the router the proxy routes to")
     options = parser.parse_args(raw)
+    if options.dry_run:
+        from .dry_run import main as dry_run
+
+        return dry_run(slime_argv, options.router_url)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     actor = build_actor(options.actor, options.verify, slime_argv)
     service = TrainerService(actor, model_name=options.model_name, max_batch_tokens=options.max_batch_tokens)

@@ -9,9 +9,10 @@ from typing import Any, Iterator
 
 import grpc
 
-from .actors import TrainingActor, loss_overrides
+from .actors import TrainingActor
 from .errors import WorkerError
 from .packed_batch import BatchAssembler
+from .slime_settings import loss_overrides
 from .stubs import trainer_pb2, trainer_pb2_grpc
 
 LOGGER = logging.getLogger("dressage_megatron_worker")
@@ -33,7 +34,6 @@ class TrainerService(trainer_pb2_grpc.TrainerServiceServicer):
         self.max_batch_tokens = max_batch_tokens
         self.max_batch_samples = max_batch_samples
         self.train_steps = 0
-        self.weight_version = ""
         self._lock = threading.Lock()
         self._busy = 0
 
@@ -48,10 +48,10 @@ class TrainerService(trainer_pb2_grpc.TrainerServiceServicer):
         return trainer_pb2.GetInfoResponse(
             trainer_kind=self.actor.kind,
             model_name=self.model_name,
-            weight_version=self.weight_version,
+            weight_version=self.actor.weight_version,
             max_tokens_per_sample=self.max_batch_tokens,
             backend=self.actor.backend,
-            data_parallel_size=int(getattr(getattr(self.actor, "args", None), "dp_size", 1) or 1),
+            data_parallel_size=self.actor.data_parallel_size,
             train_steps=self.train_steps,
         )
 
@@ -98,7 +98,6 @@ class TrainerService(trainer_pb2_grpc.TrainerServiceServicer):
         try:
             with self._lock:
                 version, engines = self.actor.update_weights(request.weight_version, list(request.engine_urls))
-            self.weight_version = version
         except Exception as error:  # noqa: BLE001
             self._fail(context, "UpdateWeights", error)
         finally:
@@ -110,11 +109,11 @@ class TrainerService(trainer_pb2_grpc.TrainerServiceServicer):
     def SaveCheckpoint(self, request: Any, context: grpc.ServicerContext) -> Any:
         try:
             with self._lock:
-                size = self.actor.save_checkpoint(request.path, request.rollout_id)
+                path, size = self.actor.save_checkpoint(request.path, request.rollout_id)
         except Exception as error:  # noqa: BLE001
             self._fail(context, "SaveCheckpoint", error)
         return trainer_pb2.SaveCheckpointResponse(
-            path=request.path, rollout_id=request.rollout_id, size_bytes=size, weight_version=self.weight_version
+            path=path, rollout_id=request.rollout_id, size_bytes=size, weight_version=self.actor.weight_version
         )
 
     def LoadCheckpoint(self, request: Any, context: grpc.ServicerContext) -> Any:
@@ -124,7 +123,7 @@ class TrainerService(trainer_pb2_grpc.TrainerServiceServicer):
         except Exception as error:  # noqa: BLE001
             self._fail(context, "LoadCheckpoint", error)
         return trainer_pb2.LoadCheckpointResponse(
-            path=request.path, rollout_id=rollout_id, weight_version=self.weight_version
+            path=request.path, rollout_id=rollout_id, weight_version=self.actor.weight_version
         )
 
 

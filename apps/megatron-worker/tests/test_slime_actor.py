@@ -1,101 +1,250 @@
+"""The slime actor against stand-ins built from the recorded slime API (tests/slime_stand_in.py)."""
+
+import tempfile
 import types
 import unittest
 from typing import Any
 
-from dressage_megatron_worker.actors import SlimeMegatronActor, loss_overrides
-from dressage_megatron_worker.packed_batch import BatchAssembler
+import numpy as np
+import torch
+
+from dressage_megatron_worker.errors import WorkerError
+from dressage_megatron_worker.slime_actor import SlimeMegatronActor
+from dressage_megatron_worker.slime_settings import loss_overrides
 from dressage_megatron_worker.stubs import trainer_pb2
-from dressage_megatron_worker.synthetic import expected_fields
 
-from .helpers import chunks
+from .slime_stand_in import Box, Ref, Slime, check_rank_data, launch_args
+from .test_rollout_data import batch
 
-
-class FakeActorModel:
-    def __init__(self, calls: list) -> None:
-        self.calls = calls
-
-    def async_train(self, rollout_id: int, refs: list) -> str:
-        self.calls.append(("async_train", rollout_id, refs))
-        return "handle"
-
-    def update_weights(self) -> None:
-        self.calls.append(("update_weights",))
-
-    def save_model(self, rollout_id: int) -> None:
-        self.calls.append(("save_model", rollout_id))
+# Four rollouts of one sample each over two prompts; denominators M_P × N / global_batch_size with
+# M_P = 5 and 4 trainable tokens, N = 2 prompts, global batch size 16: 0.625 and 0.5, below 1.
+MASKS = [[1, 1, 1], [1, 0, 1], [1, 1, 1, 1], [0, 0]]
+TRUE_SUMS = [0.625, 0.625, 0.5, 0.0]
 
 
-def fake_slime(calls: list) -> dict[str, Any]:
-    """Stand-ins for the slime, Ray and Megatron entry points the actor touches."""
+def header(**fields: Any) -> Any:
+    return trainer_pb2.TrainBatchHeader(**fields)
 
-    def create_training_models(args: Any, groups: Any, wandb_run_id: Any) -> tuple:
-        calls.append(("create_training_models", groups))
-        return FakeActorModel(calls), None
 
-    def build_dp_schedule(args, config, total_lengths, global_batch_size, rollout_indices):
-        calls.append(("build_dp_schedule", config, global_batch_size))
-        count = len(total_lengths)
-        ranks = config["dp_size"]
-        return types.SimpleNamespace(
-            partitions=[list(range(rank, count, ranks)) for rank in range(ranks)],
-            micro_batch_indices=[[[i] for i in range(len(range(rank, count, ranks)))] for rank in range(ranks)],
-            num_microbatches=[count // ranks],
-            global_batch_sizes=[global_batch_size],
-        )
-
-    class Box:
-        def __init__(self, inner: Any) -> None:
-            self.inner = inner
-
-    return {
-        "ray": types.SimpleNamespace(put=lambda value: ("ref", value), get=lambda handle: calls.append(("get", handle))),
-        "slime.ray.placement_group": types.SimpleNamespace(
-            create_placement_groups=lambda args: "groups", create_training_models=create_training_models
-        ),
-        "slime.utils.dp_schedule": types.SimpleNamespace(build_dp_schedule=build_dp_schedule),
-        "slime.utils.misc": types.SimpleNamespace(Box=Box),
-    }
+class Started:
+    def __init__(self, test: unittest.TestCase, **args: Any) -> None:
+        self.slime = Slime(launch_args(**args), **test.stand_in_options)
+        test.addCleanup(self.slime.close)
+        self.actor = SlimeMegatronActor(self.slime.args, importer=self.slime.importer)
 
 
 class SlimeActorTest(unittest.TestCase):
-    def test_train_splits_over_data_parallel_ranks_and_calls_async_train(self) -> None:
-        calls: list = []
-        modules = fake_slime(calls)
-        args = types.SimpleNamespace(dp_size=2, context_parallel_size=1, eps_clip=0.2)
-        actor = SlimeMegatronActor(args, importer=modules.__getitem__)
-        assembler = BatchAssembler()
-        loss = trainer_pb2.LossConfig(eps_clip=0.1, learning_rate=1e-6)
-        for chunk in chunks(expected_fields(8, 32, 10), rollout_id=3, global_batch_size=2, loss=loss):
-            assembler.push(chunk)
-        header, batch = assembler.finish()
-        result = actor.train(header.rollout_id, header, batch, loss_overrides(header.loss))
-        self.assertEqual((args.eps_clip, args.lr), (0.1, 1e-6))
-        names = [call[0] for call in calls]
-        self.assertEqual(names, ["create_training_models", "build_dp_schedule", "async_train", "get"])
-        _, rollout_id, refs = calls[2]
-        self.assertEqual(rollout_id, 3)
-        self.assertEqual(len(refs), 2)
-        rank0 = refs[0].inner[1]
-        self.assertEqual(rank0["partition"], [0, 2, 4, 6])
-        self.assertEqual(len(rank0["tokens"]), 4)
-        self.assertEqual(len(rank0["total_lengths"]), 8)  # unsliced, like slime's
-        # (i mod 11 + 1) / 8 scaled by 8 so the smallest is 1; sample 4 has no trainable token, so 0.
-        self.assertEqual(rank0["rollout_mask_sums"].tolist(), [1.0, 3.0, 0.0, 7.0])
-        self.assertEqual(result.metrics["denominator_scale"], 8.0)
-        self.assertEqual(result.optimizer_steps, 1)
+    stand_in_options: dict[str, Any] = {}
 
-    def test_weights_and_checkpoints_go_through_the_actor_model(self) -> None:
-        calls: list = []
-        actor = SlimeMegatronActor(types.SimpleNamespace(dp_size=1), importer=fake_slime(calls).__getitem__)
-        self.assertEqual(actor.update_weights("", []), ("1", 0))
-        actor.save_checkpoint("", 4)
-        self.assertIn(("update_weights",), calls)
-        self.assertIn(("save_model", 4), calls)
+    def started(self, **args: Any) -> Started:
+        started = Started(self, **args)
+        started.actor.start()
+        return started
+
+    def train(self, started: Started, loss: dict[str, Any] | None = None, sums: list[float] | None = None,
+              global_batch_size: int = 2) -> Any:
+        packed = batch(MASKS, sums or [2.0, 2.0, 1.0, 0.0])
+        return started.actor.train(7, header(global_batch_size=global_batch_size, rollout_id=7), packed, loss or {})
+
+    def names(self, started: Started) -> list[str]:
+        return [name.split(":")[-1] for name, _ in started.slime.calls]
+
+    def test_starts_as_train_py_does(self) -> None:
+        started = self.started()
+        calls = self.names(started)
+        order = ["create_placement_groups", "create_rollout_manager", "create_training_models", "RayTrainGroup.update_weights"]
+        self.assertEqual([name for name in calls if name in order], order)
+        arguments = dict(started.slime.calls)["slime.ray.placement_group:create_training_models"]
+        self.assertIs(arguments["rollout_manager"], started.slime.rollout_manager)
+        self.assertEqual(arguments["actor_cls"].__name__, "DressageMegatronTrainRayActor")
+        # The first push made the engines' version 1; the worker reports theirs.
+        self.assertEqual(started.actor.weight_version, "1")
+        self.assertEqual(started.actor.data_parallel_size, 2)
+
+    def test_every_data_parallel_rank_gets_its_samples_as_torch_tensors(self) -> None:
+        started = self.started()
+        result = self.train(started)
+        actors = started.slime.group.actors
+        self.assertEqual(len(actors), 4)
+        partitions = {}
+        for actor in actors:
+            (rollout_id, data, _args), = actor.received
+            self.assertEqual(rollout_id, 7)
+            partitions.setdefault(actor.dp_rank, data["partition"])
+            self.assertEqual(partitions[actor.dp_rank], data["partition"])
+            self.assertEqual(data["tokens"][0].dtype, torch.int64)
+            self.assertEqual(data["loss_masks"][0].dtype, torch.int32)
+            self.assertEqual(data["rollout_log_probs"][0].dtype, torch.float32)
+            self.assertEqual(data["rollout_mask_sums"].dtype, torch.float32)
+            for position, index in enumerate(data["partition"]):
+                self.assertEqual(data["loss_masks"][position].tolist(), MASKS[index])
+        self.assertEqual(sorted(partitions[0] + partitions[1]), [0, 1, 2, 3])
+        self.assertEqual(result.optimizer_steps, 2)
+
+    def test_loss_overrides_reach_the_actors_copies_for_one_batch(self) -> None:
+        started = self.started()
+        overrides = loss_overrides(trainer_pb2.LossConfig(eps_clip=0.1, use_tis=True))
+        self.train(started, overrides)
+        self.train(started)
+        for actor in started.slime.group.actors:
+            first, second = (received[2] for received in actor.received)
+            self.assertEqual((first.eps_clip, first.use_tis), (0.1, True))
+            self.assertEqual((second.eps_clip, second.use_tis), (0.2, False))
+        self.assertEqual(started.slime.args.eps_clip, 0.2)
+
+    def test_settings_fixed_at_start_are_refused_unless_unchanged(self) -> None:
+        started = self.started()
+        with self.assertRaisesRegex(WorkerError, "learning_rate = 0.001 differs from the worker's --lr"):
+            self.train(started, {"lr": 1e-3})
+        with self.assertRaisesRegex(WorkerError, "reference model"):
+            self.train(started, {"use_kl_loss": True})
+        self.train(started, {"lr": 1e-6})
+        with self.assertRaisesRegex(WorkerError, "ppo"):
+            self.train(started, {"advantage_estimator": "ppo"})
+
+    def test_the_loss_slime_computes_is_the_true_loss_when_denominators_are_below_one(self) -> None:
+        started = self.started(use_kl_loss=True, kl_loss_coef=0.05, entropy_coef=0.01)
+        result = self.train(started, sums=TRUE_SUMS)
+        self.assertEqual(result.metrics["denominator_scale"], 2.0)
+        entropy, kl = 0.7, 0.3
+
+        def slime_loss(rewards, masks, denominators, entropy_coef, kl_loss_coef, clamp=True) -> float:
+            # policy_loss_function on-policy (ratio 1): pg -A, minus entropy, plus KL, each reduced by
+            # get_sum_of_sample_mean: Σ_t(x·mask) / clamp_min(denominator, 1).
+            total = 0.0
+            for reward, mask, denominator in zip(rewards, masks, denominators):
+                mask = torch.as_tensor(mask, dtype=torch.float64)
+                divisor = max(float(denominator), 1.0) if clamp else float(denominator)
+                if mask.sum() == 0:
+                    continue
+                total += float(((-reward - entropy_coef * entropy + kl_loss_coef * kl) * mask).sum()) / divisor
+            return total
+
+        received = {}
+        for actor in started.slime.group.actors:
+            _id, data, args = actor.received[0]
+            received.setdefault(actor.dp_rank, (data, args))
+        computed = sum(
+            slime_loss(data["rewards"], data["loss_masks"], data["rollout_mask_sums"].tolist(), args.entropy_coef, args.kl_loss_coef)
+            for data, args in received.values()
+        )
+        rewards = batch(MASKS, TRUE_SUMS).rewards.tolist()
+        true = slime_loss(rewards, MASKS, TRUE_SUMS, 0.01, 0.05, clamp=False)
+        self.assertAlmostEqual(computed, true, places=6)
+        # The rescaled denominators alone would divide the loss by 2 (the check is not vacuous).
+        uncompensated = sum(
+            slime_loss(
+                [rewards[index] for index in data["partition"]], data["loss_masks"], data["rollout_mask_sums"].tolist(), 0.01, 0.05
+            )
+            for data, _args in received.values()
+        )
+        self.assertAlmostEqual(uncompensated * 2, true, places=6)
+
+    def test_a_loss_scale_that_cannot_be_folded_exactly_is_refused(self) -> None:
+        started = self.started(normalize_advantages=True)
+        with self.assertRaisesRegex(WorkerError, "--normalize-advantages"):
+            self.train(started, sums=TRUE_SUMS)
+        self.train(started)
+
+    def test_update_weights_reports_slimes_engine_version(self) -> None:
+        started = self.started()
+        self.assertEqual(started.actor.update_weights("", []), ("2", 2))
+        self.assertEqual(started.actor.update_weights("", ["http://10.0.0.2:30000/", "http://10.0.0.1:30000"]), ("3", 2))
+        with self.assertRaisesRegex(WorkerError, "not slime's engines"):
+            started.actor.update_weights("", ["http://elsewhere:30000"])
+        with self.assertRaisesRegex(WorkerError, "numbers the engines' versions itself"):
+            started.actor.update_weights("v9", [])
+        self.assertEqual([engine.version for engine in started.slime.engines], [3, 3])
+
+    def test_debug_train_only_never_reports_a_push(self) -> None:
+        started = self.started(debug_train_only=True)
+        self.assertEqual(started.actor.weight_version, "")
+        with self.assertRaisesRegex(WorkerError, "--debug-train-only"):
+            started.actor.update_weights("", [])
+        self.train(started)
+
+    def test_a_router_worker_slime_does_not_own_stops_the_start(self) -> None:
+        self.stand_in_options = {"extra_router_workers": ("http://10.9.9.9:30000",)}
+        with self.assertRaisesRegex(WorkerError, "routed to but not updated by slime: http://10.9.9.9:30000"):
+            self.started()
+
+    def test_colocated_engines_and_the_critic_are_refused_before_any_gpu_is_taken(self) -> None:
+        for args, message in (({"colocate": True}, "--colocate"), ({"use_critic": True}, "ppo")):
+            started = Started(self, **args)
+            with self.assertRaisesRegex(WorkerError, message):
+                started.actor.start()
+            self.assertEqual(started.slime.calls, [])
+
+    def test_checkpoints_go_where_megatron_writes_them(self) -> None:
+        directory = tempfile.mkdtemp()
+        started = self.started(save=directory)
+        path, size = started.actor.save_checkpoint("", 5)
+        self.assertEqual(path, f"{directory}/iter_0000005")
+        self.assertEqual(size, 4 * 128)
+        self.assertEqual(started.actor.save_checkpoint(directory + "/", 6)[0], f"{directory}/iter_0000006")
+        with self.assertRaisesRegex(WorkerError, "restart with --save PATH"):
+            started.actor.save_checkpoint("/elsewhere", 7)
+        with self.assertRaisesRegex(WorkerError, "restart the worker with\n?.*--load /ckpt"):
+            started.actor.load_checkpoint("/ckpt")
+        with self.assertRaisesRegex(WorkerError, "without --save"):
+            self.started().actor.save_checkpoint("", 1)
 
     def test_nothing_of_slime_is_imported_before_start(self) -> None:
         imported: list[str] = []
         SlimeMegatronActor(types.SimpleNamespace(), importer=lambda name: imported.append(name))
         self.assertEqual(imported, [])
+
+
+class StandInTest(unittest.TestCase):
+    """The stand-ins refuse what slime would."""
+
+    def setUp(self) -> None:
+        self.slime = Slime(launch_args())
+        self.addCleanup(self.slime.close)
+
+    def test_signatures_are_the_recorded_ones(self) -> None:
+        placement = self.slime.importer("slime.ray.placement_group")
+        groups = placement.create_placement_groups(self.slime.args)
+        with self.assertRaisesRegex(TypeError, r"create_training_models\(args, pgs, rollout_manager, actor_cls=None\)"):
+            placement.create_training_models(self.slime.args, groups, wandb_run_id=None)
+        with self.assertRaisesRegex(TypeError, "RolloutManager"):
+            placement.create_training_models(self.slime.args, groups, None)
+        schedule = self.slime.importer("slime.utils.dp_schedule").build_dp_schedule
+        with self.assertRaisesRegex(TypeError, "positional"):
+            schedule(self.slime.args, {}, [3], 1, [0])
+        with self.assertRaises(ModuleNotFoundError):
+            self.slime.importer("slime.utils.wandb")
+
+    def test_rank_data_must_hold_torch_tensors_of_slimes_dtypes(self) -> None:
+        good = {
+            "partition": [0], "tokens": [torch.zeros(3, dtype=torch.int64)], "response_lengths": [1],
+            "rewards": [0.5], "truncated": [0], "loss_masks": [torch.ones(1, dtype=torch.int32)],
+            "sample_indices": [0], "rollout_ids": [0], "rollout_mask_sums": torch.ones(1),
+            "raw_reward": [1.0], "total_lengths": [3], "global_batch_sizes": [1], "num_microbatches": [1],
+            "micro_batch_indices": [[0]],
+        }
+        check_rank_data(good, 0)
+        for key, value in (
+            ("tokens", [np.zeros(3, dtype=np.int64)]),
+            ("loss_masks", [torch.ones(1, dtype=torch.uint8)]),
+            ("rollout_mask_sums", np.ones(1, dtype=np.float32)),
+            ("partition", [np.int64(0)]),
+            ("dp_size", 2),
+        ):
+            with self.subTest(key=key), self.assertRaises((TypeError, KeyError)):
+                check_rank_data({**good, key: value}, 0)
+        with self.assertRaisesRegex(KeyError, "lacks"):
+            check_rank_data({key: value for key, value in good.items() if key != "rollout_mask_sums"}, 0)
+
+    def test_ray_handles_answer_only_recorded_methods_and_args_only_recorded_names(self) -> None:
+        placement = self.slime.importer("slime.ray.placement_group")
+        manager, _ = placement.create_rollout_manager(self.slime.args, placement.create_placement_groups(self.slime.args)["rollout"])
+        with self.assertRaisesRegex(AttributeError, "not in the recorded slime API"):
+            manager.update_weights.remote()
+        with self.assertRaises(LookupError):
+            _ = self.slime.args.dp_size
+        self.assertIsInstance(self.slime.importer("ray").put(1), Ref)
+        self.assertIsInstance(self.slime.importer("slime.utils.misc").Box(Ref(1)), Box)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,216 @@
+"""Trains Megatron through slime's training actors, the way slime's train.py drives them, with
+Dressage's batches in place of the RolloutManager's generated ones. Every slime name used here is
+recorded in slime_api.json; nothing of slime, Ray or torch is imported before `start()`."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import time
+from typing import Any, Callable
+
+import grpc
+
+from .actors import TrainResult
+from .engine_ownership import require_same_engines
+from .errors import WorkerError
+from .packed_batch import PackedBatch
+from .rank_payloads import DataParallelSchedule, rank_payloads
+from .rollout_data import to_rollout_data
+from .slime_settings import batch_settings, scaled_rewards
+from .slime_train_actor import SETTINGS_KEY, dressage_actor_class
+
+
+def _refuse(message: str) -> WorkerError:
+    return WorkerError(grpc.StatusCode.FAILED_PRECONDITION, message)
+
+
+def launch_problems(args: Any) -> list[str]:
+    """Settings under which the worker cannot keep slime's engines serving Dressage's rollouts."""
+    problems = []
+    if getattr(args, "colocate", False) or getattr(args, "offload_rollout", False):
+        problems.append(
+            "--colocate/--offload-rollout: Dressage keeps generating while Megatron trains, the engines "
+            "need GPUs of their own (--rollout-num-gpus)"
+        )
+    if getattr(args, "use_critic", False):
+        problems.append("--advantage-estimator ppo needs slime's critic, which this worker does not drive")
+    if getattr(args, "debug_rollout_only", False):
+        problems.append("--debug-rollout-only trains nothing")
+    return problems
+
+
+class SlimeMegatronActor:
+    """Start: placement groups → RolloutManager (which starts and owns the SGLang engines, registered
+    with the router at --sglang-router-ip/--sglang-router-port) → training actors of our actor class
+    → one weight push, as train.py does. Train: rollout_data → slime's DP schedule over Megatron's
+    data-parallel ranks → torch CPU tensors per rank → `async_train` with the batch settings."""
+
+    kind = "megatron"
+    backend = "megatron"
+
+    def __init__(self, args: Any, importer: Callable[[str], Any] | None = None) -> None:
+        self.args = args
+        self._import = importer or importlib.import_module
+        self._ray: Any = None
+        self._torch: Any = None
+        self._rollout_manager: Any = None
+        self._actor_model: Any = None
+        self.weight_version = ""
+
+    @property
+    def data_parallel_size(self) -> int:
+        size = getattr(self.args, "data_parallel_size", None)
+        if not size:
+            raise _refuse("args.data_parallel_size is unset: slime's parse_args (Megatron's validate_args) sets it")
+        return int(size)
+
+    @property
+    def router_url(self) -> str | None:
+        ip, port = getattr(self.args, "sglang_router_ip", None), getattr(self.args, "sglang_router_port", None)
+        return f"http://{ip}:{port}" if ip and port else None
+
+    def start(self) -> None:
+        problems = launch_problems(self.args)
+        if problems:
+            raise _refuse("cannot drive slime with these arguments: " + "; ".join(problems))
+        self._ray = self._import("ray")
+        self._torch = self._import("torch")
+        placement = self._import("slime.ray.placement_group")
+        base = self._import("slime.backends.megatron_utils.actor").MegatronTrainRayActor
+        groups = placement.create_placement_groups(self.args)
+        self._rollout_manager, _per_epoch = placement.create_rollout_manager(self.args, groups["rollout"])
+        self._actor_model, _critic = placement.create_training_models(
+            self.args, groups, self._rollout_manager, actor_cls=dressage_actor_class(base)
+        )
+        if getattr(self.args, "debug_train_only", False):
+            # slime starts no engines and its update_weights pushes nothing.
+            return
+        self._actor_model.update_weights()
+        engines = self._engines()
+        if self.router_url is not None:
+            require_same_engines(self.router_url, self._engine_urls(engines))
+        self.weight_version = self._common_version(engines)
+
+    def _require_started(self) -> Any:
+        if self._actor_model is None:
+            raise WorkerError(grpc.StatusCode.UNAVAILABLE, "the slime actors are not started")
+        return self._actor_model
+
+    def _engines(self) -> list[Any]:
+        engines, *_ = self._ray.get(self._rollout_manager.get_updatable_engines_and_lock.remote())
+        return list(engines)
+
+    def _engine_urls(self, engines: list[Any]) -> list[str]:
+        return [url for url in self._ray.get([engine.get_url.remote() for engine in engines]) if url]
+
+    def _versions(self, engines: list[Any]) -> list[str]:
+        return [str(version) for version in self._ray.get([engine.get_weight_version.remote() for engine in engines])]
+
+    def _common_version(self, engines: list[Any]) -> str:
+        versions = set(self._versions(engines))
+        if len(versions) > 1:
+            raise WorkerError(grpc.StatusCode.INTERNAL, f"slime's engines serve different weight versions: {sorted(versions)}")
+        return versions.pop() if versions else ""
+
+    def split_by_data_parallel(self, rollout_data: dict[str, Any], global_batch_size: int) -> list[dict[str, Any]]:
+        """One payload per Megatron DP rank, scheduled by slime's build_dp_schedule (a 4-tuple)."""
+        schedule_module = self._import("slime.utils.dp_schedule")
+        vpp_size = int(getattr(self.args, "virtual_pipeline_model_parallel_size", None) or 1)
+        group_size = getattr(self.args, "microbatch_group_size_per_vp_stage", None) or getattr(
+            self.args, "pipeline_model_parallel_size", 1
+        )
+        config = {
+            "dp_size": self.data_parallel_size,
+            "cp_size": int(getattr(self.args, "context_parallel_size", 1) or 1),
+            "vpp_size": vpp_size,
+            "microbatch_group_size_per_vp_stage": int(group_size or 1),
+        }
+        schedule = DataParallelSchedule(
+            *schedule_module.build_dp_schedule(
+                self.args,
+                config,
+                list(rollout_data["total_lengths"]),
+                global_batch_size=global_batch_size,
+                rollout_indices=list(rollout_data["rollout_ids"]),
+            )
+        )
+        return rank_payloads(rollout_data, schedule, self.data_parallel_size, self._torch)
+
+    def train(self, rollout_id: int, header: Any, batch: PackedBatch, loss: dict[str, Any]) -> TrainResult:
+        actor_model = self._require_started()
+        rollout_data = to_rollout_data(batch)
+        scale = float(rollout_data.pop("dressage_denominator_scale"))
+        settings = batch_settings(self.args, loss, scale)
+        rollout_data["rewards"] = scaled_rewards(rollout_data["rewards"], scale)
+        global_batch_size = int(header.global_batch_size or self.args.global_batch_size)
+        rollouts = len(set(rollout_data["rollout_ids"]))
+        if rollouts < global_batch_size:
+            raise WorkerError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"the batch holds {rollouts} rollouts, fewer than global_batch_size {global_batch_size}",
+            )
+        payloads = self.split_by_data_parallel(rollout_data, global_batch_size)
+        box = self._import("slime.utils.misc").Box
+        refs = [box(self._ray.put(payload)) for payload in payloads]
+        started = time.monotonic()
+        self._ray.get(actor_model.async_train(rollout_id, refs, external_data={SETTINGS_KEY: settings}))
+        return TrainResult(
+            batch.sample_count,
+            int(batch.tokens.size),
+            len(payloads[0]["global_batch_sizes"]) if payloads else 0,
+            {"denominator_scale": scale, "train_seconds": time.monotonic() - started},
+        )
+
+    def update_weights(self, weight_version: str, engine_urls: list[str]) -> tuple[str, int]:
+        """Pushes through slime (actor_model.update_weights) and answers the version slime's engines
+        report afterwards, with the number of engines whose version moved to it."""
+        actor_model = self._require_started()
+        if getattr(self.args, "debug_train_only", False):
+            raise _refuse("the worker runs with --debug-train-only: slime's update_weights pushes no weights")
+        if weight_version:
+            raise _refuse(
+                f"weight_version {weight_version!r} requested: slime numbers the engines' versions itself "
+                "(leave it empty; the response carries the engines' version)"
+            )
+        engines = self._engines()
+        if not engines:
+            raise _refuse("slime's RolloutManager has no updatable engines: no weights would be pushed")
+        owned = self._engine_urls(engines)
+        if engine_urls and sorted(url.rstrip("/") for url in engine_urls) != sorted(url.rstrip("/") for url in owned):
+            raise _refuse(f"engine_urls {sorted(engine_urls)} are not slime's engines {sorted(owned)}")
+        if self.router_url is not None:
+            require_same_engines(self.router_url, owned)
+        before = self._versions(engines)
+        actor_model.update_weights()
+        after = self._versions(engines)
+        updated = sum(1 for old, new in zip(before, after) if new != old)
+        if updated != len(engines) or len(set(after)) != 1:
+            raise WorkerError(
+                grpc.StatusCode.INTERNAL,
+                f"weights reached {updated} of {len(engines)} engines (versions {before} → {after})",
+            )
+        self.weight_version = after[0]
+        return self.weight_version, updated
+
+    def save_checkpoint(self, path: str, rollout_id: int) -> tuple[str, int]:
+        actor_model = self._require_started()
+        save = getattr(self.args, "save", None)
+        if not save:
+            raise _refuse("the worker was started without --save: Megatron has nowhere to write")
+        if path and os.path.normpath(path) != os.path.normpath(save):
+            raise _refuse(f"Megatron saves under --save {save}; path {path!r} differs (restart with --save PATH)")
+        actor_model.save_model(rollout_id, force_sync=True)
+        written = os.path.join(save, f"iter_{rollout_id:07d}")
+        size = sum(
+            os.path.getsize(os.path.join(directory, name))
+            for directory, _, names in os.walk(written)
+            for name in names
+        )
+        return written, size
+
+    def load_checkpoint(self, path: str) -> int:
+        raise _refuse(
+            "slime loads a checkpoint only when its actors start: restart the worker with "
+            f"--load {path or 'PATH'} (the rollout id continues from the checkpoint)"
+        )

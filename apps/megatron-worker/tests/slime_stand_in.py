@@ -1,0 +1,399 @@
+"""Stand-ins for slime and Ray built from the recorded slime API (slime_api.json) and nothing else:
+every callable has the recorded signature (a call that does not bind raises TypeError), Ray actor
+handles answer only the recorded remote methods, the training actors hold pickled copies of the
+arguments as Ray's do, and each rank's rollout_data is checked against the recorded keys and dtypes
+with real torch CPU tensors (`.to()` as slime's actor calls it). A router on loopback lists the
+engines the RolloutManager owns, plus any extra worker a test adds."""
+
+from __future__ import annotations
+
+import copy
+import http.server
+import json
+import os
+import threading
+import types
+from typing import Any, Callable
+
+import torch
+
+from dressage_megatron_worker import slime_api
+
+MANIFEST = slime_api.manifest()
+TYPE_CHECKS: dict[str, Callable[[Any], bool]] = {
+    "int": lambda value: isinstance(value, int) and not isinstance(value, bool),
+    "float": lambda value: isinstance(value, (int, float)) and not isinstance(value, bool),
+}
+
+
+def strict(name: str, implementation: Callable[..., Any], calls: list) -> Callable[..., Any]:
+    """`implementation` behind the recorded signature of `name`."""
+    signature = slime_api.signature(name)
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError as error:
+            raise TypeError(f"{name}{signature}: {error}") from None
+        bound.apply_defaults()
+        calls.append((name, {key: value for key, value in bound.arguments.items() if key != "self"}))
+        return implementation(*bound.args, **bound.kwargs)
+
+    call.__signature__ = signature  # type: ignore[attr-defined]
+    call.__name__ = name.rsplit(".", 1)[-1].rsplit(":", 1)[-1]
+    return call
+
+
+class Ref:
+    """What ray.put returns."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+def resolve(object_refs: Any) -> Any:
+    if isinstance(object_refs, list):
+        return [resolve(ref) for ref in object_refs]
+    if not isinstance(object_refs, Ref):
+        raise TypeError(f"ray.get of {type(object_refs).__name__}, not an ObjectRef")
+    return object_refs.value
+
+
+class RemoteHandle:
+    """A Ray actor handle: `handle.method.remote(...)` for the recorded remote methods only."""
+
+    def __init__(self, class_name: str, instance: Any, calls: list) -> None:
+        self._class_name = class_name
+        self._instance = instance
+        self._calls = calls
+
+    def __getattr__(self, method: str) -> Any:
+        name = f"{self._class_name}.{method}"
+        if name not in MANIFEST["remote_methods"]:
+            raise AttributeError(f"{name} is not in the recorded slime API")
+        function = strict(name, getattr(type(self._instance), method), self._calls)
+        return types.SimpleNamespace(remote=lambda *args, **kwargs: Ref(function(self._instance, *args, **kwargs)))
+
+
+def check_rank_data(data: Any, dp_rank: int) -> dict[str, Any]:
+    """slime's actor side of one rank's rollout_data: recorded keys, types and dtypes, then `.to()`."""
+    if not isinstance(data, dict):
+        raise TypeError(f"rank {dp_rank}: rollout_data is {type(data).__name__}, not a dict")
+    keys = MANIFEST["rollout_data"]["keys"]
+    unknown = sorted(set(data) - set(keys))
+    if unknown:
+        raise KeyError(f"rank {dp_rank}: rollout_data keys {unknown} are not in the recorded slime API")
+    missing = sorted(key for key, spec in keys.items() if spec.get("required") and key not in data)
+    if missing:
+        raise KeyError(f"rank {dp_rank}: rollout_data lacks {missing}")
+    moved: dict[str, Any] = {}
+    for key, value in data.items():
+        spec = keys[key]
+        kind = spec["type"]
+        if kind in ("list[tensor]", "tensor"):
+            dtype = getattr(torch, spec["dtype"])
+            items = value if kind == "list[tensor]" else [value]
+            if kind == "list[tensor]" and not isinstance(value, list):
+                raise TypeError(f"rank {dp_rank}: {key} is {type(value).__name__}, not a list of tensors")
+            for item in items:
+                if not isinstance(item, torch.Tensor) or item.dtype != dtype or item.device.type != "cpu":
+                    raise TypeError(f"rank {dp_rank}: {key} holds {type(item).__name__} {getattr(item, 'dtype', '')}, not a CPU {dtype} tensor")
+            moved_items = [item.to(device="cpu", dtype=dtype, non_blocking=True) for item in items]
+            moved[key] = moved_items if kind == "list[tensor]" else moved_items[0]
+        else:
+            inner = kind[len("list[") : -1]
+            if not isinstance(value, list):
+                raise TypeError(f"rank {dp_rank}: {key} is {type(value).__name__}, not a list")
+            if inner == "list[int]":
+                ok = all(isinstance(item, list) and all(TYPE_CHECKS["int"](x) for x in item) for item in value)
+            else:
+                ok = all(TYPE_CHECKS[inner](item) for item in value)
+            if not ok:
+                raise TypeError(f"rank {dp_rank}: {key} is not a {kind}")
+            moved[key] = value
+    if "partition" in moved:
+        count = len(moved["partition"])
+        for key, spec in keys.items():
+            if key in moved and not spec.get("whole_batch") and key not in ("partition", "micro_batch_indices"):
+                length = len(moved[key])
+                if length != count:
+                    raise ValueError(f"rank {dp_rank}: {key} has {length} entries for {count} samples")
+    return moved
+
+
+class Box:
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    @property
+    def inner(self) -> Any:
+        return self._inner
+
+
+class Engine:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.version = 0
+
+    def get_url(self) -> str:
+        return self.url
+
+    def get_weight_version(self) -> str:
+        return str(self.version)
+
+
+class RolloutManager:
+    def __init__(self, engines: list[Engine], calls: list) -> None:
+        self.engines = engines
+        self.handles = [RemoteHandle("slime.backends.sglang_utils.sglang_engine:SGLangEngine", e, calls) for e in engines]
+        self.disposed = False
+
+    def get_updatable_engines_and_lock(self) -> tuple:
+        count = len(self.handles)
+        return self.handles, "lock", 0, [1] * count, list(range(count)), [{}] * count
+
+    def dispose(self) -> None:
+        self.disposed = True
+
+
+class Router:
+    """A router on loopback answering `GET /workers`."""
+
+    def __init__(self, urls: Callable[[], list[str]]) -> None:
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                if self.path != "/workers":
+                    self.send_error(404)
+                    return
+                body = json.dumps({"workers": [{"id": str(i), "url": url} for i, url in enumerate(urls())]}).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True)
+        self.thread.start()
+        self.ip, self.port = self.server.server_address[:2]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class Slime:
+    """The stand-in modules, their call log and state. `importer` serves only recorded modules."""
+
+    def __init__(self, args: Any, engine_count: int = 2, extra_router_workers: tuple[str, ...] = ()) -> None:
+        self.calls: list = []
+        self.engines = [Engine(f"http://10.0.0.{index + 1}:30000") for index in range(engine_count)]
+        self.extra_router_workers = list(extra_router_workers)
+        self.router = Router(lambda: [engine.url for engine in self.engines] + self.extra_router_workers)
+        args.sglang_router_ip, args.sglang_router_port = self.router.ip, self.router.port
+        self.args = args
+        self.rollout_manager: RemoteHandle | None = None
+        self.group: Any = None
+        self.modules = self._build()
+
+    def close(self) -> None:
+        self.router.close()
+
+    def importer(self, name: str) -> Any:
+        if name not in self.modules:
+            raise ModuleNotFoundError(f"{name} is not a module of the recorded slime API")
+        return self.modules[name]
+
+    def _build(self) -> dict[str, Any]:
+        calls = self.calls
+        cluster = self
+
+        class MegatronTrainRayActor:
+            """slime's training actor, reduced to what its train() does with rollout_data."""
+
+            def init(self, args: Any, rank: int, dp_rank: int, dp_size: int) -> None:
+                self.args, self.rank, self.dp_rank, self.dp_size = args, rank, dp_rank, dp_size
+                self.received: list[tuple[int, dict[str, Any], Any]] = []
+
+            def train(self, rollout_id: int, rollout_data_ref: Any, external_data: Any = None) -> None:
+                if external_data is not None:
+                    raise TypeError(f"the actor role takes no external_data, got {type(external_data).__name__}")
+                if not isinstance(rollout_data_ref, list) or len(rollout_data_ref) != self.dp_size:
+                    count = len(rollout_data_ref) if isinstance(rollout_data_ref, list) else type(rollout_data_ref).__name__
+                    raise AssertionError(f"process_rollout_data: {count} refs for dp_size {self.dp_size}")
+                box = rollout_data_ref[self.dp_rank]
+                if not isinstance(box, Box):
+                    raise TypeError(f"rollout_data_ref holds {type(box).__name__}, not slime.utils.misc.Box")
+                data = check_rank_data(resolve(box.inner), self.dp_rank)
+                self.received.append((rollout_id, data, copy.deepcopy(self.args)))
+
+            def save(self, rollout_id: int) -> None:
+                # Megatron writes under the actor's own --save.
+                directory = os.path.join(self.args.save, f"iter_{rollout_id:07d}")
+                os.makedirs(directory, exist_ok=True)
+                with open(os.path.join(directory, f"rank_{self.rank}.pt"), "wb") as handle:
+                    handle.write(b"\0" * 128)
+
+        MegatronTrainRayActor.train = strict(  # type: ignore[method-assign]
+            "slime.backends.megatron_utils.actor:MegatronTrainRayActor.train", MegatronTrainRayActor.train, calls
+        )
+
+        class RayTrainGroup:
+            def __init__(self, args: Any, actor_cls: type, manager: RolloutManager) -> None:
+                world = args.actor_num_nodes * args.actor_num_gpus_per_node
+                dp_size = args.data_parallel_size
+                self.args = args
+                self.manager = manager
+                self.actors = []
+                for rank in range(world):
+                    actor = actor_cls()
+                    # Ray pickles the arguments into each actor.
+                    actor.init(copy.deepcopy(args), rank, rank // (world // dp_size), dp_size)
+                    self.actors.append(actor)
+
+            def async_train(self, rollout_id: int, rollout_data_ref: Any, external_data: Any = None) -> list:
+                return [Ref(actor.train(rollout_id, rollout_data_ref, external_data=external_data)) for actor in self.actors]
+
+            def update_weights(self) -> None:
+                if self.actors[0].args.debug_train_only:
+                    return
+                for engine in self.manager.engines:
+                    engine.version += 1
+
+            def save_model(self, rollout_id: int, force_sync: bool = False) -> list:
+                return [actor.save(rollout_id) for actor in self.actors]
+
+        for method in ("async_train", "update_weights", "save_model"):
+            setattr(
+                RayTrainGroup,
+                method,
+                strict(f"slime.ray.actor_group:RayTrainGroup.{method}", getattr(RayTrainGroup, method), calls),
+            )
+
+        def create_placement_groups(args: Any) -> dict[str, Any]:
+            return {"actor": ("pg", [0], [0]), "rollout": ("pg", [1], [1]), "critic": None}
+
+        def create_rollout_manager(args: Any, pg: Any) -> tuple:
+            if pg != ("pg", [1], [1]):
+                raise TypeError(f"create_rollout_manager takes the rollout placement group, got {pg!r}")
+            manager = RolloutManager([] if args.debug_train_only else cluster.engines, calls)
+            cluster.rollout_manager = RemoteHandle("slime.ray.rollout:RolloutManager", manager, calls)
+            return cluster.rollout_manager, None
+
+        def create_training_models(args: Any, pgs: Any, rollout_manager: Any, actor_cls: Any = None) -> tuple:
+            if rollout_manager is None or rollout_manager is not cluster.rollout_manager:
+                raise TypeError("create_training_models needs the RolloutManager create_rollout_manager returned")
+            cls = actor_cls or MegatronTrainRayActor
+            if not issubclass(cls, MegatronTrainRayActor):
+                raise TypeError("actor_cls must subclass MegatronTrainRayActor")
+            cluster.group = RayTrainGroup(args, cls, rollout_manager._instance)
+            if vars(args).get("start_rollout_id") is None:
+                args.start_rollout_id = 0
+            return cluster.group, None
+
+        def build_dp_schedule(args: Any, train_parallel_config: dict, total_lengths: list, *, global_batch_size: int, rollout_indices: list) -> tuple:
+            keys = slime_api.train_parallel_config_keys()
+            if sorted(train_parallel_config) != sorted(keys):
+                raise KeyError(f"train_parallel_config keys {sorted(train_parallel_config)}, slime reads {keys}")
+            dp_size = train_parallel_config["dp_size"]
+            order: dict[int, list[int]] = {}
+            for position, rollout in enumerate(rollout_indices):
+                order.setdefault(rollout, []).append(position)
+            steps = len(order) // global_batch_size
+            assert steps >= 1, "num_rollouts < global_batch_size"
+            kept = [p for rollout in list(order)[: steps * global_batch_size] for p in order[rollout]]
+            partitions = [kept[rank::dp_size] for rank in range(dp_size)]
+            micro = [[[i] for i in range(len(part))] for part in partitions]
+            return partitions, micro, [max(len(part) for part in partitions)] * steps, [global_batch_size] * steps
+
+        def module(**members: Any) -> types.SimpleNamespace:
+            return types.SimpleNamespace(**members)
+
+        def wrap(module_name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+            return strict(f"{module_name}:{function.__name__}", function, calls)
+
+        box_init = strict("slime.utils.misc:Box", lambda inner: inner, calls)
+
+        class StrictBox(Box):
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                super().__init__(box_init(*args, **kwargs))
+
+        return {
+            "ray": module(put=strict("ray:put", Ref, calls), get=strict("ray:get", resolve, calls)),
+            "torch": torch,
+            "slime.ray.placement_group": module(
+                create_placement_groups=wrap("slime.ray.placement_group", create_placement_groups),
+                create_rollout_manager=wrap("slime.ray.placement_group", create_rollout_manager),
+                create_training_models=wrap("slime.ray.placement_group", create_training_models),
+            ),
+            "slime.backends.megatron_utils.actor": module(MegatronTrainRayActor=MegatronTrainRayActor),
+            "slime.utils.dp_schedule": module(build_dp_schedule=wrap("slime.utils.dp_schedule", build_dp_schedule)),
+            "slime.utils.misc": module(Box=StrictBox),
+        }
+
+
+class StrictArgs(types.SimpleNamespace):
+    """slime's argument namespace, readable only for the recorded names: reading another one fails
+    loudly (not an AttributeError, which getattr with a default would swallow)."""
+
+    def __getattribute__(self, name: str) -> Any:
+        if not name.startswith("__") and name not in RECORDED_ARGS:
+            raise LookupError(f"args.{name} is not an argument the recorded slime API lists")
+        return super().__getattribute__(name)
+
+
+RECORDED_ARGS = frozenset(MANIFEST["args"]["read"])
+
+
+def launch_args(**overrides: Any) -> StrictArgs:
+    """What slime's parse_args yields for the README's launch (the attributes the worker reads)."""
+    values = {
+        "actor_num_nodes": 1,
+        "actor_num_gpus_per_node": 4,
+        "rollout_num_gpus": 4,
+        "colocate": False,
+        "offload_rollout": False,
+        "offload_train": False,
+        "debug_train_only": False,
+        "debug_rollout_only": False,
+        "rollout_external": False,
+        "use_critic": False,
+        "data_parallel_size": 2,
+        "context_parallel_size": 1,
+        "virtual_pipeline_model_parallel_size": None,
+        "microbatch_group_size_per_vp_stage": None,
+        "pipeline_model_parallel_size": 1,
+        "global_batch_size": 4,
+        "save": None,
+        "start_rollout_id": None,
+        "advantage_estimator": "grpo",
+        "eps_clip": 0.2,
+        "eps_clip_high": 0.28,
+        "eps_clip_c": None,
+        "use_tis": False,
+        "tis_clip": 2.0,
+        "tis_clip_low": 0.0,
+        "use_kl_loss": False,
+        "kl_loss_coef": 0.0,
+        "kl_loss_type": "low_var_kl",
+        "kl_coef": 0.0,
+        "entropy_coef": 0.01,
+        "calculate_per_token_loss": False,
+        "lr": 1e-6,
+        "use_rollout_logprobs": False,
+        "normalize_advantages": False,
+        "use_opd": False,
+        "custom_advantage_function_path": None,
+        "loss_type": "policy_loss",
+    }
+    unknown = set(overrides) - set(values)
+    if unknown:
+        raise KeyError(f"not an argument the worker reads: {sorted(unknown)}")
+    values.update(overrides)
+    extra = set(values) - RECORDED_ARGS - {"start_rollout_id"}
+    if extra:
+        raise KeyError(f"arguments missing from the recorded API: {sorted(extra)}")
+    return StrictArgs(**values)
