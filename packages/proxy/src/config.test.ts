@@ -105,4 +105,14 @@ describe('dressage-proxy flags (§1.11)', () => {
     expect(() => parseProxyArguments(['--tokenizer-path', 'm', '--bogus'])).toThrow(/bogus/);
     expect(parseProxyArguments(['--help'])).toEqual({ help: true });
   });
+
+  it('reads the store fsync policy (always by default)', () => {
+    const defaults = parseProxyArguments(['--tokenizer-path', '/m']);
+    const never = parseProxyArguments(['--tokenizer-path', '/m', '--store-fsync', 'never']);
+    if (defaults.help || never.help) throw new Error('unexpected help');
+    expect([defaults.config.storeFsync, never.config.storeFsync]).toEqual(['always', 'never']);
+    expect(() => parseProxyArguments(['--tokenizer-path', '/m', '--store-fsync', 'sometimes'])).toThrow(
+      /--store-fsync/,
+    );
+  });
 });

@@ -2,6 +2,7 @@ import { networkInterfaces } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { DressageError } from '@dressage/protocol';
+import type { StoreFsyncPolicy } from './trajectory-store.js';
 
 /** How prompts are tokenized: incremental TITO (default) or a full re-render per request. */
 export type TokenBuildMode = 'tito' | 'snapshot';
@@ -44,6 +45,8 @@ export interface ProxyConfig {
   storeDirectory: string | null;
   /** Resident token bytes the store keeps before it evicts persisted trajectories to disk. */
   storeMemoryLimitBytes: number;
+  /** `always`: finalize answers once the trajectory is flushed to stable storage; `never`: once the kernel has it. */
+  storeFsync: StoreFsyncPolicy;
   /** Largest accepted request body. */
   maxRequestBytes: number;
   /** How long `/v1/rollout/resume` waits for a healthy worker. */
@@ -105,6 +108,7 @@ export function createProxyConfig(
     streamHeartbeatIntervalSeconds: 15,
     storeDirectory: null,
     storeMemoryLimitBytes: 4 * 1024 ** 3,
+    storeFsync: 'always',
     maxRequestBytes: 64 * 1024 ** 2,
     resumeReadinessTimeoutSeconds: 30,
     engineRequestTimeoutSeconds: null,
@@ -151,6 +155,7 @@ const options = {
   'tool-call-hook-before-timeout': { type: 'string' },
   'store-dir': { type: 'string' },
   'store-memory-limit-mb': { type: 'string' },
+  'store-fsync': { type: 'string' },
   'max-request-mb': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
@@ -181,6 +186,8 @@ export const usage = `Usage: dressage-proxy --tokenizer-path DIR [options]
   --tool-call-hook-before-timeout S  timeout of each before-stage hook run
   --store-dir DIR                    trajectory log (env DRESSAGE_PROXY_STORE_DIR; "none" = memory only)
   --store-memory-limit-mb 4096       resident token data before persisted trajectories are evicted
+  --store-fsync always               always: flush each finalized trajectory to disk before 200 (survives
+                                     power loss); never: leave flushing to the kernel (survives a crash)
   --max-request-mb 64                largest request body
 `;
 
@@ -315,6 +322,7 @@ export function parseProxyArguments(
   );
   const memoryMb = numberFlag('store-memory-limit-mb', text('store-memory-limit-mb'), { exclusiveMin: 0 });
   if (memoryMb !== undefined) overrides.storeMemoryLimitBytes = Math.floor(memoryMb * 1024 ** 2);
+  set('storeFsync', choice('store-fsync', text('store-fsync'), ['always', 'never'] as const));
   if (hookEntries.length > 0) overrides.toolCallHooks = hookEntries;
   set(
     'toolCallHookBeforeTimeoutSeconds',

@@ -12,6 +12,7 @@ const codeByStatus: Readonly<Record<number, ErrorCode>> = {
   405: 'unimplemented',
   409: 'already_exists',
   413: 'resource_exhausted',
+  507: 'resource_exhausted',
   500: 'internal',
   502: 'aborted',
   503: 'unavailable',

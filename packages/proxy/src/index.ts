@@ -83,6 +83,8 @@ export {
   type StoredBlock,
   type StoredRecord,
   type StoredTrajectory,
+  type StoreFsyncPolicy,
+  type StoreLogFile,
   type StoreStats,
   TrajectoryStore,
   type TrajectoryStoreOptions,

@@ -176,6 +176,7 @@ export class ProxyService {
     const store = await TrajectoryStore.open({
       directory: config.storeDirectory,
       memoryLimitBytes: config.storeMemoryLimitBytes,
+      fsync: config.storeFsync,
     });
     return new ProxyService(config, tokenizer, store, runner);
   }

@@ -1,8 +1,10 @@
-import { appendFileSync, readFileSync } from 'node:fs';
+import { appendFileSync, constants, readFileSync } from 'node:fs';
+import { open } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { temporaryDirectory } from './__fixtures__/harness.js';
-import { type StoredTrajectory, TrajectoryStore } from './trajectory-store.js';
+import { ProxyHttpError } from './http-error.js';
+import { type StoredTrajectory, type StoreLogFile, TrajectoryStore } from './trajectory-store.js';
 
 const directories: Array<{ remove: () => void }> = [];
 afterEach(() => {
@@ -101,3 +103,149 @@ describe('TrajectoryStore', () => {
     ).toEqual([1]);
   });
 });
+
+// A real log file whose writes land at most `chunk` bytes at a time, and that runs out of space
+// once `room` bytes are in it (the rest of the write is lost, as on a full disk).
+async function cramped(path: string, disk: { room: number; chunk: number }): Promise<StoreLogFile> {
+  const handle = await open(path, constants.O_RDWR | constants.O_CREAT);
+  return {
+    async write(buffer, offset, length, position) {
+      const free = disk.room - position;
+      if (free <= 0) throw Object.assign(new Error('ENOSPC: no space left on device'), { code: 'ENOSPC' });
+      return handle.write(buffer, offset, Math.min(length, free, disk.chunk), position);
+    },
+    truncate: (length) => handle.truncate(length),
+    datasync: () => handle.datasync(),
+    close: () => handle.close(),
+  };
+}
+
+describe('TrajectoryStore under faults', () => {
+  it('keeps a trajectory put while the last stored one is drained (compaction drops no write)', async () => {
+    const directory = temporaryDirectory();
+    directories.push(directory);
+    const store = await TrajectoryStore.open({ directory: directory.path });
+    await store.put(trajectory('a', 8));
+    const racing = store.put(trajectory('b', 8));
+    expect((await store.read('a', { drain: true })).drained).toBe(true);
+    await racing;
+    await store.close();
+    const reopened = await TrajectoryStore.open({ directory: directory.path });
+    expect(reopened.has('a')).toBe(false);
+    expect((await reopened.read('b', {})).data[0]?.tokens).toHaveLength(8);
+    await reopened.close();
+  });
+
+  it('with memory eviction on, reads a trajectory put during the drain of the last one back from the log', async () => {
+    const directory = temporaryDirectory();
+    directories.push(directory);
+    const store = await TrajectoryStore.open({ directory: directory.path, memoryLimitBytes: 1 });
+    await store.put(trajectory('a', 8));
+    const racing = store.put(trajectory('b', 8));
+    await store.read('a', { drain: true });
+    await racing;
+    expect(store.residentBytes).toBe(0);
+    const batch = await store.readBatch({ minGroupSize: 1, groupTimeoutMs: 0 });
+    expect(batch.map((group) => group.map((segment) => segment.tokens))).toEqual([
+      [[1, 2, 3, 4, 5, 6, 7, 8]],
+    ]);
+    await store.close();
+  });
+
+  it('hands each trajectory to one of two concurrent batch reads', async () => {
+    const store = await TrajectoryStore.open({ directory: temporaryDirectoryFor() });
+    for (const id of ['a1', 'a2', 'b1', 'b2']) await store.put(trajectory(id, 4, id[0]));
+    const [first, second] = await Promise.all([
+      store.readBatch({ minGroupSize: 1, groupTimeoutMs: 60_000, maxGroups: 1 }),
+      store.readBatch({ minGroupSize: 1, groupTimeoutMs: 60_000, maxGroups: 1 }),
+    ]);
+    const uids = [...first, ...second].flat().map((segment) => segment.uid);
+    expect(uids.sort()).toEqual(['a1:0', 'a2:0', 'b1:0', 'b2:0']);
+    await store.close();
+  });
+
+  it('finishes short writes at the right position (a put is whole once it resolves)', async () => {
+    const directory = temporaryDirectory();
+    directories.push(directory);
+    const disk = { room: Number.POSITIVE_INFINITY, chunk: 7 };
+    const store = await TrajectoryStore.open({
+      directory: directory.path,
+      openLog: (path) => cramped(path, disk),
+    });
+    await store.put(trajectory('a', 16));
+    await store.put(trajectory('b', 16));
+    await store.close();
+    const reopened = await TrajectoryStore.open({ directory: directory.path });
+    expect(reopened.size).toBe(2);
+    expect((await reopened.read('b', {})).data[0]?.tokens).toHaveLength(16);
+    await reopened.close();
+  });
+
+  it('answers a put that hits a full disk with 507, keeps the log parseable and stores the next put', async () => {
+    const directory = temporaryDirectory();
+    directories.push(directory);
+    const disk = { room: Number.POSITIVE_INFINITY, chunk: 64 };
+    const store = await TrajectoryStore.open({
+      directory: directory.path,
+      openLog: (path) => cramped(path, disk),
+    });
+    await store.put(trajectory('a', 8));
+    const logPath = join(directory.path, 'trajectories.jsonl');
+    const whole = readFileSync(logPath).length;
+    disk.room = whole + 100; // part of the next line lands, then the disk is full
+    const full = await store.put(trajectory('b', 64)).catch((error: unknown) => error);
+    expect(full).toBeInstanceOf(ProxyHttpError);
+    expect((full as ProxyHttpError).status).toBe(507);
+    expect(store.has('b')).toBe(false);
+    expect(readFileSync(logPath).length).toBe(whole); // the torn tail was cut
+    disk.room = Number.POSITIVE_INFINITY; // space returns
+    await store.put(trajectory('c', 4));
+    await store.close();
+    const reopened = await TrajectoryStore.open({ directory: directory.path });
+    expect([reopened.has('a'), reopened.has('b'), reopened.has('c')]).toEqual([true, false, true]);
+    expect((await reopened.read('c', {})).data[0]?.tokens).toEqual([1, 2, 3, 4]);
+    await reopened.close();
+  });
+
+  it('keeps a drained trajectory when its drop cannot be logged', async () => {
+    const directory = temporaryDirectory();
+    directories.push(directory);
+    const disk = { room: Number.POSITIVE_INFINITY, chunk: 1 << 20 };
+    const store = await TrajectoryStore.open({
+      directory: directory.path,
+      openLog: (path) => cramped(path, disk),
+    });
+    await store.put(trajectory('a', 8));
+    await store.put(trajectory('b', 8));
+    disk.room = 0;
+    const refused = await store.read('a', { drain: true }).catch((error: unknown) => error);
+    expect((refused as ProxyHttpError).status).toBe(507);
+    expect(store.has('a')).toBe(true);
+    await store.close();
+  });
+
+  it('drops a last line that lacks its newline instead of gluing the next put to it', async () => {
+    const directory = temporaryDirectory();
+    directories.push(directory);
+    const first = await TrajectoryStore.open({ directory: directory.path });
+    await first.put(trajectory('a', 8));
+    await first.close();
+    const logPath = join(directory.path, 'trajectories.jsonl');
+    // A whole, parseable put whose newline never landed: it was never acknowledged.
+    const line = readFileSync(logPath, 'utf8').replaceAll('"a"', '"z"').replace('\n', '');
+    appendFileSync(logPath, line);
+    const second = await TrajectoryStore.open({ directory: directory.path });
+    expect(second.has('z')).toBe(false);
+    await second.put(trajectory('b', 8));
+    await second.close();
+    const third = await TrajectoryStore.open({ directory: directory.path });
+    expect([third.has('a'), third.has('b')]).toEqual([true, true]);
+    await third.close();
+  });
+});
+
+function temporaryDirectoryFor(): string {
+  const directory = temporaryDirectory();
+  directories.push(directory);
+  return directory.path;
+}

@@ -1,7 +1,8 @@
-import { closeSync, openSync, readSync } from 'node:fs';
-import { type FileHandle, mkdir, open, rename, stat } from 'node:fs/promises';
+import { closeSync, constants, openSync, readSync } from 'node:fs';
+import { mkdir, open, rename, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { DressageError, packTypedArray, unpackTypedArray } from '@dressage/protocol';
+import { ProxyHttpError } from './http-error.js';
 import { expandVersionRuns, type RoutingRows, type VersionRun } from './token-buffer.js';
 
 /** Token data of one frozen lineage segment or snapshot step. */
@@ -47,12 +48,55 @@ interface Entry {
   residentBytes: number;
 }
 
+/**
+ * When the log is flushed to stable storage. `always`: every finalized trajectory is on disk (fdatasync,
+ * shared by the puts that land together) before finalize answers, so it survives power loss.
+ * `never`: it is in the kernel's page cache before finalize answers, so it survives the proxy
+ * crashing or being killed, but power loss or a kernel crash can take the last seconds of it.
+ */
+export type StoreFsyncPolicy = 'always' | 'never';
+
+/** The file operations the store needs of its log (a `FileHandle` has them). */
+export interface StoreLogFile {
+  write(
+    buffer: Uint8Array,
+    offset: number,
+    length: number,
+    position: number,
+  ): Promise<{ bytesWritten: number }>;
+  truncate(length: number): Promise<void>;
+  datasync(): Promise<void>;
+  close(): Promise<void>;
+}
+
 /** Options of {@link TrajectoryStore.open}. */
 export interface TrajectoryStoreOptions {
   /** Directory of the append-only log; null keeps everything in memory only. */
   directory: string | null;
   /** Resident token bytes before persisted trajectories are evicted from memory. */
   memoryLimitBytes?: number;
+  /** When puts are flushed to stable storage (default `always`). */
+  fsync?: StoreFsyncPolicy;
+  /** Opens the log for reading and writing; tests inject short writes and full disks here. */
+  openLog?: (path: string) => Promise<StoreLogFile>;
+}
+
+function openLogFile(path: string): Promise<StoreLogFile> {
+  // Positional writes: `a`/`a+` (O_APPEND) would ignore the position a repaired tail is rewritten at.
+  return open(path, constants.O_RDWR | constants.O_CREAT, 0o644);
+}
+
+// A write that did not fully land: 507 when the disk (or quota) is full, 503 for other I/O errors.
+function storageError(error: unknown, what: string): ProxyHttpError {
+  const code = (error as NodeJS.ErrnoException | null)?.code;
+  const full = code === 'ENOSPC' || code === 'EDQUOT' || code === 'EFBIG';
+  const message = `${what} did not reach the trajectory log (${code ?? (error as Error)?.message ?? error}); nothing was recorded, retry once the store has room`;
+  return new ProxyHttpError(
+    full ? 507 : 503,
+    { detail: { error: full ? 'insufficient_storage' : 'store_unavailable', message } },
+    message,
+    error,
+  );
 }
 
 const logName = 'trajectories.jsonl';
@@ -258,22 +302,31 @@ export class TrajectoryStore {
   readonly directory: string | null;
   readonly #entries = new Map<string, Entry>();
   readonly #memoryLimit: number;
-  #file: FileHandle | null = null;
+  readonly #fsync: StoreFsyncPolicy;
+  readonly #openLog: (path: string) => Promise<StoreLogFile>;
+  #file: StoreLogFile | null = null;
+  /** Bytes of whole lines in the log: the next line is written here. */
   #size = 0;
+  /** A failed write left bytes past `#size` that could not be cut yet. */
+  #tornTail = false;
+  /** Puts whose line is queued or written but not yet indexed: the log must keep their lines. */
+  #pendingPuts = 0;
   #writes: Promise<unknown> = Promise.resolve();
+  /** The fdatasync waiting to start; puts that finish writing before it starts share it. */
+  #nextSync: Promise<void> | null = null;
+  #runningSync: Promise<void> = Promise.resolve();
   #residentBytes = 0;
 
-  private constructor(directory: string | null, memoryLimit: number) {
-    this.directory = directory;
-    this.#memoryLimit = memoryLimit;
+  private constructor(options: TrajectoryStoreOptions) {
+    this.directory = options.directory;
+    this.#memoryLimit = options.memoryLimitBytes ?? Number.POSITIVE_INFINITY;
+    this.#fsync = options.fsync ?? 'always';
+    this.#openLog = options.openLog ?? openLogFile;
   }
 
   /** Opens (and replays) the store. */
   static async open(options: TrajectoryStoreOptions): Promise<TrajectoryStore> {
-    const store = new TrajectoryStore(
-      options.directory,
-      options.memoryLimitBytes ?? Number.POSITIVE_INFINITY,
-    );
+    const store = new TrajectoryStore(options);
     if (options.directory !== null) await store.#replay(options.directory);
     return store;
   }
@@ -293,13 +346,25 @@ export class TrajectoryStore {
     return this.#entries.has(trajectoryId);
   }
 
-  /** Persists (when a directory is set) and indexes a trajectory. */
+  /**
+   * Persists (when a directory is set) and indexes a trajectory. Resolves once the whole line is in
+   * the log (and flushed, with fsync `always`).
+   *
+   * @throws ProxyHttpError 507 when the disk is full, 503 on another I/O error; the log then ends
+   *   at its last whole line and the trajectory is not stored.
+   */
   async put(trajectory: StoredTrajectory): Promise<void> {
     let offset = -1;
     let byteLength = 0;
     if (this.#file !== null) {
       const line = Buffer.from(serialize(trajectory));
-      ({ offset, byteLength } = await this.#append(line));
+      this.#pendingPuts += 1;
+      try {
+        ({ offset, byteLength } = await this.#enqueue(() => this.#appendNow(line, 'The trajectory')));
+        if (this.#fsync === 'always') await this.#flush();
+      } finally {
+        this.#pendingPuts -= 1;
+      }
     }
     const residentBytes = blockBytes(trajectory.blocks ?? []);
     const previous = this.#entries.get(trajectory.trajectoryId);
@@ -321,7 +386,7 @@ export class TrajectoryStore {
     const data = this.#segments(entry, options.view ?? null);
     let drained = false;
     if (options.drain) {
-      await this.#drop(trajectoryId);
+      await this.#drop([trajectoryId]);
       drained = true;
     }
     return { data, drained };
@@ -342,9 +407,10 @@ export class TrajectoryStore {
     for (const group of selected) {
       const segments: Record<string, unknown>[] = [];
       for (const entry of group) segments.push(...this.#segments(entry, null));
-      for (const entry of group) await this.#drop(entry.trajectory.trajectoryId);
       out.push(segments);
     }
+    // One drop for all: a concurrent batch read cannot hand out the rest of a group a second time.
+    await this.#drop(selected.flatMap((group) => group.map((entry) => entry.trajectory.trajectoryId)));
     return out;
   }
 
@@ -352,7 +418,7 @@ export class TrajectoryStore {
   async discard(trajectoryId: string): Promise<number> {
     const entry = this.#entries.get(trajectoryId);
     if (!entry) return 0;
-    await this.#drop(trajectoryId);
+    await this.#drop([trajectoryId]);
     return entry.trajectory.records.length;
   }
 
@@ -371,9 +437,10 @@ export class TrajectoryStore {
     };
   }
 
-  /** Waits for pending writes and closes the log. */
+  /** Waits for pending writes and flushes, and closes the log. */
   async close(): Promise<void> {
     await this.#writes;
+    await (this.#nextSync ?? this.#runningSync).catch(() => undefined);
     await this.#file?.close();
     this.#file = null;
   }
@@ -442,21 +509,41 @@ export class TrajectoryStore {
     }
   }
 
-  async #drop(trajectoryId: string): Promise<void> {
-    const entry = this.#entries.get(trajectoryId);
-    if (!entry) return;
-    this.#entries.delete(trajectoryId);
-    this.#residentBytes -= entry.residentBytes;
-    if (this.#file === null) return;
-    if (this.#entries.size === 0) {
-      // Nothing left to recover: start the log afresh instead of growing it forever.
-      await this.#enqueue(async () => {
-        await this.#file!.truncate(0);
-        this.#size = 0;
-      });
-      return;
+  // Unindexes the trajectories at once (a concurrent read cannot hand them out again), then records
+  // the drop in the log. If the log refuses it, they are indexed again and the error is thrown.
+  async #drop(trajectoryIds: readonly string[]): Promise<void> {
+    const removed: Entry[] = [];
+    for (const id of trajectoryIds) {
+      const entry = this.#entries.get(id);
+      if (!entry) continue;
+      this.#entries.delete(id);
+      this.#residentBytes -= entry.residentBytes;
+      removed.push(entry);
     }
-    await this.#append(Buffer.from(`${JSON.stringify({ op: 'drop', trajectory_id: trajectoryId })}\n`));
+    if (removed.length === 0 || this.#file === null) return;
+    try {
+      await this.#enqueue(async () => {
+        // Decided in write order: a put whose line is queued or written (but not yet indexed)
+        // needs the log, so only a store with nothing indexed and nothing in flight starts afresh.
+        if (this.#entries.size === 0 && this.#pendingPuts === 0) {
+          await this.#file!.truncate(0);
+          this.#size = 0;
+          this.#tornTail = false;
+          return;
+        }
+        const lines = removed
+          .map((entry) => `${JSON.stringify({ op: 'drop', trajectory_id: entry.trajectory.trajectoryId })}\n`)
+          .join('');
+        await this.#appendNow(Buffer.from(lines), 'The drop');
+      });
+    } catch (error) {
+      for (const entry of removed) {
+        if (this.#entries.has(entry.trajectory.trajectoryId)) continue;
+        this.#entries.set(entry.trajectory.trajectoryId, entry);
+        this.#residentBytes += entry.residentBytes;
+      }
+      throw error;
+    }
   }
 
   #enqueue<T>(task: () => Promise<T>): Promise<T> {
@@ -465,13 +552,54 @@ export class TrajectoryStore {
     return run;
   }
 
-  #append(line: Buffer): Promise<{ offset: number; byteLength: number }> {
-    return this.#enqueue(async () => {
-      const offset = this.#size;
-      await this.#file!.write(line, 0, line.length, offset);
-      this.#size += line.length;
-      return { offset, byteLength: line.length };
+  // Writes one or more whole lines at the end of the log (inside the write queue). A write that does
+  // not fully land is cut off again, so the log always ends at a whole line.
+  async #appendNow(line: Buffer, what: string): Promise<{ offset: number; byteLength: number }> {
+    const file = this.#file!;
+    const offset = this.#size;
+    if (this.#tornTail) {
+      try {
+        await file.truncate(offset);
+        this.#tornTail = false;
+      } catch (error) {
+        throw storageError(error, what);
+      }
+    }
+    let written = 0;
+    try {
+      while (written < line.length) {
+        const { bytesWritten } = await file.write(line, written, line.length - written, offset + written);
+        if (bytesWritten <= 0) throw Object.assign(new Error('no bytes written'), { code: 'ENOSPC' });
+        written += bytesWritten;
+      }
+    } catch (error) {
+      if (written > 0) {
+        try {
+          await file.truncate(offset);
+        } catch {
+          this.#tornTail = true; // cut before the next write
+        }
+      }
+      throw storageError(error, what);
+    }
+    this.#size += line.length;
+    return { offset, byteLength: line.length };
+  }
+
+  // Group commit: one fdatasync covers every put whose line was written before it started.
+  #flush(): Promise<void> {
+    if (this.#nextSync !== null) return this.#nextSync;
+    const next: Promise<void> = this.#runningSync.then(async () => {
+      this.#nextSync = null;
+      this.#runningSync = next.catch(() => undefined);
+      try {
+        await this.#file!.datasync();
+      } catch (error) {
+        throw storageError(error, 'The trajectory');
+      }
     });
+    this.#nextSync = next;
+    return next;
   }
 
   async #replay(directory: string): Promise<void> {
@@ -484,16 +612,23 @@ export class TrajectoryStore {
       fileSize = 0;
     }
     let dead = 0;
+    let wholeEnd = 0;
     const puts = new Map<string, { offset: number; byteLength: number }>();
     if (fileSize > 0) {
       const descriptor = openSync(path, 'r');
       try {
-        forEachLine(descriptor, fileSize, (offset, line) => {
+        forEachLine(descriptor, fileSize, (offset, line, terminated) => {
+          if (!terminated) {
+            // A line without its newline never fully landed, so it was never acknowledged.
+            dead += 1;
+            return;
+          }
+          wholeEnd = offset + line.length + 1;
           let parsed: { op?: string; trajectory?: SerializedTrajectory; trajectory_id?: string };
           try {
             parsed = JSON.parse(line.toString('utf8'));
           } catch {
-            dead += 1; // A torn last line from a crash: the trajectory was never acknowledged.
+            dead += 1; // A torn line: the trajectory was never acknowledged.
             return;
           }
           if (parsed.op === 'put' && parsed.trajectory) {
@@ -519,37 +654,89 @@ export class TrajectoryStore {
       }
     }
     if (dead > 0) {
-      // Compact: copy the live lines into a fresh log, then swap it in atomically.
-      const temporary = `${path}.compact`;
-      const source = openSync(path, 'r');
-      const target = await open(temporary, 'w');
-      let size = 0;
-      try {
-        for (const entry of this.#entries.values()) {
-          const buffer = Buffer.alloc(entry.byteLength);
-          readSync(source, buffer, 0, entry.byteLength, entry.offset);
-          await target.write(buffer, 0, buffer.length, size);
-          entry.offset = size;
-          size += buffer.length;
+      const compacted = await this.#compact(path);
+      if (compacted !== null) {
+        await syncDirectory(directory);
+        fileSize = compacted;
+      } else if (wholeEnd < fileSize) {
+        // No room to compact: keep the log as it is, minus the line that never fully landed.
+        const log = await this.#openLog(path);
+        try {
+          await log.truncate(wholeEnd);
+        } finally {
+          await log.close();
         }
-        await target.sync();
-      } finally {
-        closeSync(source);
-        await target.close();
+        fileSize = wholeEnd;
       }
-      await rename(temporary, path);
-      fileSize = size;
     }
-    this.#file = await open(path, 'a+');
+    this.#file = await this.#openLog(path);
+    if (fileSize === 0) await syncDirectory(directory); // the log's name survives power loss too
     this.#size = fileSize;
     this.#residentBytes = 0;
     for (const entry of this.#entries.values()) this.#residentBytes += entry.residentBytes;
     this.#evictIfNeeded();
   }
+
+  // Copies the live lines into a fresh log and swaps it in atomically. Returns its size, or null
+  // (and leaves the old log untouched) when the copy does not fully land.
+  async #compact(path: string): Promise<number | null> {
+    const temporary = `${path}.compact`;
+    const source = openSync(path, 'r');
+    const offsets: number[] = [];
+    let size = 0;
+    try {
+      const target = await open(temporary, 'w');
+      try {
+        for (const entry of this.#entries.values()) {
+          const buffer = Buffer.alloc(entry.byteLength);
+          readSync(source, buffer, 0, entry.byteLength, entry.offset);
+          let written = 0;
+          while (written < buffer.length) {
+            const { bytesWritten } = await target.write(
+              buffer,
+              written,
+              buffer.length - written,
+              size + written,
+            );
+            if (bytesWritten <= 0) throw new Error('no bytes written');
+            written += bytesWritten;
+          }
+          offsets.push(size);
+          size += buffer.length;
+        }
+        await target.sync();
+      } finally {
+        await target.close();
+      }
+      await rename(temporary, path);
+    } catch {
+      await rm(temporary, { force: true });
+      return null;
+    } finally {
+      closeSync(source);
+    }
+    let index = 0;
+    for (const entry of this.#entries.values()) entry.offset = offsets[index++]!;
+    return size;
+  }
 }
 
-// Reads a file in large chunks and calls back with each complete line and its byte offset.
-function forEachLine(descriptor: number, size: number, onLine: (offset: number, line: Buffer) => void): void {
+async function syncDirectory(directory: string): Promise<void> {
+  const handle = await open(directory, 'r');
+  try {
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
+}
+
+// Reads a file in large chunks and calls back with each line, its byte offset and whether it ends
+// with a newline (only the last one can lack it).
+function forEachLine(
+  descriptor: number,
+  size: number,
+  onLine: (offset: number, line: Buffer, terminated: boolean) => void,
+): void {
   const chunkSize = 16 * 1024 * 1024;
   let carry = Buffer.alloc(0);
   let carryOffset = 0;
@@ -564,12 +751,12 @@ function forEachLine(descriptor: number, size: number, onLine: (offset: number, 
     for (;;) {
       const newline = data.indexOf(10, start);
       if (newline === -1) break;
-      onLine(carryOffset + start, data.subarray(start, newline));
+      onLine(carryOffset + start, data.subarray(start, newline), true);
       start = newline + 1;
     }
     carryOffset += start;
     data = data.subarray(start);
     carry = Buffer.from(data);
   }
-  if (carry.length > 0) onLine(carryOffset, carry);
+  if (carry.length > 0) onLine(carryOffset, carry, false);
 }

@@ -1,8 +1,13 @@
-// Nothing lost: a trajectory the proxy answered 200 for is readable after the proxy dies.
+// Nothing lost: a trajectory the proxy answered 200 for is readable after the proxy dies, whatever
+// else was happening (drains, a full disk).
+import { writeFileSync } from 'node:fs';
+import { rm } from 'node:fs/promises';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { EngineStub } from './engine-stub.js';
 import { chatBody, startQwenEngineStub, temporaryDirectory } from './fixtures.js';
-import { call, startProxyProcess } from './proxy-process.js';
+import { call, type ProxyProcess, startProxyProcess } from './proxy-process.js';
+import { mountTmpfs } from './tmpfs.js';
 
 let engine: EngineStub;
 beforeAll(async () => {
@@ -12,6 +17,25 @@ afterAll(async () => {
   await engine?.close();
 });
 
+type Json = Awaited<ReturnType<typeof call>>['body'];
+
+async function record(proxy: ProxyProcess, session: string): Promise<number> {
+  const chat = await call(proxy.url, '/v1/chat/completions', chatBody(`task ${session}`), {
+    'x-session-id': session,
+  });
+  if (chat.status !== 200) return chat.status;
+  return (await call(proxy.url, '/session/finalize', { session_id: session })).status;
+}
+
+// Every segment of a stored trajectory carries the session's own prompt and a trainable response.
+function expectTrajectoryOf(session: string, data: Json[]): void {
+  expect(data.length, `trajectory ${session}`).toBeGreaterThan(0);
+  for (const segment of data) {
+    expect((segment.messages as Array<{ content: string }>)[0]?.content).toBe(`task ${session}`);
+    expect((segment.full_loss_mask as number[]).some((bit) => bit === 1)).toBe(true);
+  }
+}
+
 describe('nothing lost', () => {
   it('a finalized trajectory survives SIGKILL of the proxy and reads back after a restart', async () => {
     const store = temporaryDirectory();
@@ -19,11 +43,7 @@ describe('nothing lost', () => {
       const first = await startProxyProcess(engine.url, ['--store-dir', store.path]);
       let before: unknown;
       try {
-        const chat = await call(first.url, '/v1/chat/completions', chatBody('hello'), {
-          'x-session-id': 'kept',
-        });
-        expect(chat.status).toBe(200);
-        expect((await call(first.url, '/session/finalize', { session_id: 'kept' })).status).toBe(200);
+        expect(await record(first, 'kept')).toBe(200);
         before = (await call(first.url, '/trajectory/read', { trajectory_id: 'kept' })).body.data;
       } finally {
         await first.kill();
@@ -32,12 +52,124 @@ describe('nothing lost', () => {
       try {
         const after = await call(second.url, '/trajectory/read', { trajectory_id: 'kept' });
         expect(after.body.data).toEqual(before);
-        expect((after.body.data as unknown[]).length).toBeGreaterThan(0);
+        expectTrajectoryOf('kept', after.body.data as Json[]);
       } finally {
         await second.kill();
       }
     } finally {
       store.remove();
+    }
+  });
+
+  it('every finalize and drain answered 200 holds after SIGKILL at random points of concurrent traffic', async () => {
+    const store = temporaryDirectory();
+    const finalized = new Set<string>(); // answered 200, not (yet) drained
+    const drained = new Set<string>(); // a drain answered 200 with its data
+    let next = 0;
+    try {
+      for (let round = 0; round < 4; round++) {
+        const proxy = await startProxyProcess(engine.url, ['--store-dir', store.path]);
+        // What the restarted store holds must match every 200 answered before the kill.
+        for (const session of finalized) {
+          const read = await call(proxy.url, '/trajectory/read', { trajectory_id: session });
+          expectTrajectoryOf(session, read.body.data as Json[]);
+        }
+        for (const session of drained) {
+          const read = await call(proxy.url, '/trajectory/read', { trajectory_id: session });
+          expect(read.body.data, `drained ${session}`).toEqual([]);
+        }
+        let stopped = false;
+        const finalizer = async () => {
+          while (!stopped) {
+            const session = `s${next++}`;
+            const status = await record(proxy, session).catch(() => 0);
+            if (status === 200) finalized.add(session);
+          }
+        };
+        const drainer = async () => {
+          while (!stopped) {
+            // Drain the newest: the store empties often, racing the finalizes still writing.
+            const session = [...finalized].at(-1);
+            if (session === undefined) {
+              await new Promise((resolve) => setTimeout(resolve, 2));
+              continue;
+            }
+            const read = await call(proxy.url, '/trajectory/read', {
+              trajectory_id: session,
+              drain: true,
+            }).catch(() => null);
+            if (read?.status === 200 && read.body.drained === true) {
+              finalized.delete(session);
+              drained.add(session);
+            }
+          }
+        };
+        const traffic = [finalizer(), finalizer(), finalizer(), drainer(), drainer()];
+        await new Promise((resolve) => setTimeout(resolve, 300 + Math.random() * 1200));
+        await proxy.kill();
+        stopped = true;
+        await Promise.all(traffic);
+      }
+      expect(finalized.size + drained.size).toBeGreaterThan(20);
+      const last = await startProxyProcess(engine.url, ['--store-dir', store.path]);
+      try {
+        for (const session of finalized) {
+          const read = await call(last.url, '/trajectory/read', { trajectory_id: session });
+          expectTrajectoryOf(session, read.body.data as Json[]);
+        }
+      } finally {
+        await last.kill();
+      }
+    } finally {
+      store.remove();
+    }
+  }, 240_000);
+
+  it('a full disk answers 507, nothing answered 200 is lost, and the session finalizes once there is room', async (context) => {
+    const disk = mountTmpfs(512 * 1024);
+    // Mounting needs root (as CI has); the proxy's own tests cover a full disk with an injected file.
+    if (disk === null) return context.skip();
+    try {
+      const storeDirectory = join(disk.path, 'store');
+      // Leave the log a few kilobytes: a trajectory line of this proxy is about 2 KB.
+      const filler = join(disk.path, 'filler');
+      writeFileSync(filler, Buffer.alloc(512 * 1024 - 24 * 1024));
+      const proxy = await startProxyProcess(engine.url, ['--store-dir', storeDirectory]);
+      const stored: string[] = [];
+      let refused: string | null = null;
+      try {
+        for (let index = 0; index < 100 && refused === null; index++) {
+          const session = `full${index}`;
+          const status = await record(proxy, session);
+          if (status === 200) stored.push(session);
+          else {
+            expect(status).toBe(507);
+            refused = session;
+          }
+        }
+        expect(refused).not.toBeNull();
+        expect(stored.length).toBeGreaterThan(0);
+        // Space returns: the refused session is still open and now finalizes.
+        await rm(filler);
+        const retry = await call(proxy.url, '/session/finalize', { session_id: refused });
+        expect(retry.status).toBe(200);
+        stored.push(refused!);
+        expect(await record(proxy, 'after')).toBe(200);
+        stored.push('after');
+      } finally {
+        await proxy.kill();
+      }
+      const restarted = await startProxyProcess(engine.url, ['--store-dir', storeDirectory]);
+      try {
+        for (const session of stored) {
+          const read = await call(restarted.url, '/trajectory/read', { trajectory_id: session });
+          expectTrajectoryOf(session, read.body.data as Json[]);
+        }
+      } finally {
+        await restarted.kill();
+      }
+    } finally {
+      disk.unmount();
     }
   });
 });
