@@ -10,6 +10,7 @@ export {
   httpStatusByCode,
   isErrorCode,
 } from './errors.js';
+export { hostHeaderName, isLoopbackAddress, reachableHost } from './loopback.js';
 export {
   bytesPerElement,
   concatTypedArrays,
@@ -113,6 +114,7 @@ export {
   streamErrorFrameSchema,
   toStreamErrorFrame,
 } from './schemas/wire-errors.js';
+export { bearerMatches, readSecret, type SecretSources, secretsEqual } from './secrets.js';
 export {
   type ChunkOptions,
   type PackedTrainBatch,
