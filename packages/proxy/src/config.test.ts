@@ -9,7 +9,7 @@ describe('dressage-proxy flags (§1.11)', () => {
     if (parsed.help) throw new Error('unexpected help');
     expect(parsed.config).toMatchObject({
       sglangRouterUrl: 'http://router:8000',
-      host: '0.0.0.0',
+      host: '127.0.0.1',
       port: 8800,
       maxOutputTokens: null,
       contextWindow: null,

@@ -1,7 +1,7 @@
 import { networkInterfaces } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { DressageError } from '@dressage/protocol';
+import { DressageError, readSecret } from '@dressage/protocol';
 import type { StoreFsyncPolicy } from './trajectory-store.js';
 
 /** How prompts are tokenized: incremental TITO (default) or a full re-render per request. */
@@ -15,6 +15,7 @@ export type RoutedExpertsDtype = 'int32' | 'uint16' | 'uint8';
 export interface ProxyConfig {
   sglangRouterUrl: string;
   tokenizerPath: string;
+  /** Listen address. Default 127.0.0.1: another address (`0.0.0.0`) is a deliberate choice. */
   host: string;
   port: number;
   maxOutputTokens: number | null;
@@ -28,7 +29,11 @@ export interface ProxyConfig {
   toolCallParseBackend: ParseBackend;
   modelReasoningType: string;
   reasoningParseBackend: ParseBackend;
-  /** `no-auth` disables bearer authentication. */
+  /**
+   * Bearer key every endpoint but `/health` requires; `no-auth` disables authentication. The CLI
+   * reads it from `--api-key-file` or `DRESSAGE_PROXY_API_KEY` as well as `--api-key` (which `ps`
+   * shows to every user of the machine).
+   */
   apiKey: string;
   minGroupSize: number;
   sessionTimeoutSeconds: number;
@@ -82,7 +87,7 @@ export function createProxyConfig(
   const tokenBuildModel = overrides.tokenBuildModel ?? 'qwen3_5';
   return {
     sglangRouterUrl: overrides.sglangRouterUrl ?? 'http://127.0.0.1:8000',
-    host: '0.0.0.0',
+    host: '127.0.0.1',
     port: 8800,
     maxOutputTokens: null,
     contextWindow: null,
@@ -136,6 +141,7 @@ const options = {
   'model-reasoning-type': { type: 'string' },
   'reasoning-parse-backend': { type: 'string' },
   'api-key': { type: 'string' },
+  'api-key-file': { type: 'string' },
   'min-group-size': { type: 'string' },
   'session-timeout': { type: 'string' },
   'group-timeout': { type: 'string' },
@@ -165,7 +171,7 @@ export const usage = `Usage: dressage-proxy --tokenizer-path DIR [options]
 
   --sglang-router-url URL            SGLang router (env SGLANG_ROUTER_URL, else http://HOST:8000)
   --tokenizer-path DIR               local Hugging Face model directory (required)
-  --host 0.0.0.0 --port 8800
+  --host 127.0.0.1 --port 8800      listen address (0.0.0.0 listens on every interface)
   --max-output-tokens N              cap on generated tokens per call
   --context-window N                 prompt + output budget (413 beyond it)
   --no-dynamic-max-tokens            do not clamp max_new_tokens to the context window
@@ -175,7 +181,8 @@ export const usage = `Usage: dressage-proxy --tokenizer-path DIR [options]
   --model-mask-type / --model-tool-call-type / --model-reasoning-type
   --tool-call-parse-backend sglang_api   local | sglang_api | hybrid
   --reasoning-parse-backend sglang_api   local | sglang_api | hybrid
-  --api-key no-auth                  bearer key; no-auth disables auth
+  --api-key-file FILE                bearer key from a file (env DRESSAGE_PROXY_API_KEY; --api-key KEY
+                                     also works but shows the key to ps); no-auth (default) disables auth
   --min-group-size 1 --group-timeout 300 --session-timeout 3200
   --token-build-mode tito            tito | snapshot
   --token-build-model qwen3_5        qwen3_5 | qwen3_6 (--tito-model overrides)
@@ -299,7 +306,15 @@ export function parseProxyArguments(
   set('toolCallParseBackend', choice('tool-call-parse-backend', text('tool-call-parse-backend'), backends));
   set('modelReasoningType', text('model-reasoning-type'));
   set('reasoningParseBackend', choice('reasoning-parse-backend', text('reasoning-parse-backend'), backends));
-  set('apiKey', text('api-key'));
+  set(
+    'apiKey',
+    readSecret({
+      value: text('api-key'),
+      file: text('api-key-file'),
+      environment: env.DRESSAGE_PROXY_API_KEY,
+      label: text('api-key') === undefined ? '--api-key-file' : '--api-key',
+    }),
+  );
   set('minGroupSize', numberFlag('min-group-size', text('min-group-size'), { integer: true, min: 1 }));
   set('sessionTimeoutSeconds', numberFlag('session-timeout', text('session-timeout'), { exclusiveMin: 0 }));
   set('groupTimeoutSeconds', numberFlag('group-timeout', text('group-timeout'), { min: 0 }));

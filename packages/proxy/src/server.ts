@@ -1,5 +1,6 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
+import { bearerMatches, reachableHost } from '@dressage/protocol';
 import type { ProxyConfig } from './config.js';
 import { detailError, ProxyHttpError, toHttpResponse } from './http-error.js';
 import { loadPromptTokenizer, type PromptTokenizer } from './prompt-tokenizer.js';
@@ -18,9 +19,11 @@ type Route =
 
 /** A running proxy. */
 export interface ProxyServer {
-  /** `http://host:port` of the listening socket. */
+  /** `http://host:port` to reach the listening socket from this machine. */
   readonly url: string;
   readonly port: number;
+  /** `address:port` the socket is bound to, e.g. `0.0.0.0:8800` when it listens on every interface. */
+  readonly boundAddress: string;
   readonly service: ProxyService;
   readonly server: Server;
   /** Stops accepting connections, waits for running calls and closes the store. */
@@ -188,8 +191,7 @@ export function createProxyHttpServer(service: ProxyService): Server {
       if (!route) throw detailError(404, 'Not Found');
       if (route.method !== request.method) throw detailError(405, 'Method Not Allowed');
       if (route.auth && config.apiKey !== 'no-auth') {
-        const authorization = request.headers.authorization ?? '';
-        if (authorization !== `Bearer ${config.apiKey}`)
+        if (!bearerMatches(request.headers.authorization, config.apiKey))
           throw new ProxyHttpError(401, { detail: 'Unauthorized' });
       }
       if ('bytesHandler' in route) {
@@ -238,11 +240,12 @@ export async function startProxyServer(
       resolve();
     });
   });
-  const port = (server.address() as AddressInfo).port;
-  const host = config.host === '0.0.0.0' || config.host === '::' ? '127.0.0.1' : config.host;
+  const bound = server.address() as AddressInfo;
+  const port = bound.port;
   return {
-    url: `http://${host}:${port}`,
+    url: `http://${reachableHost(config.host)}:${port}`,
     port,
+    boundAddress: `${bound.family === 'IPv6' ? `[${bound.address}]` : bound.address}:${port}`,
     service,
     server,
     async close() {

@@ -4,7 +4,7 @@
 // objects (about 20% of the proxy's CPU per request at 512 sessions; 128 MiB semi-spaces take
 // another ~4% off 64 MiB ones). Embedders and other launchers pass the flag themselves
 // (`node --max-semi-space-size=128 …` or NODE_OPTIONS).
-import { DressageError } from '@dressage/protocol';
+import { DressageError, isLoopbackAddress } from '@dressage/protocol';
 import { parseProxyArguments, usage } from '../config.js';
 import { startProxyServer } from '../server.js';
 
@@ -14,10 +14,18 @@ async function main(): Promise<void> {
     process.stdout.write(usage);
     return;
   }
-  const proxy = await startProxyServer(parsed.config);
+  const config = parsed.config;
+  const proxy = await startProxyServer(config);
+  const reach = proxy.url.endsWith(proxy.boundAddress) ? '' : `reached here at ${proxy.url}; `;
+  const auth = config.apiKey === 'no-auth' ? 'no auth' : 'bearer key required';
   process.stdout.write(
-    `dressage-proxy listening on ${proxy.url} (router ${parsed.config.sglangRouterUrl})\n`,
+    `dressage-proxy listening on http://${proxy.boundAddress} (${reach}${auth}; router ${config.sglangRouterUrl})\n`,
   );
+  if (!isLoopbackAddress(config.host) && config.apiKey === 'no-auth') {
+    process.stderr.write(
+      `dressage-proxy: warning: listening on ${proxy.boundAddress} without a key: anyone who reaches this port can drive the engine and read trajectories (set --api-key-file)\n`,
+    );
+  }
   let stopping = false;
   const stop = (signal: string) => {
     if (stopping) return;
