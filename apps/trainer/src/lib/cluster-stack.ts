@@ -38,7 +38,7 @@ export async function connectClusterStack(
       createProxyConfig({
         tokenizerPath: loaded.resolvePath(recipe.tokenizer_path),
         sglangRouterUrl: recipe.engine.router_url,
-        host: '0.0.0.0',
+        host: recipe.proxy.host,
         port: recipe.proxy.port === 0 ? 8800 : recipe.proxy.port,
         apiKey: recipe.proxy.api_key,
         tokenBuildMode: recipe.proxy.token_build_mode,

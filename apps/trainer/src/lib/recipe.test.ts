@@ -44,6 +44,8 @@ describe('recipes', () => {
       token_build_mode: 'tito',
       api_key: 'no-auth',
       record_token_versions: true,
+      // A proxy started by a cluster recipe stays on loopback unless the recipe says otherwise.
+      host: '127.0.0.1',
     });
     expect(recipe.engine.kind === 'embedded' && recipe.engine.model).toMatchObject({
       layers: 2,

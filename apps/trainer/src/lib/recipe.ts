@@ -94,6 +94,8 @@ export const proxySchema = z.strictObject({
   partial_rollout: z.boolean().default(false),
   max_partial_rollout_preempts: z.int().nonnegative().optional(),
   record_token_versions: z.boolean().default(true),
+  /** Listen address of a proxy started here; `0.0.0.0` (agents on other machines) is a deliberate choice. */
+  host: z.string().min(1).default('127.0.0.1'),
   port: z.int().min(0).max(65535).default(0),
 });
 
