@@ -121,4 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
     stop.wait()
     server.stop(grace=2).wait()
+    close = getattr(actor, "close", None)
+    if close is not None:
+        close()
     return 0

@@ -92,6 +92,12 @@ class SlimeMegatronActor:
             require_same_engines(self.router_url, self._engine_urls(engines))
         self.weight_version = self._common_version(engines)
 
+    def close(self) -> None:
+        """Stops the RolloutManager's health monitors and tracking, as train.py does at its end."""
+        if self._rollout_manager is not None:
+            self._ray.get(self._rollout_manager.dispose.remote())
+            self._rollout_manager = None
+
     def _require_started(self) -> Any:
         if self._actor_model is None:
             raise WorkerError(grpc.StatusCode.UNAVAILABLE, "the slime actors are not started")
@@ -143,7 +149,14 @@ class SlimeMegatronActor:
         scale = float(rollout_data.pop("dressage_denominator_scale"))
         settings = batch_settings(self.args, loss, scale)
         rollout_data["rewards"] = scaled_rewards(rollout_data["rewards"], scale)
-        global_batch_size = int(header.global_batch_size or self.args.global_batch_size)
+        global_batch_size = int(self.args.global_batch_size)
+        if header.global_batch_size and header.global_batch_size != global_batch_size:
+            # Megatron's learning-rate schedule advances by the step's global batch size and was
+            # built for --global-batch-size: another value would stretch or shrink it.
+            raise _refuse(
+                f"global_batch_size {header.global_batch_size} differs from the worker's --global-batch-size "
+                f"{global_batch_size}"
+            )
         rollouts = len(set(rollout_data["rollout_ids"]))
         if rollouts < global_batch_size:
             raise WorkerError(

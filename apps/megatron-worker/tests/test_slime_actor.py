@@ -37,7 +37,7 @@ class SlimeActorTest(unittest.TestCase):
     stand_in_options: dict[str, Any] = {}
 
     def started(self, **args: Any) -> Started:
-        started = Started(self, **args)
+        started = Started(self, **{"global_batch_size": 2, **args})
         started.actor.start()
         return started
 
@@ -60,6 +60,9 @@ class SlimeActorTest(unittest.TestCase):
         # The first push made the engines' version 1; the worker reports theirs.
         self.assertEqual(started.actor.weight_version, "1")
         self.assertEqual(started.actor.data_parallel_size, 2)
+        manager = started.slime.rollout_manager._instance
+        started.actor.close()
+        self.assertTrue(manager.disposed)
 
     def test_every_data_parallel_rank_gets_its_samples_as_torch_tensors(self) -> None:
         started = self.started()
@@ -139,6 +142,12 @@ class SlimeActorTest(unittest.TestCase):
             for data, _args in received.values()
         )
         self.assertAlmostEqual(uncompensated * 2, true, places=6)
+
+    def test_the_global_batch_size_is_the_launch_one(self) -> None:
+        started = self.started()
+        with self.assertRaisesRegex(WorkerError, "global_batch_size 1 differs from the worker's --global-batch-size 2"):
+            self.train(started, global_batch_size=1)
+        self.assertEqual(self.train(started, global_batch_size=0).optimizer_steps, 2)
 
     def test_a_loss_scale_that_cannot_be_folded_exactly_is_refused(self) -> None:
         started = self.started(normalize_advantages=True)
