@@ -4,7 +4,8 @@ by parsing its source (nothing is imported, so no GPU stack is needed):
     /usr/bin/python3 scripts/check-slime-api.py /path/to/slime
 
 Prints one line per recorded callable and exits 1 on any difference in parameter names, kinds or
-defaults, or on a rollout_data key the checkout's RolloutManager does not send."""
+defaults, on a rollout_data key the checkout's RolloutManager does not send, or on a tensor dtype
+other than slime's."""
 
 from __future__ import annotations
 
@@ -49,6 +50,36 @@ def recorded_parameters(function: ast.FunctionDef, skip_self: bool) -> list[dict
     return result[1:] if skip_self else result
 
 
+TORCH_NAMES = {"long": "int64", "int": "int32", "int64": "int64", "int32": "int32", "float": "float32", "float32": "float32"}
+
+
+def check_dtypes(root: Path) -> int:
+    """The recorded tensor dtypes against slime's _ROLLOUT_DATA_TENSOR_DTYPES (rollout.py, or
+    observability/rollout_data_utils.py in later commits)."""
+    for relative in ("slime/observability/rollout_data_utils.py", "slime/ray/rollout.py"):
+        path = root / relative
+        if not path.exists():
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Assign) and any(
+                isinstance(target, ast.Name) and target.id == "_ROLLOUT_DATA_TENSOR_DTYPES" for target in node.targets
+            ):
+                source = {
+                    ast.literal_eval(key): TORCH_NAMES.get(value.attr) if isinstance(value, ast.Attribute) else None
+                    for key, value in zip(node.value.keys, node.value.values)  # type: ignore[attr-defined]
+                }
+                failures = 0
+                for key, spec in MANIFEST["rollout_data"]["keys"].items():
+                    if key in source and spec.get("dtype") != source[key]:
+                        print(f"DIFFERS  rollout_data {key}: source {source[key]}, recorded {spec.get('dtype')}")
+                        failures += 1
+                if not failures:
+                    print(f"ok       tensor dtypes ({relative})")
+                return failures
+    print("MISSING  _ROLLOUT_DATA_TENSOR_DTYPES")
+    return 1
+
+
 def main(root: Path) -> int:
     failures = 0
     for section in ("callables", "remote_methods"):
@@ -75,6 +106,7 @@ def main(root: Path) -> int:
         if f'"{key}"' not in rollout:
             print(f"DIFFERS  rollout_data key {key} is not in slime/ray/rollout.py")
             failures += 1
+    failures += check_dtypes(root)
     print(f"{failures} difference(s) against {root}")
     return 1 if failures else 0
 
