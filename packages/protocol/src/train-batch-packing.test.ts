@@ -237,6 +237,30 @@ describe('TrainBatchAssembler', () => {
     expectSameBatch(several.finish().batch, packed);
   });
 
+  it('reserves memory for the bytes that arrived, not for what the header claims', () => {
+    const packed = packTrainBatch(randomBatch(3, 50, 4));
+    const [head, ...blocks] = trainBatchToChunks(packed, header, { maxChunkBytes: 400 });
+    if (head?.payload?.$case !== 'header') throw new Error('expected a header');
+    // The same header, claiming a batch of 2^28 tokens and 2^24 samples (about 1.6 GB of columns).
+    const claim = {
+      ...head.payload.value,
+      token_count: 2 ** 28,
+      sample_count: 2 ** 24,
+      response_token_count: 2 ** 27,
+    };
+    const before = process.memoryUsage().arrayBuffers;
+    const assembler = new TrainBatchAssembler();
+    assembler.push({ payload: { $case: 'header', value: claim } });
+    for (const block of blocks) assembler.push(block);
+    expect(process.memoryUsage().arrayBuffers - before).toBeLessThan(16 * 1024 ** 2);
+    expect(catchError(() => assembler.finish()).message).toMatch(/ended after 3 samples/);
+    // An honest header over the same blocks assembles the batch exactly.
+    const honest = new TrainBatchAssembler();
+    honest.push(head);
+    for (const block of blocks) honest.push(block);
+    expectSameBatch(honest.finish().batch, packed);
+  });
+
   it('checks response tokens against the header, and works without the announcement', () => {
     const packed = packTrainBatch(randomBatch(6, 20, 6));
     const chunks = () => trainBatchToChunks(packed, header, { maxChunkBytes: 200 });

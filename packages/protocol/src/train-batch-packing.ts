@@ -321,28 +321,41 @@ type ReceivedBlock = Record<ColumnName, Uint8Array | null> & {
   responseTokens: number;
 };
 
-// One column of the batch being assembled. With a known size it is allocated once and each block is
-// copied into place as it arrives, so the received message can be collected right away (it dies
-// young instead of being promoted with the rest of the stream). Without one the parts are kept and
-// joined at the end: for a sender that does not announce response_token_count, and for a batch that
-// arrived as a single block, whose column an adopting assembler keeps where it landed.
+// One column of the batch being assembled. With a known size it is copied into one buffer as blocks
+// arrive, so each received message can be collected right away (it dies young instead of being
+// promoted with the rest of the stream). That buffer grows with what arrived, up to the announced
+// size: a header is only a claim, and memory is reserved for bytes received, never for a promise (a
+// 100-byte header announcing 2^31 tokens reserves nothing). Reserving 16x ahead allocates a batch of
+// up to 16 blocks (64 MiB in the default 4 MiB chunks) once, and keeps the copies a larger batch pays
+// for growth to a sixteenth of its size. Without a size the parts are kept and joined at the end: for a sender that does not announce
+// response_token_count, and for a batch that arrived as a single block, whose column an adopting
+// assembler keeps where it landed.
 class ColumnBuilder {
-  private readonly bytes: Uint8Array | null;
+  private bytes: Uint8Array | null = null;
   private readonly parts: Uint8Array[] = [];
   private written = 0;
 
   constructor(
-    capacityBytes: number | null,
+    private readonly capacityBytes: number | null,
     private readonly adopt = false,
-  ) {
-    this.bytes = capacityBytes === null ? null : new Uint8Array(capacityBytes);
-  }
+  ) {}
 
   append(part: Uint8Array): void {
     if (part.byteLength === 0) return;
-    if (this.bytes === null) this.parts.push(part);
-    else this.bytes.set(part, this.written);
+    if (this.capacityBytes === null) this.parts.push(part);
+    else {
+      const needed = this.written + part.byteLength;
+      if (this.bytes === null || needed > this.bytes.byteLength) this.grow(needed);
+      (this.bytes as Uint8Array).set(part, this.written);
+    }
     this.written += part.byteLength;
+  }
+
+  private grow(needed: number): void {
+    const limit = Math.max(needed, this.capacityBytes as number);
+    const next = new Uint8Array(Math.min(limit, needed * COLUMN_GROWTH));
+    if (this.bytes !== null) next.set(this.bytes.subarray(0, this.written));
+    this.bytes = next;
   }
 
   finish<K extends ColumnName>(name: K): PackedArrayByType[(typeof columnTypes)[K]] {
@@ -351,7 +364,10 @@ class ColumnBuilder {
     // it otherwise).
     if (this.adopt && this.parts.length === 1) return unpackTypedArray(this.parts[0] as Uint8Array, type);
     let bytes = this.bytes;
-    if (bytes === null) {
+    if (this.capacityBytes !== null) {
+      bytes ??= new Uint8Array(0);
+      if (bytes.byteLength !== this.written) bytes = bytes.subarray(0, this.written);
+    } else {
       // Always a copy of received bytes, never a view of them: a decoder's bytes are views into a
       // message the caller may reuse (and a Node Buffer's `slice()` is a view too).
       bytes = new Uint8Array(this.written);
@@ -365,6 +381,9 @@ class ColumnBuilder {
     return unpackTypedArray(bytes, type);
   }
 }
+
+// How far ahead of the received bytes a column reserves (see ColumnBuilder).
+const COLUMN_GROWTH = 16;
 
 type OptionalColumn = 'rollout_log_probs' | 'teacher_log_probs';
 const optionalColumns = ['rollout_log_probs', 'teacher_log_probs'] as const;
@@ -393,11 +412,11 @@ type RequiredColumn = (typeof requiredColumns)[number];
  * Reassembles a `Train` stream on the receiving side, validating each block as it arrives, so a
  * server can reject a malformed stream before it has buffered all of it. When the header announces
  * the batch's sizes (`sample_count`, `token_count` and `response_token_count`, which
- * {@link trainBatchToChunks} sets), every column is allocated at the first block and each block is
- * copied into place on arrival: one copy of the data, and no received message outlives its own block.
- * With `adoptBlockBytes`, a batch sent as a single block needs no copy at all. Large batches are
- * bound by copies and garbage collection. The allocation follows the header, so a server bounds it
- * by checking the header's counts before pushing it (the trainer server's `maxBatchTokens`).
+ * {@link trainBatchToChunks} sets), each block is copied into place on arrival: no received message
+ * outlives its own block. Columns grow with the bytes that arrived (at most 16x ahead of them, never
+ * past the header's counts), so a header alone reserves no memory. With `adoptBlockBytes`, a batch
+ * sent as a single block needs no copy at all. Large batches are bound by copies and garbage
+ * collection.
  */
 export class TrainBatchAssembler {
   private header: TrainBatchHeader | null = null;

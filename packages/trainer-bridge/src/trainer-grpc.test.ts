@@ -239,27 +239,49 @@ describe('TrainerService over gRPC, TS client to TS server', () => {
     expect(error.message).toContain('accepts at most');
   });
 
-  it('rejects a malformed stream with invalid_argument', async () => {
+  // Streams a small batch whose header `edit` changes, with the raw grpc-js call.
+  async function trainWithHeader(
+    edit: (header: TrainBatchHeader) => void,
+  ): Promise<{ code: number; details: string }> {
     const { client } = await serve(fakeTrainer());
     const batch = createSyntheticTrainBatch({ samples: 4, tokensPerSample: 16, responseTokens: 4 });
     const chunks = trainBatchToChunks(batch, {
-      batch_id: 'short',
+      batch_id: 'edited',
       rollout_id: 0,
       global_batch_size: 1,
       expected_weight_version: '',
     });
-    const error = await new Promise<{ code: number; details: string }>((resolve) => {
+    return new Promise((resolve) => {
       const call = client.grpcClient.train((failure) =>
         resolve(failure as unknown as { code: number; details: string }),
       );
       const header = chunks[0] as TrainChunk;
-      if (header.payload?.$case === 'header') header.payload.value.sample_count = 5;
+      if (header.payload?.$case === 'header') edit(header.payload.value);
       call.write(header);
       for (const chunk of chunks.slice(1)) call.write(chunk);
       call.end();
     });
+  }
+
+  it('rejects a malformed stream with invalid_argument', async () => {
+    const error = await trainWithHeader((header) => {
+      header.sample_count = 5;
+    });
     expect(error.code).toBe(3);
     expect(error.details).toContain('header announced 5');
+  });
+
+  it('answers a header claiming an enormous batch with invalid_argument, reserving nothing for it', async () => {
+    const before = process.memoryUsage().arrayBuffers;
+    // Within the default limits (2^31 - 1), far beyond what arrives: 8 GiB of tokens announced.
+    const error = await trainWithHeader((header) => {
+      header.token_count = 2 ** 31 - 1;
+      header.sample_count = 2 ** 31 - 1;
+      header.response_token_count = 2 ** 31 - 1;
+    });
+    expect(process.memoryUsage().arrayBuffers - before).toBeLessThan(64 * 1024 ** 2);
+    expect(error.code).toBe(3);
+    expect(error.details).toContain('ended after 4 samples');
   });
 
   it('cancels a Train call: the client rejects with cancelled and the trainer sees its signal fire', async () => {

@@ -190,7 +190,7 @@ export function createTrainerServiceHandlers(
       call.on('data', (chunk: TrainChunk) => {
         if (done) return;
         try {
-          // The limits first: the assembler allocates the columns the header announces.
+          // The limits first: a batch over them is refused before any of it is buffered.
           if (chunk.payload?.$case === 'header') checkHeader(chunk.payload.value, maxTokens, maxSamples);
           assembler.push(chunk);
         } catch (error) {
