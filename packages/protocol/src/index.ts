@@ -125,6 +125,7 @@ export {
   trainBatchToChunks,
   unpackTrainBatch,
 } from './train-batch-packing.js';
+export { checkTrainBatchValues } from './train-batch-values.js';
 export * from './trainer.js';
 export {
   formatIssuePath,

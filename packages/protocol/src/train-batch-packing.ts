@@ -8,6 +8,7 @@ import {
   unpackTypedArray,
 } from './packing.js';
 import type { TrainBatch } from './schemas/train-batch.js';
+import { checkTrainBatchValues } from './train-batch-values.js';
 
 /**
  * A TrainBatch in typed arrays: per-sample arrays have `sample_count` entries, per-token arrays
@@ -416,7 +417,8 @@ type RequiredColumn = (typeof requiredColumns)[number];
  * outlives its own block. Columns grow with the bytes that arrived (at most 16x ahead of them, never
  * past the header's counts), so a header alone reserves no memory. With `adoptBlockBytes`, a batch
  * sent as a single block needs no copy at all. Large batches are bound by copies and garbage
- * collection.
+ * collection. {@link TrainBatchAssembler.finish} rejects non-finite values (see
+ * {@link checkTrainBatchValues}).
  */
 export class TrainBatchAssembler {
   private header: TrainBatchHeader | null = null;
@@ -492,7 +494,7 @@ export class TrainBatchAssembler {
     this.responseTokens += block.responseTokens;
   }
 
-  /** Checks the totals against the header and returns the packed batch. */
+  /** Checks the totals against the header and the values (all finite), and returns the packed batch. */
   finish(): { header: TrainBatchHeader; batch: PackedTrainBatch } {
     if (this.result !== null) return this.result;
     const header = this.header;
@@ -526,6 +528,7 @@ export class TrainBatchAssembler {
       sample_indices: columns.sample_indices.finish('sample_indices'),
     };
     this.columns = null;
+    checkTrainBatchValues(batch);
     this.result = { header, batch };
     return this.result;
   }

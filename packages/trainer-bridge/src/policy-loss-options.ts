@@ -77,7 +77,11 @@ function invalid(message: string, details: Record<string, unknown> = {}): Dressa
   return new DressageError({ code: 'invalid_argument', message, details });
 }
 
-/** Applies the defaults and checks the combination (dual clip > 1, TIS needs rollout logprobs, …). */
+/**
+ * Applies the defaults and checks every setting: finite numbers, non-negative clip ranges and
+ * coefficients, and the combination (dual clip > 1, TIS needs rollout logprobs, …).
+ * @throws DressageError `invalid_argument` naming the `loss.*` field.
+ */
 export function resolvePolicyLossOptions(options: PolicyLossOptions = {}): ResolvedPolicyLossOptions {
   const epsClip = options.epsClip ?? 0.2;
   const resolved: ResolvedPolicyLossOptions = {
@@ -96,6 +100,26 @@ export function resolvePolicyLossOptions(options: PolicyLossOptions = {}): Resol
     globalBatchSize: options.globalBatchSize ?? null,
     tokenNormalizer: options.tokenNormalizer ?? null,
   };
+  // Every number must be finite, and the clip ranges and coefficients non-negative: a negative
+  // eps_clip would make the clip range empty, a NaN coefficient would make the loss NaN.
+  const ranges: Array<[string, number | null, number]> = [
+    ['eps_clip', resolved.epsClip, 0],
+    ['eps_clip_high', resolved.epsClipHigh, 0],
+    ['eps_clip_c', resolved.epsClipC, 0],
+    ['tis_clip', resolved.tisClip, 0],
+    ['tis_clip_low', resolved.tisClipLow, 0],
+    ['kl_loss_coef', resolved.klLossCoef, 0],
+    ['entropy_coef', resolved.entropyCoef, Number.NEGATIVE_INFINITY],
+    ['token_normalizer', resolved.tokenNormalizer, 0],
+  ];
+  for (const [field, value, minimum] of ranges) {
+    if (value !== null && !(Number.isFinite(value) && value >= minimum)) {
+      throw invalid(`loss.${field} must be a finite number${minimum === 0 ? ' ≥ 0' : ''}, got ${value}`, {
+        field: `loss.${field}`,
+        value: String(value),
+      });
+    }
+  }
   if (!klTypes.has(resolved.klLossType)) {
     throw invalid(`Unknown KL loss type "${resolved.klLossType}"; expected k1, k2, k3 or low_var_kl`);
   }
@@ -109,7 +133,9 @@ export function resolvePolicyLossOptions(options: PolicyLossOptions = {}): Resol
     throw invalid(`tisClipLow (${resolved.tisClipLow}) is above tisClip (${resolved.tisClip})`);
   }
   const size = resolved.globalBatchSize;
-  if (size !== null && !(size > 0)) throw invalid(`globalBatchSize must be positive, got ${size}`);
+  if (size !== null && !(size > 0 && Number.isSafeInteger(size))) {
+    throw invalid(`globalBatchSize must be a positive integer, got ${size}`, { field: 'global_batch_size' });
+  }
   return resolved;
 }
 

@@ -1,3 +1,4 @@
+import { DressageError } from '@dressage/protocol';
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { selectBackend } from './backend.js';
@@ -278,5 +279,25 @@ describe('exact denominators (prompt-equal weighting survives the trainer)', () 
       policyLossReference({ logProbs }, batch, { useTis: true, useRolloutLogProbs: true }),
     ).toThrow(/cannot be combined/);
     expect(() => policyLossReference({ logProbs }, batch, { useKlLoss: true })).toThrow(/refLogProbs/);
+  });
+
+  it.each([
+    [{ epsClip: -0.1 }, 'loss.eps_clip'],
+    [{ epsClipHigh: -5 }, 'loss.eps_clip_high'],
+    [{ epsClip: Number.NaN }, 'loss.eps_clip'],
+    [{ tisClip: Number.POSITIVE_INFINITY }, 'loss.tis_clip'],
+    [{ klLossCoef: -1 }, 'loss.kl_loss_coef'],
+    [{ entropyCoef: Number.NaN }, 'loss.entropy_coef'],
+  ] as const)('rejects %o as invalid_argument naming %s (not a clip error)', (options, field) => {
+    const { batch, logProbs } = randomCase(1);
+    let caught: unknown;
+    try {
+      policyLoss({ logProbs: tf.tensor1d(logProbs) }, batch, options);
+    } catch (error) {
+      caught = error;
+    }
+    expect(DressageError.isInstance(caught)).toBe(true);
+    expect((caught as DressageError).code).toBe('invalid_argument');
+    expect((caught as DressageError).message).toContain(field);
   });
 });
