@@ -169,6 +169,98 @@ describe('EmbeddedTrainer over gRPC', () => {
   });
 });
 
+describe('EmbeddedTrainer over gRPC: nothing non-finite reaches the weights', () => {
+  let served: EmbeddedTrainerServer;
+  let client: TrainerClient;
+
+  beforeAll(async () => {
+    served = await startEmbeddedTrainerServer({ model: fixture.model, learningRate: 1e-3 });
+    client = createTrainerClient(served.address);
+  });
+
+  afterAll(async () => {
+    client.close();
+    await served.close();
+  });
+
+  const poisoned: Array<[string, (batch: PackedTrainBatch) => void, Record<string, unknown>, string]> = [
+    [
+      'a NaN reward',
+      (batch) => {
+        batch.rewards[2] = Number.NaN;
+      },
+      {},
+      'sample 2 (rollout_id 2) has rewards = NaN',
+    ],
+    [
+      'an infinite reward',
+      (batch) => {
+        batch.rewards[0] = -Infinity;
+      },
+      {},
+      'sample 0 (rollout_id 0) has rewards',
+    ],
+    [
+      'NaN rollout logprobs with use_rollout_logprobs',
+      (batch) => void batch.rollout_log_probs!.fill(Number.NaN),
+      { use_rollout_logprobs: true },
+      'sample 0 (rollout_id 0) has rollout_log_probs[0]',
+    ],
+    ['a learning rate of 1e30', () => undefined, { learning_rate: 1e30 }, 'loss.learning_rate'],
+    ['a negative eps_clip', () => undefined, { eps_clip: -1 }, 'loss.eps_clip'],
+    ['a negative eps_clip_high', () => undefined, { eps_clip_high: -5 }, 'loss.eps_clip_high'],
+  ];
+
+  it.each(poisoned)(
+    'rejects %s with INVALID_ARGUMENT and leaves the weights alone',
+    async (_, poison, loss, named) => {
+      const before = served.trainer.model.getWeights();
+      const batch = packSequences(fixture.model, sequences);
+      poison(batch);
+      await expect(client.train(batch, { loss })).rejects.toMatchObject({
+        code: 'invalid_argument',
+        message: expect.stringContaining(named),
+      });
+      expect(weightsEqual(served.trainer.model.getWeights(), before)).toBe(true);
+    },
+  );
+
+  it('skips and reports a step whose gradient norm is not finite', async () => {
+    const before = served.trainer.model.getWeights();
+    // Finite inputs whose gradients overflow float32: the norm is infinite.
+    const batch = packSequences(
+      fixture.model,
+      sequences.map((sequence) => ({ ...sequence, reward: 3e38 })),
+    );
+    const response = await client.train(batch, { loss: { eps_clip: 1e30 } });
+    expect(response.optimizer_steps).toBe(0);
+    expect(response.metrics.nonfinite_step_skipped).toBe(1);
+    expect(Number.isFinite(response.metrics.grad_norm)).toBe(false);
+    expect(weightsEqual(served.trainer.model.getWeights(), before)).toBe(true);
+    // The trainer keeps training on good data afterwards.
+    const good = await client.train(packSequences(fixture.model, sequences));
+    expect(good.optimizer_steps).toBe(1);
+  });
+
+  it('refuses to save or publish non-finite weights', async () => {
+    const weights = served.trainer.model.getWeights();
+    const [name, values] = [...weights][0]!;
+    const good = values.slice();
+    values[3] = Number.NaN;
+    served.trainer.model.setWeights(weights);
+    try {
+      await expect(client.saveCheckpoint({ path: join(scratch, 'nan-checkpoint') })).rejects.toMatchObject({
+        code: 'failed_precondition',
+        message: expect.stringContaining(`parameter ${name}[3] is NaN`),
+      });
+      await expect(client.updateWeights()).rejects.toMatchObject({ code: 'failed_precondition' });
+    } finally {
+      weights.set(name, good);
+      served.trainer.model.setWeights(weights);
+    }
+  });
+});
+
 describe('EmbeddedTrainer', () => {
   it('trains the same step whatever the micro-batch size', async () => {
     const batch = packSequences(fixture.model, [

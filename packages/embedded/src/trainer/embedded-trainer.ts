@@ -2,6 +2,7 @@ import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
+  checkTrainBatchValues,
   DressageError,
   type GetInfoResponse,
   type HealthResponse,
@@ -75,6 +76,11 @@ export interface EmbeddedTrainerOptions {
   temperature?: number;
   /** Adam learning rate when a Train call's LossConfig has none. Default 1e-3. */
   learningRate?: number;
+  /**
+   * Largest learning rate a Train call may ask for. Adam moves every weight by up to the learning
+   * rate per step, so anything near 1 already destroys a model. Default 1.
+   */
+  maxLearningRate?: number;
   /** Global gradient-norm clip (slime's `--clip-grad`); 0 disables. Default 1. */
   maxGradientNorm?: number;
   /**
@@ -147,6 +153,7 @@ export class EmbeddedTrainer implements TrainerImplementation {
   readonly #tokenizerDirectory: string | undefined;
   readonly #temperature: number;
   readonly #defaultLearningRate: number;
+  readonly #maxLearningRate: number;
   readonly #maxGradientNorm: number;
   readonly #maxMicroBatchTokens: number;
   readonly #modelName: string;
@@ -175,7 +182,11 @@ export class EmbeddedTrainer implements TrainerImplementation {
       throw invalid(`temperature must be a finite number ≥ 0, got ${temperature}`);
     }
     this.#temperature = logprobTemperature({ temperature, topP: 1, topK: -1 });
-    this.#defaultLearningRate = checkLearningRate(options.learningRate ?? 1e-3);
+    this.#maxLearningRate = options.maxLearningRate ?? 1;
+    if (!(this.#maxLearningRate > 0) || !Number.isFinite(this.#maxLearningRate)) {
+      throw invalid(`maxLearningRate must be a positive finite number, got ${this.#maxLearningRate}`);
+    }
+    this.#defaultLearningRate = checkLearningRate(options.learningRate ?? 1e-3, this.#maxLearningRate);
     this.#maxGradientNorm = options.maxGradientNorm ?? 1;
     this.#maxMicroBatchTokens = options.maxMicroBatchTokens ?? 4096;
     if (!(this.#maxMicroBatchTokens >= 1)) {
@@ -238,9 +249,12 @@ export class EmbeddedTrainer implements TrainerImplementation {
    * TrainerService Train: one Adam step on a packed batch. `header.loss` selects the loss
    * (`loss_type`), its settings and the learning rate; `header.global_batch_size` the per-rollout
    * reducer's step size.
+   * A step whose loss or gradient norm is not finite is not applied: the weights and Adam's moments
+   * stay as they were, and the response has `optimizer_steps` 0 and `metrics.nonfinite_step_skipped` 1.
    * @throws DressageError `invalid_argument` for a sample longer than the context, an unknown loss
-   * type, a trainable token outside the vocabulary, an invalid loss setting, or `entropy_coef` /
-   * `use_kl_loss` (not supported yet); `cancelled` /
+   * type, a trainable token outside the vocabulary, a NaN or infinite reward, loss denominator or
+   * logprob (naming the sample and field), a learning rate outside (0, `maxLearningRate`], an invalid
+   * loss setting, or `entropy_coef` / `use_kl_loss` (not supported yet); `cancelled` /
    * `deadline_exceeded` when `signal` fires between micro-batches (no update is applied then).
    */
   train(
@@ -255,6 +269,7 @@ export class EmbeddedTrainer implements TrainerImplementation {
    * TrainerService UpdateWeights: labels the trained weights (`weight_version`, or the next
    * version) and publishes them, to the in-process engine by assignment, or to engine URLs through
    * a checkpoint and `/update_weights_from_disk`.
+   * @throws DressageError `failed_precondition` when any weight is NaN or infinite (nothing is published).
    */
   updateWeights(request: Partial<UpdateWeightsRequest> = {}): Promise<Partial<UpdateWeightsResponse>> {
     return this.#exclusive(() => this.#updateWeights(request));
@@ -263,6 +278,7 @@ export class EmbeddedTrainer implements TrainerImplementation {
   /**
    * TrainerService SaveCheckpoint: the model (bit-exact weights, `loadModel` reads it), the weight
    * version, the step counters and Adam's moments.
+   * @throws DressageError `failed_precondition` when any weight is NaN or infinite (nothing is written).
    */
   saveCheckpoint(request: Partial<SaveCheckpointRequest>): Promise<Partial<SaveCheckpointResponse>> {
     return this.#exclusive(() => this.#saveCheckpoint(request));
@@ -317,11 +333,14 @@ export class EmbeddedTrainer implements TrainerImplementation {
         loss_type: lossType,
       });
     }
-    this.#optimizer.currentLearningRate = checkLearningRate(
+    const learningRate = checkLearningRate(
       header.loss?.learning_rate ?? this.#defaultLearningRate,
+      this.#maxLearningRate,
     );
+    checkTrainBatchValues(batch);
     const options = policyLossOptionsFromLossConfig(header.loss, header.global_batch_size ?? 0);
     const resolved = resolvePolicyLossOptions(options);
+    this.#optimizer.currentLearningRate = learningRate;
     if (resolved.entropyCoef !== 0 || resolved.useKlLoss) {
       // Neither the entropy of the full distribution nor reference logprobs are computed here yet.
       throw invalid('The embedded trainer supports neither entropy_coef nor use_kl_loss yet', {
@@ -359,9 +378,20 @@ export class EmbeddedTrainer implements TrainerImplementation {
             ? clipGradientsByGlobalNorm(gradients, this.#maxGradientNorm)
             : { gradients, norm: globalNorm(gradients) };
         gradients = clipped.gradients;
-        this.#optimizer.applyGradients(Object.entries(gradients).map(([name, tensor]) => ({ name, tensor })));
         metrics.grad_norm = clipped.norm;
-        optimizerSteps = 1;
+        // A non-finite loss or gradient would turn every weight (and Adam's moments) into NaN: the
+        // step is skipped, the weights and optimizer stay as they were, and the response says so.
+        if (Number.isFinite(clipped.norm) && Number.isFinite(metrics.loss ?? 0)) {
+          this.#optimizer.applyGradients(
+            Object.entries(gradients).map(([name, tensor]) => ({ name, tensor })),
+          );
+          optimizerSteps = 1;
+        } else {
+          metrics.nonfinite_step_skipped = 1;
+          this.#log?.(
+            `embedded trainer: step skipped, loss ${metrics.loss} and gradient norm ${clipped.norm} are not both finite; the weights are unchanged`,
+          );
+        }
       }
     } finally {
       disposeGradients(gradients);
@@ -465,6 +495,7 @@ export class EmbeddedTrainer implements TrainerImplementation {
     const requestedUrls = request.engine_urls ?? [];
     const urls = requestedUrls.length > 0 ? requestedUrls : this.#engineUrls;
     const weights = this.model.getWeights();
+    checkFiniteWeights(weights, 'UpdateWeights', 'publish them to an engine');
     let enginesUpdated = 0;
     if (requestedUrls.length === 0 && this.#engine !== undefined) {
       await this.#engine.updateWeights(
@@ -548,6 +579,7 @@ export class EmbeddedTrainer implements TrainerImplementation {
   async #saveCheckpoint(request: Partial<SaveCheckpointRequest>): Promise<Partial<SaveCheckpointResponse>> {
     const directory = request.path ?? '';
     if (directory === '') throw invalid('SaveCheckpoint needs a path');
+    checkFiniteWeights(this.model.getWeights(), 'SaveCheckpoint', 'write them');
     const rolloutId = request.rollout_id ?? this.#rolloutId;
     await saveCheckpoint(directory, this.model, {
       weightVersion: this.#weightVersion,
@@ -600,13 +632,30 @@ export class EmbeddedTrainer implements TrainerImplementation {
   }
 }
 
-function checkLearningRate(value: number): number {
-  if (!(value > 0) || !Number.isFinite(value)) {
-    throw invalid(`The learning rate must be a positive finite number, got ${value}`, {
+function checkLearningRate(value: number, maximum: number): number {
+  if (!(value > 0) || !(value <= maximum)) {
+    throw invalid(`loss.learning_rate must be a positive number ≤ ${maximum}, got ${value}`, {
+      field: 'loss.learning_rate',
       learning_rate: value,
+      max_learning_rate: maximum,
     });
   }
   return value;
+}
+
+// Never written or published: weights with a NaN or infinity in them.
+function checkFiniteWeights(weights: ReadonlyMap<string, Float32Array>, method: string, what: string): void {
+  for (const [name, values] of weights) {
+    for (let index = 0; index < values.length; index++) {
+      const value = values[index] as number;
+      if (value - value === 0) continue;
+      throw new DressageError({
+        code: 'failed_precondition',
+        message: `${method} refused: parameter ${name}[${index}] is ${value}; the trainer does not ${what} while any weight is not finite (load a checkpoint to recover)`,
+        details: { parameter: name, index, value: String(value) },
+      });
+    }
+  }
 }
 
 function globalNorm(gradients: tf.NamedTensorMap): number {
