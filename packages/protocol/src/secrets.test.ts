@@ -39,3 +39,30 @@ describe('secrets', () => {
     );
   });
 });
+
+describe('secrets on standard input', () => {
+  it('reads /dev/stdin from its descriptor, even when it is a socket', async () => {
+    const { spawn } = await import('node:child_process');
+    const { fileURLToPath } = await import('node:url');
+    const module = fileURLToPath(new URL('./secrets.ts', import.meta.url));
+    // Node's 'pipe' stdio is a socket pair: opening /dev/stdin by path fails there with ENXIO.
+    const child = spawn(
+      process.execPath,
+      [
+        '--import',
+        'tsx',
+        '--input-type=module',
+        '-e',
+        `import { readSecret } from ${JSON.stringify(module)}; console.log(readSecret({ file: '/dev/stdin', label: 'k' }));`,
+      ],
+      { stdio: ['pipe', 'pipe', 'inherit'] },
+    );
+    child.stdin.end('piped-key\n');
+    let output = '';
+    child.stdout.on('data', (chunk: Buffer) => {
+      output += chunk.toString();
+    });
+    const code = await new Promise((resolve) => child.on('exit', resolve));
+    expect([code, output.trim()]).toEqual([0, 'piped-key']);
+  });
+});

@@ -31,7 +31,11 @@ export function bearerMatches(authorization: string | undefined, expected: strin
 export interface SecretSources {
   /** A value given directly (a command-line flag: visible to `ps`, so the other sources are preferred). */
   value?: string | undefined;
-  /** A file holding the secret; surrounding whitespace (a trailing newline) is dropped. */
+  /**
+   * A file holding the secret; surrounding whitespace (a trailing newline) is dropped. `/dev/stdin`
+   * reads standard input to its end (a parent can hand a secret over without argv, environment or
+   * file; read through the descriptor, since a socket behind /dev/stdin cannot be opened by path).
+   */
   file?: string | undefined;
   /** A value from an environment variable. */
   environment?: string | undefined;
@@ -50,7 +54,7 @@ export function readSecret(sources: SecretSources): string | undefined {
   if (sources.file !== undefined && sources.file !== '') {
     let text: string;
     try {
-      text = readFileSync(sources.file, 'utf8');
+      text = readFileSync(sources.file === '/dev/stdin' ? 0 : sources.file, 'utf8');
     } catch (error) {
       throw new DressageError({
         code: 'invalid_argument',
