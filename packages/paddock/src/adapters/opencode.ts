@@ -13,7 +13,11 @@ import {
 import type { BlackboxMessage } from '../blackbox/schemas.js';
 import { AgentProcess, agentEnv, freePort } from './agent-process.js';
 
-/** `backend_options` of the opencode adapter (strict). */
+/**
+ * `backend_options` of the opencode adapter (strict). The executable is the server operator's
+ * choice (`$DRESSAGE_OPENCODE_BIN`, else `opencode` on PATH), never a register request's: whoever reaches
+ * the server must not pick a program for it to run.
+ */
 export const opencodeOptionsSchema = z.strictObject({
   provider_id: z.string().min(1).default('sglang'),
   provider_name: z.string().min(1).default('Dressage Proxy'),
@@ -36,8 +40,6 @@ export const opencodeOptionsSchema = z.strictObject({
       reserved: z.int().nonnegative().optional(),
     })
     .optional(),
-  /** The opencode executable. Default `$DRESSAGE_OPENCODE_BIN`, else `opencode` on PATH. */
-  command: z.string().min(1).optional(),
 });
 
 /** Options of the opencode adapter. */
@@ -158,7 +160,7 @@ export class OpencodeAdapter implements BlackboxAdapter {
     }
     await writeFile(join(configDir, 'opencode.json'), JSON.stringify(config, null, 2));
     this.port = await freePort();
-    const command = this.options.command ?? process.env.DRESSAGE_OPENCODE_BIN ?? 'opencode';
+    const command = process.env.DRESSAGE_OPENCODE_BIN || 'opencode';
     this.process.start([command, 'serve', '--port', String(this.port), '--hostname', '127.0.0.1'], {
       cwd: context.workDir,
       env: agentEnv(home, {

@@ -15,13 +15,15 @@ import type { BlackboxMessage } from '../blackbox/schemas.js';
 import { runProcessGroup } from '../sandbox/process-group.js';
 import { agentEnv } from './agent-process.js';
 
-/** `backend_options` of the qwen-code adapter (strict). */
+/**
+ * `backend_options` of the qwen-code adapter (strict). The executable is the server operator's
+ * choice (`$DRESSAGE_QWEN_CODE_BIN`, else `qwen` on PATH), never a register request's: whoever reaches
+ * the server must not pick a program for it to run.
+ */
 export const qwenCodeOptionsSchema = z.strictObject({
   model_id: z.string().min(1).default('proxy-model'),
   /** Agent steps per turn inside qwen-code. */
   max_session_turns: z.int().positive().default(50),
-  /** The qwen executable. Default `$DRESSAGE_QWEN_CODE_BIN`, else `qwen` on PATH. */
-  command: z.string().min(1).optional(),
 });
 
 type Json = Record<string, unknown>;
@@ -102,7 +104,7 @@ export class QwenCodeAdapter implements BlackboxAdapter {
   }
 
   private get command(): string {
-    return this.options.command ?? process.env.DRESSAGE_QWEN_CODE_BIN ?? 'qwen';
+    return process.env.DRESSAGE_QWEN_CODE_BIN || 'qwen';
   }
 
   async init(context: AdapterContext): Promise<void> {

@@ -1,5 +1,8 @@
+import { readSecret } from '@dressage/protocol';
+
 /** Settings of a BlackboxServer. Durations are in seconds, as on the wire. */
 export interface BlackboxServerConfig {
+  /** Listen address. Default 127.0.0.1: another address (`0.0.0.0`) is a deliberate choice. */
   host: string;
   port: number;
   runtime_root: string;
@@ -13,11 +16,18 @@ export interface BlackboxServerConfig {
   runtime_health_check_interval: number;
   runtime_health_check_retries: number;
   runtime_health_check_retry_delay: number;
+  /**
+   * The server runs inside a sandbox (a paddock slot): only then does `execute_cmd` run commands,
+   * because outside one they would run as the server's own user on the host.
+   */
+  inside_sandbox: boolean;
+  /** Largest accepted request body in bytes (413 beyond it). */
+  max_request_bytes: number;
 }
 
 /** Class defaults (the CLI reads the environment instead, see {@link blackboxConfigFromEnv}). */
 export const defaultBlackboxConfig: BlackboxServerConfig = {
-  host: '0.0.0.0',
+  host: '127.0.0.1',
   port: 8080,
   runtime_root: '/tmp/blackbox_server',
   max_sessions: 1,
@@ -29,6 +39,8 @@ export const defaultBlackboxConfig: BlackboxServerConfig = {
   runtime_health_check_interval: 10,
   runtime_health_check_retries: 5,
   runtime_health_check_retry_delay: 1,
+  inside_sandbox: false,
+  max_request_bytes: 16 * 1024 ** 2,
 };
 
 function number(env: NodeJS.ProcessEnv, key: string, fallback: number): number {
@@ -39,10 +51,14 @@ function number(env: NodeJS.ProcessEnv, key: string, fallback: number): number {
   return value;
 }
 
-/** Reads the `BBS_*` environment variables (with the CLI defaults: port 23456, 3 retries, 0.5 s delay). */
+/**
+ * Reads the `BBS_*` environment variables (with the CLI defaults: port 23456, 3 retries, 0.5 s
+ * delay). `BBS_INSIDE_SANDBOX=1` says the server runs inside a sandbox; `BBS_MAX_REQUEST_MB` bounds
+ * request bodies.
+ */
 export function blackboxConfigFromEnv(env: NodeJS.ProcessEnv = process.env): BlackboxServerConfig {
   return {
-    host: env.BBS_HOST ?? '0.0.0.0',
+    host: env.BBS_HOST || '127.0.0.1',
     port: number(env, 'BBS_PORT', 23456),
     runtime_root: env.BBS_RUNTIME_ROOT ?? '/tmp/blackbox_server',
     max_sessions: number(env, 'BBS_MAX_SESSIONS', 1),
@@ -54,5 +70,16 @@ export function blackboxConfigFromEnv(env: NodeJS.ProcessEnv = process.env): Bla
     runtime_health_check_interval: number(env, 'BBS_RUNTIME_HEALTH_CHECK_INTERVAL', 10),
     runtime_health_check_retries: number(env, 'BBS_RUNTIME_HEALTH_CHECK_RETRIES', 3),
     runtime_health_check_retry_delay: number(env, 'BBS_RUNTIME_HEALTH_CHECK_RETRY_DELAY', 0.5),
+    inside_sandbox: /^(1|true|yes)$/i.test(env.BBS_INSIDE_SANDBOX ?? ''),
+    max_request_bytes: Math.floor(number(env, 'BBS_MAX_REQUEST_MB', 16) * 1024 ** 2),
   };
+}
+
+/**
+ * The bearer key the server requires, from `BBS_API_KEY_FILE` (a file; `/dev/stdin` reads a key a
+ * parent wrote to the server's stdin) or `BBS_API_KEY`. Undefined: no key, every caller that
+ * reaches the port is trusted.
+ */
+export function blackboxApiKeyFromEnv(env: NodeJS.ProcessEnv = process.env): string | undefined {
+  return readSecret({ file: env.BBS_API_KEY_FILE, environment: env.BBS_API_KEY, label: 'BBS_API_KEY_FILE' });
 }

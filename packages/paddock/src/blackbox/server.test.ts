@@ -69,6 +69,8 @@ describe('BlackboxServer over HTTP', () => {
         port: 0,
         runtime_root: join(workDir, '.runtime'),
         runtime_health_check_retries: 0,
+        // The test stands in for the sandbox the server would run in.
+        inside_sandbox: true,
         ...config,
       },
       workDir,

@@ -1,10 +1,10 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { constants } from 'node:fs';
-import { access, copyFile, mkdir, readFile } from 'node:fs/promises';
+import { access, copyFile, mkdir, readFile, realpath } from 'node:fs/promises';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { isAbsolute, join } from 'node:path';
-import { issuesFromZodError } from '@dressage/protocol';
+import { isAbsolute, join, relative, resolve, sep } from 'node:path';
+import { bearerMatches, issuesFromZodError, reachableHost } from '@dressage/protocol';
 import type { z } from 'zod';
 import { runProcessGroup } from '../sandbox/process-group.js';
 import {
@@ -119,6 +119,11 @@ export interface BlackboxServerOptions {
   adapters?: Record<string, AdapterFactory>;
   /** The agent's working directory. Default `process.cwd()`. */
   workDir?: string;
+  /**
+   * Bearer key every route but `/health` requires (compared in constant time). Without one, anyone
+   * who reaches the port drives the server: keep it on loopback.
+   */
+  apiKey?: string;
 }
 
 const now = () => new Date().toISOString();
@@ -188,6 +193,7 @@ export class BlackboxServer {
   readonly config: BlackboxServerConfig;
   private readonly adapters: Record<string, AdapterFactory>;
   private readonly workDir: string;
+  private readonly apiKey: string | null;
   private http: Server | null = null;
   private status: ServerStatus = 'idle';
   private binding: Binding | null = null;
@@ -211,9 +217,10 @@ export class BlackboxServer {
     this.effective = this.config;
     this.adapters = options.adapters ?? {};
     this.workDir = options.workDir ?? process.cwd();
+    this.apiKey = options.apiKey ?? null;
   }
 
-  /** Starts listening; returns the base URL. */
+  /** Starts listening; returns the base URL to reach it from this machine. */
   async listen(): Promise<string> {
     const server = createServer((request, response) => void this.dispatch(request, response));
     await new Promise<void>((resolve, reject) => {
@@ -222,8 +229,14 @@ export class BlackboxServer {
     });
     this.http = server;
     const address = server.address() as AddressInfo;
-    const host = this.config.host === '0.0.0.0' ? '127.0.0.1' : this.config.host;
-    return `http://${host}:${address.port}`;
+    return `http://${reachableHost(this.config.host)}:${address.port}`;
+  }
+
+  /** `address:port` the socket is bound to (`0.0.0.0:23456` when it listens on every interface). */
+  get boundAddress(): string | null {
+    const address = this.http?.address();
+    if (address === null || address === undefined || typeof address === 'string') return null;
+    return `${address.family === 'IPv6' ? `[${address.address}]` : address.address}:${address.port}`;
   }
 
   /** Fails active turns with `server_shutdown`, stops the agent and the proxy, closes the socket. */
@@ -262,6 +275,11 @@ export class BlackboxServer {
     this.httpInflight += 1;
     try {
       const url = new URL(request.url ?? '/', 'http://blackbox');
+      const health = request.method === 'GET' && url.pathname.replace(/\/+$/, '') === '/health';
+      if (this.apiKey !== null && !health && !bearerMatches(request.headers.authorization, this.apiKey)) {
+        request.resume();
+        throw new BlackboxHttpError(401, 'unauthorized', 'Missing or wrong bearer key');
+      }
       const body = await this.readJson(request);
       const result = await this.route(request.method ?? 'GET', url, body, id);
       const payload = result.raw
@@ -277,6 +295,8 @@ export class BlackboxServer {
               'internal_error',
               error instanceof Error ? error.message : String(error),
             );
+      // A body cut off at the size limit leaves unread bytes on the connection: do not reuse it.
+      if (http.status === 413 && !request.complete) response.setHeader('connection', 'close');
       send(response, http.status, {
         request_id: id,
         error: http.error,
@@ -290,8 +310,25 @@ export class BlackboxServer {
 
   private async readJson(request: IncomingMessage): Promise<unknown> {
     if (request.method === 'GET' || request.method === 'HEAD') return undefined;
+    const limit = this.config.max_request_bytes;
+    const tooLarge = () =>
+      new BlackboxHttpError(413, 'request_too_large', `Request body exceeds the limit of ${limit} bytes`, {
+        limit_bytes: limit,
+      });
+    if (Number(request.headers['content-length'] ?? 0) > limit) {
+      request.resume();
+      throw tooLarge();
+    }
     const chunks: Buffer[] = [];
-    for await (const chunk of request) chunks.push(chunk as Buffer);
+    let size = 0;
+    for await (const chunk of request) {
+      size += (chunk as Buffer).length;
+      if (size > limit) {
+        request.resume();
+        throw tooLarge();
+      }
+      chunks.push(chunk as Buffer);
+    }
     const text = Buffer.concat(chunks).toString('utf8');
     if (text.trim() === '') return {};
     try {
@@ -326,7 +363,7 @@ export class BlackboxServer {
     if (method === 'GET' && path === '/v1/rollout/pause_state') return { body: this.pauseStateBody() };
     const match = /^\/v1\/sessions\/([^/]+)(?:\/(.*))?$/.exec(path);
     if (match) {
-      const sessionId = decodeURIComponent(match[1] as string);
+      const sessionId = decodePathSegment(match[1] as string, 'session_id');
       const rest = match[2] ?? '';
       if (!idPattern.test(sessionId)) {
         throw new BlackboxHttpError(400, 'request_error', 'Invalid session id', {
@@ -339,7 +376,7 @@ export class BlackboxServer {
       if (method === 'GET' && rest === '') return { body: this.sessionBody(sessionId, url.searchParams) };
       const turnMatch = /^turns\/([^/]+)(\/cancel)?$/.exec(rest);
       if (turnMatch) {
-        const turnId = decodeURIComponent(turnMatch[1] as string);
+        const turnId = decodePathSegment(turnMatch[1] as string, 'turn_id');
         if (method === 'POST' && turnMatch[2]) return this.cancel(sessionId, turnId);
         if (method === 'GET' && !turnMatch[2])
           return this.turnStatus(sessionId, turnId, url.searchParams.get('wait'));
@@ -436,24 +473,11 @@ export class BlackboxServer {
     const { proxy: proxyRaw, ...adapterOptions } = request.backend_options;
     const proxyResult = proxyOptionsSchema.safeParse(proxyRaw ?? {});
     if (!proxyResult.success) throw validation(proxyResult.error, 'backend_options.proxy');
-    if (request.system_prompt_file) {
-      const file = request.system_prompt_file;
-      const readable =
-        isAbsolute(file) &&
-        (await access(file, constants.R_OK).then(
-          () => true,
-          () => false,
-        ));
-      if (!readable) {
-        throw new BlackboxHttpError(
-          400,
-          'request_error',
-          'system_prompt_file must be an absolute, readable path',
-          {
-            errors: [{ path: 'system_prompt_file', message: 'not an absolute readable file' }],
-          },
-        );
-      }
+    const systemPromptFile = request.system_prompt_file
+      ? await this.ownFile(request.system_prompt_file, 'system_prompt_file')
+      : null;
+    if (request.server_config?.runtime_root !== undefined) {
+      await this.ownDirectory(request.server_config.runtime_root, 'server_config.runtime_root');
     }
 
     await this.teardownBackend();
@@ -461,7 +485,13 @@ export class BlackboxServer {
     this.status = 'initializing';
     this.effective = { ...this.config, ...(request.server_config ?? {}) } as BlackboxServerConfig;
     try {
-      await this.initBackend(request, router, proxyResult.data, adapterOptions, factory);
+      await this.initBackend(
+        { ...request, system_prompt_file: systemPromptFile },
+        router,
+        proxyResult.data,
+        adapterOptions,
+        factory,
+      );
     } catch (error) {
       await this.teardownBackend();
       this.binding = null;
@@ -480,6 +510,63 @@ export class BlackboxServer {
     this.lastError = null;
     this.startHealthMonitor();
     return { body: this.registerBody() };
+  }
+
+  /** The roots a register request may name files under: the work dir and the configured runtime root. */
+  private async ownRoots(): Promise<string[]> {
+    const roots = await Promise.all(
+      [this.workDir, this.config.runtime_root].map((root) => realpath(root).catch(() => resolve(root))),
+    );
+    return [...new Set(roots)];
+  }
+
+  /**
+   * Resolves a file a register request names (symlinks included) and refuses it unless it is an
+   * absolute, readable file inside the sandbox's own tree: a caller must not make the server read
+   * host files such as `/etc/shadow` into the agent's prompt.
+   */
+  private async ownFile(file: string, field: string): Promise<string> {
+    const refuse = (why: string) =>
+      new BlackboxHttpError(400, 'request_error', `${field} ${why}`, {
+        errors: [{ path: field, message: why }],
+      });
+    if (!isAbsolute(file)) throw refuse('must be an absolute path');
+    let resolved: string;
+    try {
+      resolved = await realpath(file);
+      await access(resolved, constants.R_OK);
+    } catch {
+      throw refuse('must be a readable file');
+    }
+    const roots = await this.ownRoots();
+    if (!roots.some((root) => isInside(root, resolved))) {
+      throw refuse(`must resolve inside the server's work dir or runtime root (${roots.join(', ')})`);
+    }
+    return resolved;
+  }
+
+  /** Like {@link ownFile} for a directory the server will create things in (it need not exist yet). */
+  private async ownDirectory(directory: string, field: string): Promise<void> {
+    let existing = resolve(directory);
+    let resolved: string | null = null;
+    while (resolved === null) {
+      try {
+        resolved = join(await realpath(existing), relative(existing, resolve(directory)));
+      } catch {
+        const parent = resolve(existing, '..');
+        if (parent === existing) break;
+        existing = parent;
+      }
+    }
+    const roots = await this.ownRoots();
+    if (resolved === null || !roots.some((root) => isInside(root, resolved))) {
+      throw new BlackboxHttpError(
+        400,
+        'request_error',
+        `${field} must resolve inside the server's work dir or runtime root (${roots.join(', ')})`,
+        { errors: [{ path: field, message: 'outside the server tree' }] },
+      );
+    }
   }
 
   private async initBackend(
@@ -1041,6 +1128,13 @@ export class BlackboxServer {
         errors: [{ path: 'cmd', message: 'newline, carriage return or NUL' }],
       });
     }
+    if (!this.config.inside_sandbox) {
+      throw new BlackboxHttpError(
+        403,
+        'forbidden',
+        'execute_cmd runs commands only when the server runs inside a sandbox (BBS_INSIDE_SANDBOX=1): here they would run as the server user on the host',
+      );
+    }
     const session = this.boundSession(sessionId);
     const latest = session.order.length > 0 ? session.turns.get(session.order.at(-1) as string) : undefined;
     if (latest && !isTerminal(latest.status)) {
@@ -1181,6 +1275,22 @@ function incidentError(incident: ProxyIncident): TurnError {
     details: { proxy_error: incident.error },
     http_status: 502,
   };
+}
+
+/** Decodes one %-encoded path segment; a malformed escape is the caller's error (400), not ours. */
+function decodePathSegment(segment: string, field: string): string {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    throw new BlackboxHttpError(400, 'request_error', `Malformed %-encoding in ${field}`, {
+      errors: [{ path: field, message: 'malformed percent-encoding' }],
+    });
+  }
+}
+
+function isInside(root: string, path: string): boolean {
+  const rest = relative(root, path);
+  return rest === '' || (rest !== '..' && !rest.startsWith(`..${sep}`) && !isAbsolute(rest));
 }
 
 function isTerminal(status: TurnStatus): boolean {

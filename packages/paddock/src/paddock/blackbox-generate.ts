@@ -50,6 +50,8 @@ export class BlackboxClient {
   constructor(
     readonly baseUrl: string,
     retry: RetryOptions = {},
+    /** Sent with every call: the endpoint's headers (a slot server's bearer token). */
+    private readonly headers: Record<string, string> = {},
   ) {
     const fromEnv = Number(
       process.env.DRESSAGE_BLACKBOX_AGENT_REQUEST_MAX_ATTEMPTS ??
@@ -77,7 +79,8 @@ export class BlackboxClient {
       try {
         const response = await fetch(`${this.baseUrl}${path}`, {
           method,
-          headers: body === undefined ? undefined : { 'content-type': 'application/json' },
+          headers:
+            body === undefined ? this.headers : { ...this.headers, 'content-type': 'application/json' },
           body: body === undefined ? undefined : JSON.stringify(body),
         });
         const parsed = (await response.json().catch(() => ({}))) as Json;
@@ -194,7 +197,7 @@ export function createBlackboxGenerate(options: BlackboxGenerateOptions) {
       });
       const endpoint =
         lease.endpoints.blackbox?.url ?? (await options.provider.getPublicUrl(lease, 31000, 'blackbox'));
-      const client = new BlackboxClient(endpoint, options.retry);
+      const client = new BlackboxClient(endpoint, options.retry, lease.endpoints.blackbox?.headers ?? {});
       await client.register({
         blackbox_type: options.blackboxType ?? process.env.DRESSAGE_BLACKBOX_TYPE ?? 'opencode',
         router: options.proxyUrl ?? process.env.DRESSAGE_PROXY_URL ?? 'http://127.0.0.1:8800',

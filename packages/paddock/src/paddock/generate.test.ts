@@ -35,13 +35,15 @@ const script: Script = (request) => {
   return { content: 'working', tool_calls: [{ name: 'shell', arguments: { cmd: 'echo tool-output' } }] };
 };
 
-// A provider whose "sandbox" is one in-process BlackboxServer per lease.
+// A provider whose "sandbox" is one in-process BlackboxServer per lease, guarded by its own key as
+// a pool slot's server is: the generate function must send the endpoint's headers.
 function inProcessProvider(workDir: string): SandboxProvider & { live: number } {
   const servers = new Map<string, BlackboxServer>();
   const provider = {
     name: 'in_process',
     live: 0,
     async create(spec: { trajectoryId: string }): Promise<SandboxLease> {
+      const apiKey = `key-${spec.trajectoryId}`;
       const server = new BlackboxServer({
         config: {
           host: '127.0.0.1',
@@ -49,7 +51,9 @@ function inProcessProvider(workDir: string): SandboxProvider & { live: number } 
           runtime_root: join(workDir, 'rt'),
           backend_timeout: 0.5,
           runtime_health_check_retries: 0,
+          inside_sandbox: true,
         },
+        apiKey,
         workDir,
         adapters: { script_agent: () => new ScriptAgentAdapter() },
       });
@@ -60,7 +64,7 @@ function inProcessProvider(workDir: string): SandboxProvider & { live: number } 
         trajectoryId: spec.trajectoryId,
         provider: 'in_process',
         sandboxId: spec.trajectoryId,
-        endpoints: { blackbox: { url, headers: {} } },
+        endpoints: { blackbox: { url, headers: { authorization: `Bearer ${apiKey}` } } },
         capabilities: ['command'],
         metadata: {},
       };
