@@ -88,7 +88,7 @@ describe.each(agents)('%s in a bubblewrap slot', (type, agent, options) => {
     const call = async (method: string, path: string, body?: unknown) => {
       const response = await fetch(`${lease.sandboxUrl}${path}`, {
         method,
-        headers: { 'content-type': 'application/json' },
+        headers: { ...lease.headers, 'content-type': 'application/json' },
         body: body === undefined ? undefined : JSON.stringify(body),
       });
       return { status: response.status, body: (await response.json()) as Json };
@@ -127,7 +127,9 @@ describe.each(agents)('%s in a bubblewrap slot', (type, agent, options) => {
     const check = await call('POST', `/v1/sessions/${session}/execute_cmd`, {
       cmd: 'cat /workspace/proof.txt; id -u',
     });
-    expect(check.body).toMatchObject({ stdout: 'sandboxed-proof\n1000\n', returncode: 0 });
+    // As root the slot runs as its unprivileged host uid, else as uid 1000 of a user namespace.
+    const uid = pool.hostIdentityOf(lease.slotId)?.uid ?? 1000;
+    expect(check.body).toMatchObject({ stdout: `sandboxed-proof\n${uid}\n`, returncode: 0 });
 
     // Every model request carried the bound session and turn.
     const requests = model.requests.filter((request) => request.headers['x-session-id'] === session);

@@ -1,4 +1,5 @@
 import { existsSync, lstatSync, readlinkSync } from 'node:fs';
+import { dirname } from 'node:path';
 
 /** Paths inside every sandbox. */
 export const sandboxPaths = {
@@ -28,13 +29,31 @@ export interface BwrapOptions {
   unsharePid?: boolean;
   /** A private network namespace with only loopback: no egress, no host ports. Default false. */
   unshareNet?: boolean;
-  /** uid/gid inside the user namespace. Default 1000. */
+  /** uid/gid inside the user namespace. Default 1000. Ignored with {@link BwrapOptions.hostIdentity}. */
   uid?: number;
   gid?: number;
+  /**
+   * Run the sandboxed command as this unprivileged host uid/gid, with no capabilities and no
+   * supplementary groups. For callers running as root: a user namespace started by root maps the
+   * sandbox user to host root, who owns root-only files such as /etc/shadow. bwrap then runs
+   * privileged (it can bind any path root can read) and `setpriv` drops to the identity before the
+   * command starts. Mount points it creates are made traversable (0755) for that identity.
+   */
+  hostIdentity?: HostIdentity;
+  /** Single files bound read-only over the system binds, as `[host path, sandbox path]`. */
+  readOnlyFiles?: readonly (readonly [string, string])[];
   env: Record<string, string>;
   /** Working directory inside the sandbox. Default the work dir. */
   cwd?: string;
   extraArgs?: readonly string[];
+}
+
+/** An unprivileged host identity a sandbox runs as (see {@link BwrapOptions.hostIdentity}). */
+export interface HostIdentity {
+  uid: number;
+  gid: number;
+  /** The `setpriv` binary (util-linux), bound into the sandbox with the system. Default /usr/bin/setpriv. */
+  setprivPath?: string;
 }
 
 /** The system directories bound read-only by default (those that exist here). */
@@ -66,13 +85,14 @@ function mountArgs(path: string): string[] {
  */
 export function buildBwrapArgs(options: BwrapOptions, command: readonly string[]): string[] {
   const unsharePid = options.unsharePid ?? true;
+  const identity = options.hostIdentity;
+  const user = identity
+    ? // Privileged bwrap keeps only the two capabilities setpriv needs to drop to the identity.
+      ['--cap-add', 'CAP_SETUID', '--cap-add', 'CAP_SETGID']
+    : ['--unshare-user', '--uid', String(options.uid ?? 1000), '--gid', String(options.gid ?? 1000)];
   const args = [
     options.bwrapPath ?? 'bwrap',
-    '--unshare-user',
-    '--uid',
-    String(options.uid ?? 1000),
-    '--gid',
-    String(options.gid ?? 1000),
+    ...user,
     '--unshare-ipc',
     '--unshare-uts',
     '--hostname',
@@ -84,7 +104,30 @@ export function buildBwrapArgs(options: BwrapOptions, command: readonly string[]
   if (options.unshareNet) args.push('--unshare-net');
   const system = [...new Set(options.readOnlyMounts.filter((path) => defaultSystemMounts.includes(path)))];
   const others = [...new Set(options.readOnlyMounts.filter((path) => !defaultSystemMounts.includes(path)))];
-  for (const path of system) args.push(...mountArgs(path));
+  // Privileged bwrap creates missing parents of mount points as 0700 root directories, which the
+  // dropped identity could not traverse: create them 0755 first.
+  const ensured = new Set<string>();
+  const parentsOf = (destination: string) => {
+    if (!identity) return;
+    const parents: string[] = [];
+    for (let parent = dirname(destination); parent !== '/' && parent !== '.'; parent = dirname(parent)) {
+      parents.unshift(parent);
+    }
+    for (const parent of parents) {
+      if (ensured.has(parent)) continue;
+      ensured.add(parent);
+      args.push('--perms', '0755', '--dir', parent);
+    }
+  };
+  const mount = (path: string) => {
+    parentsOf(path);
+    args.push(...mountArgs(path));
+  };
+  for (const path of system) mount(path);
+  for (const [source, destination] of options.readOnlyFiles ?? []) {
+    parentsOf(destination);
+    args.push('--ro-bind', source, destination);
+  }
   args.push('--dev', '/dev');
   // A fresh /proc only shows the sandbox's own processes; without a PID namespace the host's /proc is
   // shared read-only (what bwrap allows there).
@@ -92,20 +135,37 @@ export function buildBwrapArgs(options: BwrapOptions, command: readonly string[]
   else args.push('--ro-bind', '/proc', '/proc');
   args.push('--tmpfs', '/run');
   const { directories } = options;
-  args.push('--bind', directories.home, sandboxPaths.home);
-  args.push('--bind', directories.work, sandboxPaths.work);
-  args.push('--bind', directories.runtime, sandboxPaths.runtime);
-  args.push('--bind', directories.tmp, sandboxPaths.tmp);
+  for (const [source, destination] of [
+    [directories.home, sandboxPaths.home],
+    [directories.work, sandboxPaths.work],
+    [directories.runtime, sandboxPaths.runtime],
+    [directories.tmp, sandboxPaths.tmp],
+  ] as const) {
+    parentsOf(destination);
+    args.push('--bind', source, destination);
+  }
   // Extra read-only mounts go on top of the slot directories: a checkout under /tmp (as many CI
   // runners use) must stay visible through the slot's private /tmp.
-  for (const path of others) args.push(...mountArgs(path));
+  for (const path of others) mount(path);
   // The root itself is a tmpfs bwrap made; freeze it so nothing outside the binds is writable.
   args.push('--remount-ro', '/');
   args.push('--clearenv');
   for (const [key, value] of Object.entries(options.env)) args.push('--setenv', key, value);
   args.push('--chdir', options.cwd ?? sandboxPaths.work);
   if (options.extraArgs) args.push(...options.extraArgs);
-  args.push('--', ...command);
+  args.push('--');
+  if (identity) {
+    args.push(
+      identity.setprivPath ?? '/usr/bin/setpriv',
+      `--reuid=${identity.uid}`,
+      `--regid=${identity.gid}`,
+      '--clear-groups',
+      '--inh-caps=-all',
+      '--bounding-set=-all',
+      '--',
+    );
+  }
+  args.push(...command);
   return args;
 }
 

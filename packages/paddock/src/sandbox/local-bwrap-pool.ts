@@ -2,13 +2,14 @@ import type { ChildProcess } from 'node:child_process';
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { mkdir, rename, rm, writeFile } from 'node:fs/promises';
+import { chown, mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { DressageError } from '@dressage/protocol';
+import { DressageError, isLoopbackAddress } from '@dressage/protocol';
 import {
   buildBwrapArgs,
   defaultSystemMounts,
+  type HostIdentity,
   type SlotDirectories,
   sandboxBaseEnv,
   sandboxPaths,
@@ -31,7 +32,8 @@ export type SlotState =
 
 /**
  * `blackbox`: every slot runs a BlackboxServer on `basePort + slot` (the network namespace must be
- * shared for the host to reach it). `command_only`: no server; commands and files go through the pool.
+ * shared for the host to reach it); each server requires its slot's own bearer token, which only the
+ * pool and the lease holder know. `command_only`: no server; commands and files go through the pool.
  */
 export type PoolMode = 'blackbox' | 'command_only';
 
@@ -69,6 +71,13 @@ export interface LocalBwrapPoolOptions {
   startupTimeoutSeconds?: number;
   limits?: ResourceLimits;
   bwrapPath?: string;
+  /**
+   * When the pool runs as root, slot `i` runs as the unprivileged host uid and gid
+   * `sandboxHostUid + i` (default 100000), so that nothing in a sandbox has root's rights on host
+   * files (a user namespace started by root maps its users to root). Ignored otherwise: the user
+   * namespace then maps the sandbox user to the caller, who is unprivileged already.
+   */
+  sandboxHostUid?: number;
   /** Write `<baseDir>/pool.json` for `dressage-local-bwrap status|stop`. Default true. */
   writeStateFile?: boolean;
 }
@@ -84,6 +93,11 @@ export interface PoolLease {
   poolMode: PoolMode;
   acquiredAt: number;
   expiresAt: number | null;
+  /**
+   * Headers every call to the slot's server must carry (its bearer token, blackbox mode). Other
+   * slots and host processes do not have it, so they cannot drive the server.
+   */
+  headers: Record<string, string>;
 }
 
 /** One slot in {@link PoolStatus}. */
@@ -114,6 +128,8 @@ interface Slot {
   directories: SlotDirectories & { root: string };
   lease: PoolLease | null;
   server: ChildProcess | null;
+  /** Bearer token of the running server; a new one at every server start. */
+  token: string | null;
   running: Set<ChildProcess>;
   error: string | null;
   failures: number;
@@ -183,6 +199,7 @@ export class LocalBwrapPool {
   private readonly cgroups: SlotCgroups;
   private readonly readOnlyMounts: string[];
   private readonly serverCommand: readonly string[] | null;
+  private readonly identityBase: number | null;
   private waiters: (() => void)[] = [];
   private healthTimer: NodeJS.Timeout | null = null;
   private stopped = false;
@@ -211,6 +228,14 @@ export class LocalBwrapPool {
     }
     mounts.push(...(options.extraReadOnlyMounts ?? []));
     this.readOnlyMounts = mounts;
+    this.identityBase = process.getuid?.() === 0 ? (options.sandboxHostUid ?? 100_000) : null;
+    if (this.identityBase !== null && !existsSync('/usr/bin/setpriv')) {
+      throw new DressageError({
+        code: 'failed_precondition',
+        message:
+          'running as root, the pool drops sandboxes to an unprivileged uid with /usr/bin/setpriv (util-linux), which is missing',
+      });
+    }
     this.cgroups = new SlotCgroups(
       `dressage-${process.pid}-${randomBytes(3).toString('hex')}`,
       options.limits ?? {},
@@ -231,11 +256,31 @@ export class LocalBwrapPool {
         },
         lease: null,
         server: null,
+        token: null,
         running: new Set(),
         error: null,
         failures: 0,
       });
     }
+  }
+
+  /**
+   * The host uid and gid slot `slotId` runs as, or null when the pool does not run as root (the
+   * sandbox user is then the caller's own uid, through a user namespace).
+   */
+  hostIdentityOf(slotId: number): HostIdentity | null {
+    if (this.identityBase === null) return null;
+    return { uid: this.identityBase + slotId, gid: this.identityBase + slotId };
+  }
+
+  /**
+   * Hands host paths the pool created in a leased slot (files written for it) to the slot's
+   * identity, so that the sandboxed agent can change them. Nothing to do when not running as root.
+   */
+  async giveToSlot(lease: PoolLease, paths: readonly string[]): Promise<void> {
+    const identity = this.hostIdentityOf(this.checkLease(lease).id);
+    if (identity === null) return;
+    for (const path of paths) await chown(path, identity.uid, identity.gid);
   }
 
   /** Which resource limits apply here. */
@@ -327,6 +372,7 @@ export class LocalBwrapPool {
     const slotLabel = String(slot.id).padStart(4, '0');
     const trajectoryLabel = trajectoryId.replace(/[^A-Za-z0-9]/g, '').slice(0, 32);
     return {
+      headers: slot.token === null ? {} : { authorization: `Bearer ${slot.token}` },
       leaseId: `lease-${String(process.pid).padStart(12, '0').slice(-12)}-${slotLabel}-gen${slot.generation}-${trajectoryLabel}-${randomBytes(4).toString('hex')}`,
       trajectoryId,
       slotId: slot.id,
@@ -411,9 +457,12 @@ export class LocalBwrapPool {
     env: Record<string, string>,
     cwd?: string,
   ): string[] {
+    const identity = this.hostIdentityOf(slot.id);
     const argv = buildBwrapArgs(
       {
         bwrapPath: this.options.bwrapPath,
+        hostIdentity: identity ?? undefined,
+        readOnlyFiles: identity === null ? [] : this.identityFiles(slot),
         directories: slot.directories,
         hostname: `dressage-bb-${String(slot.id).padStart(4, '0')}`,
         readOnlyMounts: this.readOnlyMounts,
@@ -477,18 +526,57 @@ export class LocalBwrapPool {
 
   private async createDirectories(slot: Slot): Promise<void> {
     const { home, work, runtime, tmp } = slot.directories;
-    await Promise.all([home, work, runtime, tmp].map((dir) => mkdir(dir, { recursive: true, mode: 0o755 })));
+    const writable = [home, work, runtime, tmp];
+    await Promise.all(writable.map((dir) => mkdir(dir, { recursive: true, mode: 0o755 })));
+    const identity = this.hostIdentityOf(slot.id);
+    if (identity === null) return;
+    await Promise.all(writable.map((dir) => chown(dir, identity.uid, identity.gid)));
+    await this.writeIdentityFiles(slot, identity);
+  }
+
+  // The slot's /etc/passwd and /etc/group: the host's, plus the sandbox user under its host uid, so
+  // that programs asking who they are (getpwuid) get an answer.
+  private identityFiles(slot: Slot): [string, string][] {
+    const directory = join(this.baseDir, 'identity', String(slot.id).padStart(4, '0'));
+    return [
+      [join(directory, 'passwd'), '/etc/passwd'],
+      [join(directory, 'group'), '/etc/group'],
+    ];
+  }
+
+  private async writeIdentityFiles(slot: Slot, identity: HostIdentity): Promise<void> {
+    const [[passwd], [group]] = this.identityFiles(slot) as [[string, string], [string, string]];
+    if (existsSync(passwd) && existsSync(group)) return;
+    await mkdir(dirname(passwd), { recursive: true, mode: 0o755 });
+    const host = async (path: string) => (await readFile(path, 'utf8').catch(() => '')).replace(/\n?$/, '\n');
+    const { uid, gid } = identity;
+    await writeFile(
+      passwd,
+      `${await host('/etc/passwd')}blackbox:x:${uid}:${gid}:Dressage sandbox:${sandboxPaths.home}:/bin/sh\n`,
+      { mode: 0o644 },
+    );
+    await writeFile(group, `${await host('/etc/group')}blackbox:x:${gid}:\n`, { mode: 0o644 });
   }
 
   private async startServer(slot: Slot): Promise<void> {
     const port = this.portOf(slot);
+    // Leases advertised beyond this machine need the server on every interface; the token guards it.
+    const advertised = this.options.advertiseHost ?? '127.0.0.1';
     const argv = this.bwrapArgv(slot, this.serverCommand as readonly string[], {
-      BBS_HOST: '0.0.0.0',
+      BBS_HOST: isLoopbackAddress(advertised) ? '127.0.0.1' : '0.0.0.0',
       BBS_PORT: String(port),
       BBS_RUNTIME_ROOT: sandboxPaths.runtime,
+      BBS_INSIDE_SANDBOX: '1',
+      // The token travels through the server's stdin: not in its argv or environment (which other
+      // processes of the sandbox could read) and not in a file of the slot.
+      BBS_API_KEY_FILE: '/dev/stdin',
     });
     const [command, ...args] = argv;
-    const child = spawn(command as string, args, { detached: true, stdio: ['ignore', 'ignore', 'pipe'] });
+    const token = randomBytes(32).toString('base64url');
+    const child = spawn(command as string, args, { detached: true, stdio: ['pipe', 'ignore', 'pipe'] });
+    child.stdin?.on('error', () => {});
+    child.stdin?.end(`${token}\n`);
+    slot.token = token;
     let stderr = '';
     child.stderr?.on('data', (chunk: Buffer) => {
       stderr = (stderr + chunk.toString('utf8')).slice(-4000);
@@ -516,6 +604,7 @@ export class LocalBwrapPool {
   private async stopProcesses(slot: Slot): Promise<void> {
     const children = [...slot.running, ...(slot.server ? [slot.server] : [])];
     slot.server = null;
+    slot.token = null;
     await Promise.all(
       children.map(
         (child) =>

@@ -127,9 +127,9 @@ export class LocalBwrapProvider implements SandboxProvider {
   private toSandboxLease(lease: PoolLease, spec: SandboxSpec): SandboxLease {
     const endpoints: SandboxLease['endpoints'] = {};
     if (lease.poolMode === 'blackbox') {
-      endpoints.blackbox = { url: lease.sandboxUrl, headers: {} };
+      endpoints.blackbox = { url: lease.sandboxUrl, headers: { ...lease.headers } };
       for (const service of spec.services ?? [])
-        endpoints[service.name] = { url: lease.sandboxUrl, headers: {} };
+        endpoints[service.name] = { url: lease.sandboxUrl, headers: { ...lease.headers } };
     }
     return {
       trajectoryId: lease.trajectoryId,
@@ -209,13 +209,23 @@ export class LocalBwrapProvider implements SandboxProvider {
     content: string | Uint8Array,
     options: { append?: boolean } = {},
   ): Promise<void> {
-    const directories = this.pool.directoriesOf(this.poolLease(lease));
+    const poolLease = this.poolLease(lease);
+    const directories = this.pool.directoriesOf(poolLease);
     const target = hostPathOf(directories, path);
     await confine(directories, target, false);
-    await mkdir(dirname(target), { recursive: true });
+    const firstCreated = await mkdir(dirname(target), { recursive: true });
     const confined = await confine(directories, target, false);
     if (options.append) await appendFile(confined, content);
     else await writeFile(confined, content);
+    // Written by the host (root, perhaps): hand the new directories and the file to the sandbox user.
+    const created: string[] = [];
+    if (firstCreated !== undefined) {
+      for (let dir = dirname(target); dir.startsWith(firstCreated); dir = dirname(dir)) {
+        created.push(dir);
+        if (dir === firstCreated) break;
+      }
+    }
+    await this.pool.giveToSlot(poolLease, [...created, confined]);
   }
 
   /** Stops the pool when this provider created it. */

@@ -58,7 +58,10 @@ describe('local bubblewrap sandboxes', () => {
     expect(read.stdout).not.toContain('host secret');
     const whoami = await provider.runCommand(lease, 'id -u; hostname');
     const [uid, hostname] = whoami.stdout.split('\n');
-    expect(uid).toBe('1000');
+    // As root the sandbox runs as the slot's unprivileged host uid; otherwise as uid 1000 of a user
+    // namespace mapped to the caller.
+    const identity = provider.pool.hostIdentityOf(Number(lease.metadata.slot_id));
+    expect(uid).toBe(String(identity?.uid ?? 1000));
     expect(hostname).toMatch(/^dressage-bb-\d{4}$/);
     await provider.runCommand(lease, `ln -s ${join(hostDir, 'secret.txt')} escape.txt`);
     await expect(provider.readFile(lease, 'escape.txt')).rejects.toThrow();
