@@ -3,7 +3,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { extname, join, normalize, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { DressageError } from '@dressage/protocol';
+import { DressageError, hostHeaderName, isLoopbackAddress } from '@dressage/protocol';
 import type { InspectedSession, SegmentView } from './model.js';
 import { resolveView, sessionDetail, sessionExport, type TokenDecoder, tokenPage } from './session-detail.js';
 import { maxPageSize, parseSessionQuery, SessionIndex } from './session-index.js';
@@ -92,6 +92,32 @@ function attachmentName(id: string, extension: string): string {
 export interface InspectorHandlerOptions {
   source: InspectorSource;
   decoder: TokenDecoder;
+  /**
+   * Host names (of the `Host` header) accepted besides loopback ones (`localhost`, `127.0.0.1`,
+   * `[::1]`); `'*'` accepts any. Requests naming another host are refused, so that a web page that
+   * rebinds its own domain to 127.0.0.1 (DNS rebinding) cannot read the training data.
+   */
+  allowedHosts?: readonly string[];
+}
+
+/** Whether a `Host` header names loopback or one of `allowed`. */
+export function hostAllowed(header: string | undefined, allowed: readonly string[] = []): boolean {
+  if (allowed.includes('*')) return true;
+  const name = hostHeaderName(header)?.toLowerCase();
+  if (name === undefined) return false;
+  return isLoopbackAddress(name) || allowed.some((host) => host.toLowerCase() === name);
+}
+
+function decodeSegment(segment: string): string {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    throw new DressageError({
+      code: 'invalid_argument',
+      message: `Malformed %-encoding in the path: ${segment}`,
+      details: { segment },
+    });
+  }
 }
 
 /** The request handler of the inspector: the JSON API, the exports and the bundled front end. */
@@ -115,9 +141,17 @@ export function createInspectorHandler(options: InspectorHandlerOptions): {
     return session;
   };
 
+  const allowedHosts = options.allowedHosts ?? [];
   const route = (request: IncomingMessage, response: ServerResponse): void => {
+    if (!hostAllowed(request.headers.host, allowedHosts)) {
+      sendJson(response, 403, {
+        error: 'forbidden_host',
+        message: `Host ${JSON.stringify(request.headers.host ?? '')} is not allowed: the inspector answers loopback names only (allow others with allowedHosts / --allow-host)`,
+      });
+      return;
+    }
     const url = new URL(request.url ?? '/', 'http://inspector.local');
-    const parts = url.pathname.split('/').filter(Boolean).map(decodeURIComponent);
+    const parts = url.pathname.split('/').filter(Boolean).map(decodeSegment);
     if (request.method !== 'GET' && request.method !== 'HEAD') {
       sendJson(response, 405, { error: 'method_not_allowed' });
       return;
@@ -207,13 +241,20 @@ export interface InspectorServer {
   close(): Promise<void>;
 }
 
-/** Starts the HTTP server on `host:port` (port 0 picks a free one). */
+/**
+ * Starts the HTTP server on `host:port` (port 0 picks a free one). A specific listen address is an
+ * allowed `Host` too; a wildcard one (`0.0.0.0`) needs `allowedHosts`.
+ */
 export async function listenInspector(
   options: InspectorHandlerOptions & { port?: number; host?: string },
 ): Promise<InspectorServer> {
-  const { index, handle } = createInspectorHandler(options);
-  const server = createServer(handle);
   const host = options.host ?? '127.0.0.1';
+  const wildcard = host === '0.0.0.0' || host === '::';
+  const { index, handle } = createInspectorHandler({
+    ...options,
+    allowedHosts: [...(options.allowedHosts ?? []), ...(wildcard ? [] : [host])],
+  });
+  const server = createServer(handle);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(options.port ?? 0, host, () => resolve());

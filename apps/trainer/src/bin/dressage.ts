@@ -16,7 +16,7 @@ const usage = `dressage — agentic RL training
 
   dressage train --recipe FILE.yaml [--resume] [--steps N] [--dry-run]
   dressage report --run DIR [--name NAME]
-  dressage inspect --run DIR | --file FILE | --store DIR [--port N]
+  dressage inspect --run DIR | --file FILE | --store DIR [--port N] [--host 127.0.0.1] [--allow-host NAME]
   dressage proxy [dressage-proxy flags]
   dressage engine [dressage-engine arguments]
   dressage blackbox-server
@@ -92,6 +92,8 @@ async function inspect(args: string[]): Promise<number> {
       file: { type: 'string', multiple: true },
       store: { type: 'string' },
       port: { type: 'string' },
+      host: { type: 'string' },
+      'allow-host': { type: 'string', multiple: true },
     },
   });
   const inspector = await startInspector({
@@ -99,6 +101,8 @@ async function inspect(args: string[]): Promise<number> {
     ...(values.file === undefined ? {} : { file: values.file }),
     ...(values.store === undefined ? {} : { store: values.store }),
     ...(values.port === undefined ? {} : { port: Number(values.port) }),
+    ...(values.host === undefined ? {} : { host: values.host }),
+    ...(values['allow-host'] === undefined ? {} : { allowedHosts: values['allow-host'] }),
   });
   console.log(`dressage inspect: ${inspector.index.size} sessions at ${inspector.url} (Ctrl-C to stop)`);
   await new Promise((resolve) => {
