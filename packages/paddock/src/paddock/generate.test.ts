@@ -49,7 +49,6 @@ function inProcessProvider(workDir: string): SandboxProvider & { live: number } 
           host: '127.0.0.1',
           port: 0,
           runtime_root: join(workDir, 'rt'),
-          backend_timeout: 0.5,
           runtime_health_check_retries: 0,
           inside_sandbox: true,
         },
@@ -113,20 +112,23 @@ describe('generate functions', () => {
 
   it('runs the blackbox lifecycle into trainable samples and classifies failures', async () => {
     const provider = inProcessProvider(workDir);
-    const generate = createBlackboxGenerate({
+    const options = {
       provider,
       proxy: httpTrajectoryProxy(model.url),
       proxyUrl: model.url,
       blackboxType: 'script_agent',
-      serverConfig: { backend_timeout: 0.5 },
       retry: { maxAttempts: 2, initialDelaySeconds: 0.01 },
-    });
+    };
+    // Only the timeout case runs with a timeout below its 1.5 s reply: a loaded machine must not
+    // time out the others.
+    const generate = createBlackboxGenerate({ ...options, serverConfig: { backend_timeout: 60 } });
+    const shortTimeout = createBlackboxGenerate({ ...options, serverConfig: { backend_timeout: 0.5 } });
     const [sample] = await generate(
       template('solve it', {
         blackbox_execute_cmds: { before_agent: [{ name: 'prep', cmd: 'echo prep', required: true }] },
       }),
     );
-    expect(sample).toMatchObject({
+    expect(sample, JSON.stringify(sample?.metadata)).toMatchObject({
       status: 'completed',
       rollout_id: 3,
       remove_sample: false,
@@ -148,7 +150,7 @@ describe('generate functions', () => {
     });
 
     // A backend timeout aborts: a no-gradient placeholder with the failure recorded.
-    const [timedOut] = await generate(template('timeout please'));
+    const [timedOut] = await shortTimeout(template('timeout please'));
     expect(timedOut).toMatchObject({ remove_sample: true, status: 'failed', loss_mask: [] });
     expect(timedOut?.metadata).toMatchObject({
       blackbox_agent_error_kind: 'backend_timeout',
