@@ -1,0 +1,272 @@
+// Nobody in: servers listen on loopback unless told otherwise, keys never need argv and are compared
+// in constant time, the standalone BlackboxServer runs nothing on the host for whoever reaches it,
+// sandboxes keep agents away from root-only files and from each other, and the inspector answers
+// loopback names only. Real built CLIs, real bubblewrap, as root where CI runs as root.
+import { execFileSync } from 'node:child_process';
+import { chmodSync, existsSync, readFileSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { request } from 'node:http';
+import { createRequire } from 'node:module';
+import { networkInterfaces } from 'node:os';
+import { dirname, join } from 'node:path';
+import { startInspector } from '@dressage/inspector';
+import { LocalBwrapProvider, type SandboxLease } from '@dressage/paddock';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { temporaryDirectory } from './fixtures.js';
+import { proxyBin, qwenModelDirectory } from './proxy-process.js';
+import { type ServerProcess, startServerProcess, statusOf } from './server-process.js';
+
+const require = createRequire(import.meta.url);
+const blackboxServerBin = join(
+  dirname(require.resolve('@dressage/paddock/package.json')),
+  'dist/bin/dressage-blackbox-server.js',
+);
+const asRoot = process.getuid?.() === 0;
+const bwrapAvailable = (() => {
+  try {
+    execFileSync('bwrap', ['--version']);
+    return true;
+  } catch {
+    return false;
+  }
+})();
+
+/** A non-loopback IPv4 address of this machine, if it has one. */
+function externalAddress(): string | null {
+  for (const addresses of Object.values(networkInterfaces())) {
+    for (const address of addresses ?? [])
+      if (address.family === 'IPv4' && !address.internal) return address.address;
+  }
+  return null;
+}
+
+const portOf = (url: string) => new URL(url).port;
+const scratch = temporaryDirectory('dressage-nobody-in-');
+afterAll(() => scratch.remove());
+
+describe('nobody in: dressage-proxy', () => {
+  let proxy: ServerProcess | null = null;
+  afterAll(async () => {
+    await proxy?.kill();
+  });
+
+  it('listens on loopback unless told otherwise, and logs the address it bound', async () => {
+    proxy = await startServerProcess(proxyBin, [
+      '--tokenizer-path',
+      qwenModelDirectory,
+      '--store-dir',
+      'none',
+      '--port',
+      '0',
+    ]);
+    expect(proxy.line).toMatch(/listening on http:\/\/127\.0\.0\.1:\d+ /);
+    expect(await statusOf(`${proxy.url}/health`)).toBe(200);
+    const external = externalAddress();
+    if (external !== null) {
+      expect(await statusOf(`http://${external}:${portOf(proxy.url)}/health`)).toBe('ECONNREFUSED');
+    }
+    await proxy.kill();
+  });
+
+  it('takes its key from a file, keeps it out of argv, and refuses requests without it', async () => {
+    const keyFile = join(scratch.path, 'proxy-key');
+    writeFileSync(keyFile, 'proxy-secret-key\n', { mode: 0o600 });
+    proxy = await startServerProcess(proxyBin, [
+      '--tokenizer-path',
+      qwenModelDirectory,
+      '--store-dir',
+      'none',
+      '--port',
+      '0',
+      '--api-key-file',
+      keyFile,
+    ]);
+    const models = `${proxy.url}/v1/models`;
+    expect(await statusOf(models)).toBe(401);
+    expect(await statusOf(models, { authorization: 'Bearer proxy-secret' })).toBe(401);
+    expect(await statusOf(models, { authorization: 'Bearer proxy-secret-key' })).toBe(200);
+    // What `ps` shows every user of the machine.
+    const commandLine = readFileSync(`/proc/${proxy.child.pid}/cmdline`, 'utf8');
+    expect(commandLine).not.toContain('proxy-secret-key');
+  });
+});
+
+describe('nobody in: the standalone dressage-blackbox-server', () => {
+  let server: ServerProcess;
+  let workDir: string;
+  const key = { authorization: 'Bearer blackbox-key' };
+
+  beforeAll(async () => {
+    workDir = join(scratch.path, 'blackbox-work');
+    execFileSync('mkdir', ['-p', workDir]);
+    const keyFile = join(scratch.path, 'blackbox-key');
+    writeFileSync(keyFile, 'blackbox-key\n', { mode: 0o600 });
+    server = await startServerProcess(blackboxServerBin, [], {
+      cwd: workDir,
+      env: {
+        ...process.env,
+        BBS_HOST: '',
+        BBS_PORT: '0',
+        BBS_RUNTIME_ROOT: join(workDir, '.runtime'),
+        BBS_API_KEY_FILE: keyFile,
+        BBS_MAX_REQUEST_MB: '1',
+        BBS_INSIDE_SANDBOX: '',
+      },
+    });
+  });
+  afterAll(async () => {
+    await server?.kill();
+  });
+
+  const post = async (path: string, body: unknown, headers: Record<string, string> = key) => {
+    const response = await fetch(`${server.url}${path}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...headers },
+      body: typeof body === 'string' ? body : JSON.stringify(body),
+    });
+    return { status: response.status, body: (await response.json()) as Record<string, unknown> };
+  };
+  const register = (extra: Record<string, unknown>) =>
+    post('/v1/rollout/register', {
+      blackbox_type: 'qwen_code',
+      router: 'http://127.0.0.1:9',
+      bound_session_id: 's1',
+      bound_instance_id: 'i1',
+      ...extra,
+    });
+
+  it('listens on loopback by default and wants its key on every route but /health', async () => {
+    expect(server.line).toMatch(
+      /listening on http:\/\/127\.0\.0\.1:\d+ \(bearer key required; outside a sandbox/,
+    );
+    const external = externalAddress();
+    if (external !== null) {
+      expect(await statusOf(`http://${external}:${portOf(server.url)}/health`)).toBe('ECONNREFUSED');
+    }
+    expect(await statusOf(`${server.url}/health`)).toBe(200);
+    expect(await statusOf(`${server.url}/v1/status`)).toBe(401);
+    expect(await statusOf(`${server.url}/v1/status`, key)).toBe(200);
+  });
+
+  it('refuses execute_cmd outside a sandbox: nothing runs on the host', async () => {
+    const marker = join(scratch.path, 'execute-cmd-ran');
+    const refused = await post('/v1/sessions/s1/execute_cmd', { cmd: `cat /etc/shadow > ${marker}` });
+    expect(refused).toMatchObject({ status: 403, body: { error: 'forbidden' } });
+    expect(existsSync(marker)).toBe(false);
+  });
+
+  it('starts no executable a register request names and reads no file outside its own tree', async () => {
+    const marker = join(scratch.path, 'backend-ran');
+    const evil = join(scratch.path, 'evil.sh');
+    writeFileSync(evil, `#!/bin/sh\ntouch ${marker}\n`);
+    chmodSync(evil, 0o755);
+    expect((await register({ backend_options: { command: evil } })).status).toBe(400);
+    expect((await register({ blackbox_type: evil })).status).toBe(400);
+    expect(existsSync(marker)).toBe(false);
+    symlinkSync('/etc/shadow', join(workDir, 'prompt-link.txt'));
+    for (const file of ['/etc/shadow', `${workDir}/../../../etc/shadow`, join(workDir, 'prompt-link.txt')]) {
+      const refused = await register({ system_prompt_file: file });
+      expect(refused.status, file).toBe(400);
+      expect((refused.body.details as { errors: { path: string }[] }).errors[0]?.path, file).toBe(
+        'system_prompt_file',
+      );
+    }
+  });
+
+  it('answers malformed %-escapes with 400 and oversize bodies with 413, and keeps serving', async () => {
+    expect(await statusOf(`${server.url}/v1/sessions/%E0%A4%A`, key)).toBe(400);
+    const big = await post('/v1/rollout/pause', { reason: 'x'.repeat(2 * 1024 * 1024) });
+    expect(big.status).toBe(413);
+    expect(await statusOf(`${server.url}/v1/status`, key)).toBe(200);
+  });
+});
+
+describe.runIf(bwrapAvailable)('nobody in: blackbox pool slots in real bubblewrap', () => {
+  let provider: LocalBwrapProvider;
+  let slotA: SandboxLease;
+  let slotB: SandboxLease;
+
+  beforeAll(async () => {
+    provider = new LocalBwrapProvider({
+      slots: 2,
+      mode: 'blackbox',
+      baseDir: join(scratch.path, 'pool'),
+      basePort: 36000 + Math.floor(Math.random() * 2000),
+      healthIntervalSeconds: 0,
+    });
+    await provider.pool.start();
+    slotA = await provider.create({ trajectoryId: 'slot-a', metadata: { paddock_mode: 'blackbox' } });
+    slotB = await provider.create({ trajectoryId: 'slot-b', metadata: { paddock_mode: 'blackbox' } });
+  }, 120_000);
+  afterAll(async () => {
+    await provider?.close();
+  });
+
+  it("a command in slot B cannot drive slot A's server or read A's workspace", async () => {
+    const a = slotA.endpoints.blackbox as { url: string; headers: Record<string, string> };
+    await provider.writeFile(slotA, 'secret.txt', 'slot A secret\n');
+    expect((await fetch(`${a.url}/v1/status`, { headers: a.headers })).status).toBe(200);
+    const attack = `
+      const out = [];
+      for (const [method, path, body] of [
+        ['GET', '/v1/status'],
+        ['POST', '/v1/sessions/s/execute_cmd', { cmd: 'cat /workspace/secret.txt' }],
+      ]) {
+        const response = await fetch(${JSON.stringify(a.url)} + path, { method,
+          headers: { 'content-type': 'application/json' }, body: body && JSON.stringify(body) });
+        out.push(response.status);
+      }
+      console.log(JSON.stringify(out));`;
+    const fromB = await provider.runCommand(slotB, ['node', '--input-type=module', '-e', attack], {
+      timeoutSeconds: 30,
+    });
+    expect(fromB.returncode, fromB.stderr).toBe(0);
+    expect(JSON.parse(fromB.stdout.trim())).toEqual([401, 401]);
+    const look = await provider.runCommand(slotB, 'cat /workspace/secret.txt; ps -eo args=');
+    expect(look.stdout).not.toContain('slot A secret');
+    expect(look.stdout).not.toContain('dressage-blackbox-server');
+  });
+
+  it.runIf(asRoot)(
+    'as root, a sandbox cannot read root-only host files but writes its own workspace',
+    async () => {
+      expect(statSync('/etc/shadow').mode & 0o007).toBe(0);
+      const probe = await provider.runCommand(slotB, 'id -u; cat /etc/shadow');
+      expect(probe.stdout.split('\n')[0]).not.toBe('0');
+      expect(probe.returncode).not.toBe(0);
+      expect(probe.stdout).not.toMatch(/^root:/m);
+      await provider.writeFile(slotB, 'given/by-host.txt', 'host\n');
+      const write = await provider.runCommand(
+        slotB,
+        'echo agent >> given/by-host.txt && echo own > own.txt && cat given/by-host.txt',
+      );
+      expect(write).toMatchObject({ returncode: 0, stdout: 'host\nagent\n' });
+    },
+  );
+});
+
+describe('nobody in: the inspector', () => {
+  it('answers loopback Host names only, so a rebound domain reads nothing', async () => {
+    const file = join(scratch.path, 'empty.jsonl');
+    writeFileSync(file, '');
+    const inspector = await startInspector({ file, port: 0 });
+    try {
+      const get = (host: string) =>
+        new Promise<number>((resolve, reject) => {
+          const sent = request(
+            { host: '127.0.0.1', port: inspector.port, path: '/api/sessions', headers: { host } },
+            (response) => {
+              response.resume();
+              resolve(response.statusCode ?? 0);
+            },
+          );
+          sent.on('error', reject);
+          sent.end();
+        });
+      expect(await get(`127.0.0.1:${inspector.port}`)).toBe(200);
+      expect(await get(`localhost:${inspector.port}`)).toBe(200);
+      expect(await get(`rebound.example:${inspector.port}`)).toBe(403);
+    } finally {
+      await inspector.close();
+    }
+  });
+});
