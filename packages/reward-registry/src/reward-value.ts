@@ -5,17 +5,51 @@ export type RewardValue = number | Readonly<Record<string, unknown>>;
 
 /**
  * Reads a sample's reward as a number, the way slime's trainer does: `null` is 0, a number is
- * itself, an object is read through `rewardKey` (a missing or non-numeric entry, or no key, is 0).
- * This is the lenient read used on samples that already went through reward computation.
+ * itself, an object is read through `rewardKey` (a `null` entry is 0, as in the reference).
+ *
+ * An object without the configured key, an object with no key configured, or a value of any other
+ * type is an `invalid_argument` error naming the key and `owner` (the sample, e.g. from
+ * `describeSample`; a function is only called on error): read as 0 it would silently zero every
+ * advantage of the batch.
  */
-export function readRewardValue(reward: unknown, rewardKey?: string | null): number {
+export function readRewardValue(
+  reward: unknown,
+  rewardKey?: string | null,
+  owner: string | (() => string) = 'a sample',
+): number {
   if (reward === null || reward === undefined) return 0;
   if (typeof reward === 'number') return reward;
-  if (typeof reward === 'object' && rewardKey) {
+  const where = () => (typeof owner === 'function' ? owner() : owner);
+  if (typeof reward === 'object' && !Array.isArray(reward)) {
+    const keys = Object.keys(reward);
+    if (!rewardKey) {
+      throw new DressageError({
+        code: 'invalid_argument',
+        message: `${where()}: reward is an object (keys: ${keys.join(', ') || 'none'}) but no reward key is configured to read it`,
+        details: { field: 'reward', keys },
+      });
+    }
+    if (!Object.hasOwn(reward, rewardKey)) {
+      throw new DressageError({
+        code: 'invalid_argument',
+        message: `${where()}: reward has no "${rewardKey}" entry (the configured reward key; keys: ${keys.join(', ') || 'none'})`,
+        details: { field: 'reward', reward_key: rewardKey, keys },
+      });
+    }
     const value = (reward as Record<string, unknown>)[rewardKey];
-    return typeof value === 'number' ? value : 0;
+    if (value === null || value === undefined) return 0;
+    if (typeof value === 'number') return value;
+    throw new DressageError({
+      code: 'invalid_argument',
+      message: `${where()}: reward["${rewardKey}"] is ${JSON.stringify(value)}, not a number`,
+      details: { field: `reward.${rewardKey}`, reward_key: rewardKey },
+    });
   }
-  return 0;
+  throw new DressageError({
+    code: 'invalid_argument',
+    message: `${where()}: reward is ${JSON.stringify(reward) ?? String(reward)}, expected a number, null or an object read through the reward key`,
+    details: { field: 'reward' },
+  });
 }
 
 /**

@@ -202,7 +202,9 @@ export function convertSamplesToTrainData(
     for (let i = 0; i < count; i++) {
       const override = (samples[i] as Sample).metadata.raw_reward;
       if (override !== undefined && override !== null)
-        rawRewards[i] = readRewardValue(override, resolved.rewardKey);
+        rawRewards[i] = readRewardValue(override, resolved.rewardKey, () =>
+          describeSample(samples[i] as Sample),
+        );
     }
   }
   const rolloutIds = assignRolloutIds(samples);

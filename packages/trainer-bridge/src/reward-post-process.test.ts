@@ -118,6 +118,24 @@ describe('rewardPostProcess', () => {
     close(rewards, [-1, 1, 0]);
   });
 
+  it('rejects an object reward without the configured key, naming the key and the sample', () => {
+    // A typo in the key must not read every reward as 0 (no signal, silently).
+    const samples = [
+      segment('t1', 0, { score: 1 }, { index: 3 }),
+      segment('t2', 0, { score: 0 }, { index: 4 }),
+    ];
+    try {
+      rewardPostProcess(samples, { rewardKey: 'scroe' });
+      expect.unreachable();
+    } catch (error) {
+      expect(DressageError.isInstance(error)).toBe(true);
+      expect((error as DressageError).code).toBe('invalid_argument');
+      expect((error as DressageError).message).toContain('"scroe"');
+      expect((error as DressageError).message).toContain('index 3');
+      expect((error as DressageError).message).toContain('session t1');
+    }
+  });
+
   it('rejects an unknown estimator', () => {
     try {
       rewardPostProcess([], { advantageEstimator: 'a2c' as never });

@@ -1,6 +1,6 @@
 import { findTrajectoryAnchors, trajectoryIdOf } from '@dressage/multi-segment';
 import type { Sample } from '@dressage/protocol';
-import { readRewardValue } from '@dressage/reward-registry';
+import { describeSample, readRewardValue } from '@dressage/reward-registry';
 import {
   dividesByStandardDeviation,
   normalizesRewards,
@@ -19,7 +19,10 @@ export interface PostProcessedRewards {
   rewards: number[];
 }
 
-type RewardSample = Pick<Sample, 'reward' | 'remove_sample' | 'group_index' | 'metadata'>;
+type RewardSample = Pick<
+  Sample,
+  'reward' | 'remove_sample' | 'group_index' | 'metadata' | 'index' | 'session_id'
+>;
 
 /**
  * Reward post-processing over a flat batch (slime's `--custom-reward-post-process-path` contract).
@@ -30,14 +33,17 @@ type RewardSample = Pick<Sample, 'reward' | 'remove_sample' | 'group_index' | 'm
  * standard-deviation normalisation, divided by its population standard deviation when that exceeds
  * 1e-6. Every live segment then gets its anchor's value, so all segments of a trajectory share one
  * advantage. Other estimators, or normalisation off, broadcast the anchor's raw reward. Removed
- * samples keep their raw value.
+ * samples keep their raw value. An object reward without the configured `rewardKey` is an
+ * `invalid_argument` error naming the key and the sample.
  */
 export function rewardPostProcess(
   samples: readonly RewardSample[],
   options: TrainingOptions = {},
 ): PostProcessedRewards {
   const resolved = resolveTrainingOptions(options);
-  const rawRewards = samples.map((sample) => readRewardValue(sample.reward, resolved.rewardKey));
+  const rawRewards = samples.map((sample) =>
+    readRewardValue(sample.reward, resolved.rewardKey, () => describeSample(sample)),
+  );
   const anchors = findTrajectoryAnchors(samples);
   const values = rawRewards.slice();
 
