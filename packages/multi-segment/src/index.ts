@@ -10,6 +10,12 @@ export {
 } from './anchors.js';
 export { type ExpandOptions, expandSegmentsToSamples } from './expand.js';
 export { abortedTrajectoryId, type MarkAbortedOptions, markAbortedNoGrad } from './mark-aborted.js';
-export { computeMultiSegmentMetrics, rawRewardTrajectoryMean, rolloutLogMetrics } from './metrics.js';
+export {
+  computeMultiSegmentMetrics,
+  mopdTeacherMetrics,
+  type RolloutMetricOptions,
+  rawRewardTrajectoryMean,
+  rolloutLogMetrics,
+} from './metrics.js';
 export type { SegmentInput } from './segment-input.js';
 export { tokenCap, type WriteSampleOptions, writeSampleFromSegment } from './write-sample.js';

@@ -81,7 +81,7 @@ describe('StalenessTracker', () => {
 });
 
 describe('computeMultiSegmentMetrics', () => {
-  it('counts live trajectories and segments and version spans', () => {
+  it('counts live segments of parent trajectories and version spans', () => {
     const samples = [
       createSample({ metadata: { parent_traj_id: 't1', full_versions: ['1', '1', '2', '-1'] } }),
       createSample({ metadata: { parent_traj_id: 't1', full_versions: ['3'] } }),
@@ -90,9 +90,9 @@ describe('computeMultiSegmentMetrics', () => {
       createSample({ metadata: { parent_traj_id: 't3' }, remove_sample: true }),
     ];
     expect(computeMultiSegmentMetrics(samples)).toEqual({
-      'rollout/num_trajectories': 3,
-      'rollout/num_segments': 4,
-      'rollout/segments_per_trajectory_mean': 4 / 3,
+      'rollout/num_trajectories': 2,
+      'rollout/num_segments': 3,
+      'rollout/segments_per_trajectory_mean': 1.5,
       'rollout/segments_per_trajectory_max': 2,
       'rollout/segments_per_trajectory_min': 1,
       'staleness/version_span_mean': 2,

@@ -60,5 +60,11 @@ hooks:
     expect(record?.metrics['custom/samples']).toBeGreaterThanOrEqual(4);
     // The default rollout metrics are still there (the log hook returned extra metrics, not `true`).
     expect(record?.metrics['rollout/num_trajectories']).toBe(4);
+    // Samples routed to a distillation teacher get that teacher's trajectory-mean reward.
+    const teachers = Object.keys(record?.metrics ?? {}).filter((key) => key.startsWith('rollout/mopd/'));
+    expect(teachers.length).toBeGreaterThan(0);
+    for (const key of teachers) {
+      expect(key).toMatch(/^rollout\/mopd\/raw_reward_trainable_trajectory_mean\/teacher_[01]$/);
+    }
   }, 300_000);
 });

@@ -1,7 +1,7 @@
 import { existsSync } from 'node:fs';
 import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
-import { computeMultiSegmentMetrics, rawRewardTrajectoryMean } from '@dressage/multi-segment';
+import { rawRewardTrajectoryMean, rolloutLogMetrics } from '@dressage/multi-segment';
 import { makeGenerate, type WhiteboxAgentClass } from '@dressage/paddock';
 import {
   DressageError,
@@ -243,8 +243,7 @@ export async function runTraining(
       maxLogprobDiff = Math.max(maxLogprobDiff, logprobDiffMax);
       const logged =
         hooks.rolloutLog === null ? undefined : await hooks.rolloutLog(step, samples, rollout.metrics);
-      const rolloutMetrics =
-        logged === true ? {} : { ...rollout.metrics, ...computeMultiSegmentMetrics(samples) };
+      const rolloutMetrics = logged === true ? {} : { ...rollout.metrics, ...rolloutLogMetrics(samples) };
       const metrics: Record<string, number> = {
         ...rolloutMetrics,
         ...(typeof logged === 'object' ? logged : {}),

@@ -10,7 +10,7 @@ export function dataSource(context: { recipe: { data: { n_samples_per_prompt: nu
   const records = [1, 2, 3, 4].map((value) => ({
     prompt: `What is ${value} + 1?`,
     label: String(value + 1),
-    metadata: { instance_id: `hook-${value}`, reward_fn: 'weather' },
+    metadata: { instance_id: `hook-${value}`, reward_fn: 'weather', teacher_id: `teacher ${value % 2}` },
   }));
   return PromptDataSource.fromRecords(records, {
     nSamplesPerPrompt: context.recipe.data.n_samples_per_prompt,
