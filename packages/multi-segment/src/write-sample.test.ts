@@ -101,6 +101,36 @@ describe('writeSampleFromSegment', () => {
     expect(writeSampleFromSegment(template(), none).response).toBe('');
   });
 
+  it('skips an assistant message that ended on a tool call (content null) for the last one with text', () => {
+    const input = segment(0, [0, 1], {
+      messages: [
+        { role: 'user', content: 'weather in Paris?' },
+        { role: 'assistant', content: 'The answer is 42' },
+        { role: 'user', content: 'and now?' },
+        {
+          role: 'assistant',
+          content: null,
+          tool_calls: [{ id: 'c1', type: 'function', function: { name: 'f', arguments: '{}' } }],
+        },
+        { role: 'tool', content: 'sunny', tool_call_id: 'c1' },
+      ],
+    });
+    const sample = writeSampleFromSegment(template(), input, { agentResponse: 'fallback' });
+    expect(sample.response).toBe('The answer is 42');
+    // An empty text is a reply: it is taken, not skipped.
+    const empty = segment(0, [0, 1], {
+      messages: [
+        { role: 'assistant', content: 'old' },
+        { role: 'assistant', content: '' },
+      ],
+    });
+    expect(writeSampleFromSegment(template(), empty, { agentResponse: 'fallback' }).response).toBe('');
+    const onlyCalls = segment(0, [0, 1], { messages: [{ role: 'assistant', content: null }] });
+    expect(writeSampleFromSegment(template(), onlyCalls, { agentResponse: 'fallback' }).response).toBe(
+      'fallback',
+    );
+  });
+
   it('truncates to max_tokens_per_gpu × context-parallel size', () => {
     const input = segment(0, [0, 0, 1, 1, 1, 1, 1, 1], {
       full_versions: ['-1', '-1', '1', '1', '1', '2', '2', '2'],

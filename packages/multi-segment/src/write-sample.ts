@@ -111,20 +111,26 @@ function validateSegment(segment: SegmentInput, options: WriteSampleOptions): vo
   }
 }
 
-function contentText(content: unknown): string | null {
+// The text of a message's content: a string as is, the text parts of a list joined.
+function contentText(content: unknown): string {
   if (typeof content === 'string') return content;
-  if (!Array.isArray(content)) return null;
-  const texts = content
-    .filter((part): part is { text: string } => typeof (part as { text?: unknown })?.text === 'string')
-    .map((part) => part.text);
-  return texts.length > 0 ? texts.join('') : null;
+  if (Array.isArray(content)) {
+    return content
+      .filter((part): part is { text: string } => typeof (part as { text?: unknown })?.text === 'string')
+      .map((part) => part.text)
+      .join('');
+  }
+  return typeof content === 'object' ? JSON.stringify(content) : String(content);
 }
 
+// The content of the last assistant message that has one; one that ended on a tool call
+// (`content: null`) is skipped, as the reference does.
 function lastAssistantText(messages: readonly unknown[] | null | undefined): string | null {
   if (!Array.isArray(messages)) return null;
   for (let i = messages.length - 1; i >= 0; i--) {
     const message = messages[i] as { role?: unknown; content?: unknown } | null;
-    if (message?.role === 'assistant') return contentText(message.content);
+    if (message?.role !== 'assistant') continue;
+    if (message.content !== null && message.content !== undefined) return contentText(message.content);
   }
   return null;
 }
@@ -141,6 +147,8 @@ function lastAssistantText(messages: readonly unknown[] | null | undefined): str
  *   tokens, trainable tokens of any real version other than the last one are masked out.
  * - The response starts at the first trainable token of the (unmasked) segment.
  * - Status is `truncated` when the segment's `finish_reason` is `"length"`, else `completed`.
+ * - `response` is the content of the last assistant message that has one (a final tool call with
+ *   `content: null` is skipped), else `agentResponse`.
  */
 export function writeSampleFromSegment(
   template: Sample,
