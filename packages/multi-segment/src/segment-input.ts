@@ -14,7 +14,8 @@ export interface SegmentInput {
   tokens: readonly number[];
   full_logprobs: readonly number[];
   full_loss_mask: readonly number[];
-  full_versions?: readonly string[] | null;
+  /** Per-token weight versions; numbers are stringified and null recorded as `"unknown"`. */
+  full_versions?: readonly (string | number | null)[] | null;
   finish_reason?: string | null;
   extra_info?: Readonly<Record<string, unknown>> | null;
 }

@@ -252,6 +252,37 @@ describe('writeSampleFromSegment', () => {
       expect(writeSampleFromSegment(template(), input).loss_mask).toEqual([1, 1]);
     });
 
+    it('stringifies numeric labels and records missing ones as "unknown"', () => {
+      const input = segment(0, [0, 1, 1, 1], { full_versions: [-1, 3, null, 4] });
+      const sample = writeSampleFromSegment(template(), input);
+      expect(sample.metadata.full_versions).toEqual(['-1', '3', 'unknown', '4']);
+      expect(sample.metadata.version_spans).toEqual([
+        { start: 0, end: 1, version: '-1' },
+        { start: 1, end: 2, version: '3' },
+        { start: 2, end: 3, version: 'unknown' },
+        { start: 3, end: 4, version: '4' },
+      ]);
+      expect(sample.metadata.dressage_start_token_version).toBe('3');
+      expect(sample.metadata.dressage_end_token_version).toBe('4');
+      expect(sample.metadata.dressage_partial_rollout).toBe(true);
+    });
+
+    it('rejects a label that is not a string, number or null, naming the segment and field', () => {
+      for (const [versions, field] of [
+        [['1', { v: 2 }], 'full_versions[1]'],
+        [[true, '1'], 'full_versions[0]'],
+        [['1', Number.NaN], 'full_versions[1]'],
+        ['1,2', 'full_versions must be a list'],
+      ] as const) {
+        const error = failure(() =>
+          writeSampleFromSegment(template(), segment(0, [0, 1], { full_versions: versions as never })),
+        );
+        expect(error.code).toBe('invalid_argument');
+        expect(error.message).toContain('segment 0 of session session-1');
+        expect(error.message).toContain(field);
+      }
+    });
+
     it('has null start and end versions when no trainable token has a real version', () => {
       const sample = writeSampleFromSegment(template(), segment(0, [0, 1], { full_versions: ['5', '-1'] }));
       expect(sample.metadata.dressage_start_token_version).toBeNull();

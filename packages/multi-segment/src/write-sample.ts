@@ -4,6 +4,7 @@ import {
   isRealVersion,
   type Sample,
   SampleStatus,
+  UNKNOWN_TOKEN_VERSION,
   versionsToSpans,
 } from '@dressage/protocol';
 import type { SegmentInput } from './segment-input.js';
@@ -66,9 +67,39 @@ export function tokenCap(
   return perGpu * parallel;
 }
 
-function validateSegment(segment: SegmentInput, options: WriteSampleOptions): void {
+// Version labels as the reference writes them: strings as they are, numbers stringified, a missing
+// label "unknown". Anything else is an error naming the token.
+function versionLabels(versions: unknown, length: number, at: string): string[] | null {
+  if (versions === undefined || versions === null) return null;
+  if (!Array.isArray(versions)) {
+    throw invalid(`${at}: full_versions must be a list, got ${JSON.stringify(versions)}`, {
+      field: 'full_versions',
+    });
+  }
+  if (versions.length !== length) {
+    throw invalid(`${at}: full_versions has ${versions.length} entries but tokens has ${length}`, {
+      field: 'full_versions',
+    });
+  }
+  const labels = new Array<string>(length);
+  for (let i = 0; i < length; i++) {
+    const version: unknown = versions[i];
+    if (typeof version === 'string') labels[i] = version;
+    else if (version === null || version === undefined) labels[i] = UNKNOWN_TOKEN_VERSION;
+    else if (typeof version === 'number' && Number.isFinite(version)) labels[i] = String(version);
+    else {
+      throw invalid(
+        `${at}: full_versions[${i}] is ${JSON.stringify(version) ?? String(version)}, not a version label (a string or number)`,
+        { field: `full_versions[${i}]` },
+      );
+    }
+  }
+  return labels;
+}
+
+function validateSegment(segment: SegmentInput, options: WriteSampleOptions): string[] | null {
   const at = where(segment, options);
-  const { tokens, full_loss_mask: mask, full_logprobs: logprobs, full_versions: versions } = segment;
+  const { tokens, full_loss_mask: mask, full_logprobs: logprobs } = segment;
   if (!Array.isArray(tokens) || tokens.length === 0) {
     throw invalid(`${at}: tokens must be a non-empty list`, { field: 'tokens' });
   }
@@ -85,11 +116,7 @@ function validateSegment(segment: SegmentInput, options: WriteSampleOptions): vo
       },
     );
   }
-  if (versions !== undefined && versions !== null && versions.length !== tokens.length) {
-    throw invalid(`${at}: full_versions has ${versions.length} entries but tokens has ${tokens.length}`, {
-      field: 'full_versions',
-    });
-  }
+  const versions = versionLabels(segment.full_versions, tokens.length, at);
   for (let i = 0; i < tokens.length; i++) {
     const token = tokens[i] as number;
     if (!Number.isInteger(token) || token < 0) {
@@ -109,6 +136,7 @@ function validateSegment(segment: SegmentInput, options: WriteSampleOptions): vo
       });
     }
   }
+  return versions;
 }
 
 // The text of a message's content: a string as is, the text parts of a list joined.
@@ -141,7 +169,8 @@ function lastAssistantText(messages: readonly unknown[] | null | undefined): str
  * trainer and the staleness filter read.
  *
  * - The segment is validated first (non-empty tokens, 0/1 mask, equal lengths of tokens, mask,
- *   logprobs and versions); a problem is an `invalid_argument` error naming the segment and session.
+ *   logprobs and versions); a problem is an `invalid_argument` error naming the segment, session
+ *   and field. Numeric version labels are stringified and missing ones recorded as `"unknown"`.
  * - Longer than `maxTokensPerGpu × contextParallelSize` → truncated to the cap, `metadata.truncated`.
  * - With `extra_info.mask_nonlast_version_tokens` and more than one real version among trainable
  *   tokens, trainable tokens of any real version other than the last one are masked out.
@@ -155,7 +184,7 @@ export function writeSampleFromSegment(
   segment: SegmentInput,
   options: WriteSampleOptions = {},
 ): Sample {
-  validateSegment(segment, options);
+  const allVersions = validateSegment(segment, options);
   const cap = tokenCap(options);
   const fullLength = segment.tokens.length;
   const length = cap === null ? fullLength : Math.min(fullLength, cap);
@@ -164,7 +193,7 @@ export function writeSampleFromSegment(
   const tokens = segment.tokens.slice(0, length);
   const originalMask = segment.full_loss_mask.slice(0, length);
   const logprobs = segment.full_logprobs.slice(0, length);
-  const versions = segment.full_versions ? segment.full_versions.slice(0, length) : null;
+  const versions = allVersions === null ? null : allVersions.slice(0, length);
 
   let start = originalMask.indexOf(1);
   if (start === -1) start = length;
