@@ -4,7 +4,15 @@ import { type WriteSampleOptions, writeSampleFromSegment } from './write-sample.
 
 /** Options of {@link expandSegmentsToSamples}. */
 export interface ExpandOptions
-  extends Pick<WriteSampleOptions, 'agentResponse' | 'maxTokensPerGpu' | 'contextParallelSize'> {
+  extends Pick<
+    WriteSampleOptions,
+    | 'agentResponse'
+    | 'maxTokensPerGpu'
+    | 'contextParallelSize'
+    | 'useRolloutRoutingReplay'
+    | 'numLayers'
+    | 'moeRouterTopk'
+  > {
   /** The trajectory's session. Default: `template.session_id`, else the segments' `session_id`. */
   sessionId?: string | null;
   /** The prompt instance. Default: `template.metadata.instance_id`, else the segments' `instance_id`. */
@@ -102,6 +110,9 @@ export function expandSegmentsToSamples(
       agentResponse: options.agentResponse ?? null,
       maxTokensPerGpu: options.maxTokensPerGpu ?? null,
       contextParallelSize: options.contextParallelSize ?? null,
+      useRolloutRoutingReplay: options.useRolloutRoutingReplay ?? false,
+      numLayers: options.numLayers ?? null,
+      moeRouterTopk: options.moeRouterTopk ?? null,
       segmentCount: ordered.length,
       allSegmentUids: uids,
     });

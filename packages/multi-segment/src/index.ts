@@ -17,5 +17,14 @@ export {
   rawRewardTrajectoryMean,
   rolloutLogMetrics,
 } from './metrics.js';
+export {
+  decodeRoutedExperts,
+  type RoutedExperts,
+  type RoutedExpertsShape,
+  type RoutedExpertsShapeOptions,
+  requireRoutedExpertsShape,
+  routedExpertsShapeOf,
+  zeroRoutedExperts,
+} from './routed-experts.js';
 export type { SegmentInput } from './segment-input.js';
 export { tokenCap, type WriteSampleOptions, writeSampleFromSegment } from './write-sample.js';

@@ -16,6 +16,8 @@ export interface SegmentInput {
   full_loss_mask: readonly number[];
   /** Per-token weight versions; numbers are stringified and null recorded as `"unknown"`. */
   full_versions?: readonly (string | number | null)[] | null;
+  /** R3 routed experts: base64 chunks of `row_count` rows each. */
+  routed_experts_chunks?: readonly unknown[] | null;
   finish_reason?: string | null;
   extra_info?: Readonly<Record<string, unknown>> | null;
 }

@@ -7,6 +7,12 @@ import {
   UNKNOWN_TOKEN_VERSION,
   versionsToSpans,
 } from '@dressage/protocol';
+import {
+  decodeRoutedExperts,
+  type RoutedExperts,
+  requireRoutedExpertsShape,
+  routedExpertsShapeOf,
+} from './routed-experts.js';
 import type { SegmentInput } from './segment-input.js';
 
 /** Options of {@link writeSampleFromSegment}. */
@@ -25,6 +31,15 @@ export interface WriteSampleOptions {
   segmentCount?: number;
   /** Written to `metadata.all_segment_uids`. Default: the segment's own uid. */
   allSegmentUids?: readonly string[];
+  /**
+   * slime's `--use-rollout-routing-replay` (R3): every segment must carry `routed_experts_chunks`,
+   * decoded to `rollout_routed_experts` with `numLayers` and `moeRouterTopk`.
+   */
+  useRolloutRoutingReplay?: boolean;
+  /** slime's `--num-layers`: with `moeRouterTopk`, routed experts are decoded even with replay off. */
+  numLayers?: number | null;
+  /** slime's `--moe-router-topk`. */
+  moeRouterTopk?: number | null;
 }
 
 // Keys derived from a segment; a template that already carries them (a retried or re-expanded
@@ -163,6 +178,27 @@ function lastAssistantText(messages: readonly unknown[] | null | undefined): str
   return null;
 }
 
+// R3: the segment's routed experts cut to the (capped) token count; with replay on, a segment
+// without them (or a model shape to decode them with) is an error, not a sample trained without.
+function routedExpertsOf(
+  segment: SegmentInput,
+  options: WriteSampleOptions,
+  tokenCount: number,
+): RoutedExperts | null {
+  const at = where(segment, options);
+  const replay = options.useRolloutRoutingReplay === true;
+  const shape = replay ? requireRoutedExpertsShape(options, at) : routedExpertsShapeOf(options);
+  if (shape === null) return null;
+  const routed = decodeRoutedExperts(segment.routed_experts_chunks, shape, tokenCount, at);
+  if (routed === null && replay) {
+    throw invalid(
+      `${at}: useRolloutRoutingReplay is on but the segment has no routed_experts_chunks; start the Dressage proxy with --use-rollout-routing-replay`,
+      { field: 'routed_experts_chunks' },
+    );
+  }
+  return routed;
+}
+
 /**
  * Writes one finalized segment into a copy of `template` (the template is not modified): the full
  * token list, the response tail's loss mask and logprobs, per-token versions and the metadata the
@@ -178,6 +214,9 @@ function lastAssistantText(messages: readonly unknown[] | null | undefined): str
  * - Status is `truncated` when the segment's `finish_reason` is `"length"`, else `completed`.
  * - `response` is the content of the last assistant message that has one (a final tool call with
  *   `content: null` is skipped), else `agentResponse`.
+ * - R3: `routed_experts_chunks` are decoded with `numLayers × moeRouterTopk` ids per row and cut to
+ *   `len(tokens) − 1` rows ({@link decodeRoutedExperts}); with `useRolloutRoutingReplay` a segment
+ *   without them is an error.
  */
 export function writeSampleFromSegment(
   template: Sample,
@@ -194,6 +233,7 @@ export function writeSampleFromSegment(
   const originalMask = segment.full_loss_mask.slice(0, length);
   const logprobs = segment.full_logprobs.slice(0, length);
   const versions = allVersions === null ? null : allVersions.slice(0, length);
+  const routedExperts = routedExpertsOf(segment, options, length);
 
   let start = originalMask.indexOf(1);
   if (start === -1) start = length;
@@ -259,6 +299,7 @@ export function writeSampleFromSegment(
     loss_mask: trainMask as (0 | 1)[],
     rollout_log_probs: logprobs.slice(start),
     teacher_log_probs: null,
+    rollout_routed_experts: routedExperts,
     rollout_top_p_token_ids: null,
     rollout_top_p_token_offsets: null,
     response: lastAssistantText(segment.messages) ?? options.agentResponse ?? '',

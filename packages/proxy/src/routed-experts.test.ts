@@ -1,4 +1,11 @@
-import { segmentSchema } from '@dressage/protocol';
+import {
+  expandSegmentsToSamples,
+  markAbortedNoGrad,
+  type RoutedExperts,
+  type SegmentInput,
+} from '@dressage/multi-segment';
+import { createSample, DressageError, segmentSchema } from '@dressage/protocol';
+import { convertSamplesToTrainData } from '@dressage/trainer-bridge';
 import { afterEach, describe, expect, it } from 'vitest';
 import { type Harness, startHarness, temporaryDirectory } from './__fixtures__/harness.js';
 import { scriptedExpert } from './__fixtures__/scripted-engine.js';
@@ -177,6 +184,54 @@ describe('R3 routed experts', () => {
       await reopened.close();
     } finally {
       directory.remove();
+    }
+  });
+
+  it('end to end: engine routing → proxy records → decoded samples → train batch', async () => {
+    // 4 ids per row = 2 layers × top-2, stored as uint16 by the proxy.
+    const shape = { numLayers: 2, moeRouterTopk: 2 };
+    harness = await startHarness({
+      config: { useRolloutRoutingReplay: true, routedExpertsDtype: 'uint16' },
+    });
+    await twoTurns([{ text: 'hello' }, { text: 'follow' }]);
+    const read = await harness!.call('POST', '/trajectory/read', { trajectory_id: 's' });
+    const segments = read.body.data as SegmentInput[];
+    const template = createSample({ index: 0, group_index: 0, session_id: 's' });
+    const replay = { useRolloutRoutingReplay: true, ...shape, instanceId: 'p' };
+    const [sample] = expandSegmentsToSamples(template, segments, replay);
+    const routed = sample!.rollout_routed_experts as RoutedExperts;
+    expect(routed.rows).toBe(sample!.tokens.length - 1);
+    expect(Array.from(routed.ids)).toEqual(expectedRows(sample!.tokens, 4));
+
+    // The token cap cuts the rows with the tokens.
+    const cap = sample!.tokens.length - 3;
+    const [capped] = expandSegmentsToSamples(template, segments, { ...replay, maxTokensPerGpu: cap });
+    expect(capped!.tokens).toHaveLength(cap);
+    expect(Array.from((capped!.rollout_routed_experts as RoutedExperts).ids)).toEqual(
+      expectedRows(capped!.tokens, 4),
+    );
+
+    // A failed rollout trains on zero rows beside it.
+    const dead = markAbortedNoGrad(
+      createSample({ index: 1, group_index: 0, tokens: [1, 2, 3], response_length: 1, loss_mask: [1] }),
+      { sessionId: 'dead', instanceId: 'p' },
+    );
+    const batch = convertSamplesToTrainData([sample!, dead], { globalBatchSize: 2, ...replay });
+    const [live, zero] = batch.rollout_routed_experts as RoutedExperts[];
+    expect(live).toBe(routed);
+    expect(zero).toEqual({ rows: 2, numLayers: 2, topk: 2, ids: new Int32Array(8) });
+    await harness!.close();
+
+    // A proxy started without R3 gives records that expansion with replay on refuses, by name.
+    harness = await startHarness();
+    await twoTurns([{ text: 'hello' }, { text: 'follow' }]);
+    const plain = await harness!.call('POST', '/trajectory/read', { trajectory_id: 's' });
+    try {
+      expandSegmentsToSamples(template, plain.body.data, replay);
+      expect.unreachable();
+    } catch (error) {
+      expect(DressageError.isInstance(error)).toBe(true);
+      expect((error as DressageError).message).toContain('--use-rollout-routing-replay');
     }
   });
 });

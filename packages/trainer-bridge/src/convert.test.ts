@@ -331,3 +331,40 @@ describe('convertSamplesToTrainData: custom reward post-processing', () => {
     expect(data.raw_reward).toEqual([5, 6, 7]);
   });
 });
+
+describe('convertSamplesToTrainData: routed experts (R3)', () => {
+  const shape = { numLayers: 2, moeRouterTopk: 2 };
+  const replay = { globalBatchSize: 2, useRolloutRoutingReplay: true, ...shape };
+  const routed = (rows: number, fill: number) => ({
+    rows,
+    numLayers: 2,
+    topk: 2,
+    ids: new Int32Array(rows * 4).fill(fill),
+  });
+
+  it('carries each sample’s rows and zero-fills a removed sample without any', () => {
+    const live = part([1, 1], { prompt: 'p1', fields: { rollout_routed_experts: routed(3, 7) } });
+    const dead = markAbortedNoGrad(part([1], { prompt: 'p1' }), { sessionId: 'dead', instanceId: 'p1' });
+    const batch = convertSamplesToTrainData([live, dead], replay);
+    const [first, second] = batch.rollout_routed_experts as ReturnType<typeof routed>[];
+    expect(first).toBe(live.rollout_routed_experts);
+    // tokens [9, 9, 100] → two rows of 2 × 2 zeros.
+    expect(second).toEqual({ rows: 2, numLayers: 2, topk: 2, ids: new Int32Array(8) });
+  });
+
+  it('rejects a live sample without rows, rows that do not fit its tokens, and a missing shape', () => {
+    const bare = part([1, 1], { prompt: 'p1' });
+    expect(failure(() => convertSamplesToTrainData([bare], replay)).message).toContain(
+      'has no rollout_routed_experts',
+    );
+    const short = part([1, 1], { prompt: 'p1', fields: { rollout_routed_experts: routed(2, 1) } });
+    expect(failure(() => convertSamplesToTrainData([short], replay)).message).toContain(
+      'is 2 rows of 2 × 2, expected 3 rows',
+    );
+    const good = part([1, 1], { prompt: 'p1', fields: { rollout_routed_experts: routed(3, 1) } });
+    expect(
+      failure(() => convertSamplesToTrainData([good], { globalBatchSize: 2, useRolloutRoutingReplay: true }))
+        .message,
+    ).toContain('numLayers');
+  });
+});

@@ -1,4 +1,9 @@
-import { trajectoryIdOf } from '@dressage/multi-segment';
+import {
+  type RoutedExperts,
+  requireRoutedExpertsShape,
+  trajectoryIdOf,
+  zeroRoutedExperts,
+} from '@dressage/multi-segment';
 import {
   DressageError,
   type PackedTrainBatch,
@@ -23,6 +28,15 @@ export interface ConvertOptions extends TrainingOptions {
    * given the samples and the resolved options, returns raw and post-processed rewards in order.
    */
   rewardPostProcess?: (samples: readonly Sample[], options: ResolvedTrainingOptions) => PostProcessedRewards;
+  /**
+   * slime's `--use-rollout-routing-replay` (R3): the batch carries every sample's routed experts; a
+   * removed sample without them gets `len(tokens) − 1` zero rows of `numLayers × moeRouterTopk`.
+   */
+  useRolloutRoutingReplay?: boolean;
+  /** slime's `--num-layers` (needed with `useRolloutRoutingReplay`). */
+  numLayers?: number | null;
+  /** slime's `--moe-router-topk` (needed with `useRolloutRoutingReplay`). */
+  moeRouterTopk?: number | null;
 }
 
 function invalid(message: string, details: Record<string, unknown> = {}): DressageError {
@@ -153,12 +167,58 @@ function perTokenArrays(
   });
 }
 
+function isRoutedExperts(value: unknown): value is RoutedExperts {
+  const routed = value as RoutedExperts | null;
+  return (
+    typeof routed === 'object' &&
+    routed !== null &&
+    routed.ids instanceof Int32Array &&
+    Number.isInteger(routed.rows) &&
+    routed.ids.length === routed.rows * routed.numLayers * routed.topk
+  );
+}
+
+// R3 with replay on: each sample's routed experts, checked against its tokens and the model shape;
+// removed samples without them train on zeros (their loss mask is zero anyway).
+function replayRoutedExperts(samples: readonly Sample[], options: ConvertOptions): RoutedExperts[] {
+  const shape = requireRoutedExpertsShape(options, 'useRolloutRoutingReplay');
+  const { numLayers, moeRouterTopk } = shape;
+  return samples.map((sample) => {
+    const value = sample.rollout_routed_experts;
+    const rows = sample.tokens.length - 1;
+    if (value === null || value === undefined) {
+      if (sample.remove_sample) return zeroRoutedExperts(rows, shape);
+      throw invalid(
+        `${describeSample(sample)} has no rollout_routed_experts but useRolloutRoutingReplay is on (expand its segments with useRolloutRoutingReplay, from a proxy started with --use-rollout-routing-replay)`,
+        { field: 'rollout_routed_experts' },
+      );
+    }
+    if (
+      !isRoutedExperts(value) ||
+      value.rows !== rows ||
+      value.numLayers !== numLayers ||
+      value.topk !== moeRouterTopk
+    ) {
+      const found = isRoutedExperts(value)
+        ? `${value.rows} rows of ${value.numLayers} × ${value.topk}`
+        : 'not decoded routed experts';
+      throw invalid(
+        `${describeSample(sample)}: rollout_routed_experts is ${found}, expected ${rows} rows (len(tokens) - 1) of ${numLayers} × ${moeRouterTopk}`,
+        { field: 'rollout_routed_experts' },
+      );
+    }
+    return value;
+  });
+}
+
 /**
  * Converts a flat batch of samples into slime's `train_data` (the `--custom-convert-samples-to-train-data-path`
  * contract): rewards post-processed by {@link rewardPostProcess}, unset rollout ids filled, loss masks
  * (all ones when missing, all zeros for removed samples), `truncated`, and prompt-equal (`grpo`,
  * `reinforce_plus_plus_baseline`) or trajectory-equal `rollout_mask_sums` ({@link computeRolloutMaskSums}).
- * `raw_reward` takes `metadata.raw_reward` where a sample has it.
+ * `raw_reward` takes `metadata.raw_reward` where a sample has it. With `useRolloutRoutingReplay`,
+ * `rollout_routed_experts` holds every sample's routed experts (zero rows for removed samples
+ * without them; a live sample without them is an error).
  *
  * Large per-token arrays (`tokens`, loss masks, logprobs) are shared with the samples, not copied:
  * pack the result (or use {@link convertSamplesToPackedTrainBatch}) before modifying either.
@@ -244,7 +304,9 @@ export function convertSamplesToTrainData(
   if (samples.some((sample) => sample.multimodal_train_inputs !== null)) {
     batch.multimodal_train_inputs = samples.map((sample) => sample.multimodal_train_inputs);
   }
-  if (
+  if (options.useRolloutRoutingReplay === true) {
+    batch.rollout_routed_experts = replayRoutedExperts(samples, options);
+  } else if (
     samples.some(
       (sample) => sample.rollout_routed_experts !== null && sample.rollout_routed_experts !== undefined,
     )
