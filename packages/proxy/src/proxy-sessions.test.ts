@@ -91,7 +91,13 @@ describe('sessions, lineages and finalize views (fake tokenizer)', () => {
       alignment_method: 'snapshot_step',
       route_type: 'append',
       route_base_step_id: 'step-000001',
+      num_turns: 1,
+      turn_ids: [segment.turn_id],
+      trajectory_num_segments: 2,
+      history_rewritten: false,
     });
+    expect(typeof step2.extra_info.timestamp).toBe('string');
+    for (const record of timeline.body.data) segmentSchema.parse(record);
     expect(step2.full_versions.slice(0, 5)).toEqual(['-1', '-1', '-1', '-1', '-1']);
   });
 

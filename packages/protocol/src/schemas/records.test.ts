@@ -26,6 +26,14 @@ describe('segment', () => {
     if (segment.extra_info.segment_view === 'timeline') expect(segment.extra_info.route_type).toBe('append');
   });
 
+  it('requires the turn and trajectory fields of a timeline record', () => {
+    const { turn_ids: _turns, trajectory_num_segments: _count, ...extra } = timelineSegment().extra_info;
+    expect(paths(segmentSchema, { ...timelineSegment(), extra_info: extra })).toEqual([
+      'extra_info.turn_ids',
+      'extra_info.trajectory_num_segments',
+    ]);
+  });
+
   it('rejects arrays of different lengths, naming the field', () => {
     const segment = lineageSegment();
     segment.full_logprobs.pop();
