@@ -231,7 +231,7 @@ describe('error payloads (§1.4) and bad input', () => {
     expect((await harness.call('POST', '/session/finalize', { session_id: 's' })).body.num_steps).toBe(3);
   });
 
-  it('discard is idempotent and drops stored segments', async () => {
+  it('discard of a finalized session removes it and its segments, and nothing on a repeat', async () => {
     harness = await startHarness();
     await chat();
     await harness.call('POST', '/session/finalize', { session_id: 's' });
@@ -239,12 +239,12 @@ describe('error payloads (§1.4) and bad input', () => {
     expect(discarded.body).toEqual({
       success: true,
       session_id: 's',
-      session_removed: false,
+      session_removed: true,
       segments_removed: 2,
       tool_call_hook_keys_purged: 0,
     });
     const twice = await harness.call('POST', '/session/discard', { session_id: 's' });
-    expect(twice.body.segments_removed).toBe(0);
+    expect(twice.body).toMatchObject({ session_removed: false, segments_removed: 0 });
     await chat({}, { 'x-session-id': 'live' });
     expect(
       (await harness.call('POST', '/session/discard', { session_id: 'live' })).body.session_removed,

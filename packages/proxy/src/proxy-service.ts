@@ -662,7 +662,10 @@ export class ProxyService {
     });
   }
 
-  /** `POST /session/discard`: idempotent. */
+  /**
+   * `POST /session/discard`: idempotent. `session_removed` is true when an active or finalized
+   * session was forgotten; `segments_removed` counts the stored records dropped with it.
+   */
   async discard(rawBody: unknown): Promise<Record<string, unknown>> {
     const body = parseBody(discardRequestSchema, rawBody, 'discard request');
     const session = this.#sessions.get(body.session_id);
@@ -676,7 +679,8 @@ export class ProxyService {
       });
       sessionRemoved = this.#sessions.delete(body.session_id);
     }
-    this.#finalized.delete(body.session_id);
+    // A finalized session is state too: forgetting its cached result removes it.
+    if (this.#finalized.delete(body.session_id)) sessionRemoved = true;
     const segmentsRemoved = await this.store.discard(body.session_id);
     return {
       success: true,
