@@ -1,17 +1,8 @@
-import { DressageError, segmentSchema } from '@dressage/protocol';
+import { segmentSchema } from '@dressage/protocol';
 import { describe, expect, it } from 'vitest';
+import { failure } from './__fixtures__/failure.js';
 import { segment, template } from './__fixtures__/segments.js';
 import { expandSegmentsToSamples } from './expand.js';
-
-function failure(run: () => unknown): DressageError {
-  try {
-    run();
-  } catch (error) {
-    expect(DressageError.isInstance(error)).toBe(true);
-    return error as DressageError;
-  }
-  throw new Error('expected an error');
-}
 
 describe('expandSegmentsToSamples', () => {
   it('orders segments, shares the rollout id and leaves only the anchor unrewarded', () => {

@@ -1,17 +1,8 @@
-import { DressageError, SampleStatus } from '@dressage/protocol';
+import { SampleStatus } from '@dressage/protocol';
 import { describe, expect, it } from 'vitest';
+import { failure } from './__fixtures__/failure.js';
 import { segment, template } from './__fixtures__/segments.js';
 import { tokenCap, writeSampleFromSegment } from './write-sample.js';
-
-function failure(run: () => unknown): DressageError {
-  try {
-    run();
-  } catch (error) {
-    expect(DressageError.isInstance(error)).toBe(true);
-    return error as DressageError;
-  }
-  throw new Error('expected an error');
-}
 
 describe('writeSampleFromSegment', () => {
   it('splits the segment at its first trainable token', () => {
