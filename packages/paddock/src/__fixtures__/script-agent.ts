@@ -37,7 +37,8 @@ export class ScriptAgentAdapter implements BlackboxAdapter {
         headers: {
           'content-type': 'application/json',
           'x-session-id': 'spoofed',
-          authorization: 'Bearer leak',
+          // The agent's key for the LLM proxy; the proxy must not forward it upstream.
+          authorization: `Bearer ${context.proxyApiKey}`,
         },
         body: JSON.stringify({
           model: 'agent-model',

@@ -131,7 +131,7 @@ export class OpencodeAdapter implements BlackboxAdapter {
           name: o.provider_name,
           options: {
             baseURL: `${context.proxyOrigin}${context.apiPath}`,
-            apiKey: 'dressage',
+            apiKey: context.proxyApiKey,
             timeout: context.routerTimeoutMs,
           },
           models: { [o.model_id]: model },

@@ -163,7 +163,7 @@ export class QwenCodeAdapter implements BlackboxAdapter {
         cwd: context.workDir,
         env: agentEnv(this.home, {
           OPENAI_BASE_URL: `${context.proxyOrigin}${context.apiPath}`,
-          OPENAI_API_KEY: 'dressage',
+          OPENAI_API_KEY: context.proxyApiKey,
           OPENAI_MODEL: this.options.model_id,
         }),
         signal: this.current.signal,

@@ -8,6 +8,11 @@ export interface AdapterContext {
   workDir: string;
   /** Origin of the in-process LLM proxy, e.g. `http://127.0.0.1:41234`; point the agent here. */
   proxyOrigin: string;
+  /**
+   * The API key the agent must send to the LLM proxy (as its OpenAI or Anthropic key): other
+   * processes that reach the port, such as agents in other sandboxes, do not have it.
+   */
+  proxyApiKey: string;
   /** API path prefix of the model API, e.g. `/v1`. */
   apiPath: string;
   /** The system prompt file's content, when one was registered. */

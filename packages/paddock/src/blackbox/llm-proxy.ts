@@ -6,6 +6,7 @@ import {
   type ServerResponse,
 } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { bearerMatches, secretsEqual } from '@dressage/protocol';
 import {
   anthropicErrorBody,
   anthropicRequestToChat,
@@ -46,6 +47,13 @@ export interface RolloutLlmProxyOptions {
   modelOverride?: string | null;
   /** Called on max steps, context overflow or an invalidated rollout (the adapter aborts the agent). */
   onIncident?: (incident: ProxyIncident) => void;
+  /**
+   * Key every request but the health probe must carry (`Authorization: Bearer <key>` or
+   * `x-api-key: <key>`); the adapter gives it to the agent as its API key. In a pool the slots
+   * share the host network: without it another slot's agent could post model calls into this
+   * session's trajectory. It is never forwarded upstream.
+   */
+  apiKey?: string;
 }
 
 /** Counters of the turn currently open on the proxy. */
@@ -311,9 +319,23 @@ export class RolloutLlmProxy {
     return headers;
   }
 
+  private authorized(request: IncomingMessage): boolean {
+    const key = this.options.apiKey;
+    if (key === undefined) return true;
+    const apiKeyHeader = request.headers['x-api-key'];
+    if (typeof apiKeyHeader === 'string' && secretsEqual(apiKeyHeader, key)) return true;
+    return bearerMatches(request.headers.authorization, key);
+  }
+
   private async handle(request: IncomingMessage, response: ServerResponse): Promise<void> {
     const path = request.url ?? '/';
     if (request.method === 'GET' && path === '/__proxy_health') return sendJson(response, 200, { ok: true });
+    if (!this.authorized(request)) {
+      request.resume();
+      return sendJson(response, 401, {
+        error: { message: 'missing or wrong API key for this LLM proxy', type: 'authentication_error' },
+      });
+    }
     const body = await readBody(request);
     const api = modelApiOf(request.method, path);
     if (api === null) return this.passThrough(request, response, path, body);

@@ -19,6 +19,7 @@ describe('BlackboxServer access', () => {
   let server: BlackboxServer | null = null;
   let base: string;
   let counter = 0;
+  let agent: ScriptAgentAdapter | null = null;
 
   beforeAll(async () => {
     model = new ScriptedModelServer(() => ({ content: 'ok' }));
@@ -44,7 +45,13 @@ describe('BlackboxServer access', () => {
       },
       workDir,
       apiKey: options.apiKey,
-      adapters: { ...builtinAdapters, script_agent: () => new ScriptAgentAdapter() },
+      adapters: {
+        ...builtinAdapters,
+        script_agent: () => {
+          agent = new ScriptAgentAdapter();
+          return agent;
+        },
+      },
     });
     base = await server.listen();
   }
@@ -156,6 +163,32 @@ describe('BlackboxServer access', () => {
     expect(JSON.stringify(outside.body)).toContain('runtime_root');
     const accepted = await register({ system_prompt_file: inside });
     expect(accepted.status).toBe(200);
+  });
+
+  it('keeps its LLM proxy to its own agent: other local processes cannot post into the trajectory', async () => {
+    await boot();
+    expect((await register()).status).toBe(200);
+    const context = agent?.context;
+    if (!context) throw new Error('the agent was not initialised');
+    const before = model.requests.length;
+    const chat = (headers: Record<string, string>) =>
+      fetch(`${context.proxyOrigin}${context.apiPath}/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...headers },
+        body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'injected' }] }),
+      });
+    // What an agent in another sandbox on the same network would send: no key, or a guess.
+    expect((await chat({})).status).toBe(401);
+    expect((await chat({ authorization: 'Bearer dressage' })).status).toBe(401);
+    expect((await chat({ 'x-api-key': 'dressage' })).status).toBe(401);
+    expect((await fetch(`${context.proxyOrigin}${context.apiPath}/models`)).status).toBe(401);
+    expect(model.requests.length).toBe(before);
+    // The agent's own key passes (as a bearer token or an Anthropic-style x-api-key).
+    expect((await chat({ authorization: `Bearer ${context.proxyApiKey}` })).status).toBe(200);
+    expect((await chat({ 'x-api-key': context.proxyApiKey })).status).toBe(200);
+    expect(model.requests.length).toBe(before + 2);
+    expect(model.requests.at(-1)?.headers.authorization).toBeUndefined();
+    expect(model.requests.at(-1)?.headers['x-api-key']).toBeUndefined();
   });
 
   it('answers malformed %-encoding with 400 and keeps serving', async () => {

@@ -592,7 +592,9 @@ export class BlackboxServer {
       };
     }
     const adapter = factory(adapterOptions);
+    const proxyApiKey = randomBytes(24).toString('base64url');
     const proxy = new RolloutLlmProxy({
+      apiKey: proxyApiKey,
       upstreamOrigin: router.base,
       apiPath: router.apiPath,
       sessionId: request.bound_session_id,
@@ -610,6 +612,7 @@ export class BlackboxServer {
       runtimeDir,
       workDir: this.workDir,
       proxyOrigin: origin,
+      proxyApiKey,
       apiPath: router.apiPath,
       systemPrompt,
       routerTimeoutMs: this.effective.router_timeout,
