@@ -81,6 +81,7 @@ export {
   sandboxBaseEnv,
   sandboxPaths,
 } from './sandbox/bwrap-command.js';
+export { findFreePortRange } from './sandbox/free-ports.js';
 export {
   LocalBwrapPool,
   type LocalBwrapPoolOptions,

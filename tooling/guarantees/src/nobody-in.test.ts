@@ -9,7 +9,7 @@ import { createRequire } from 'node:module';
 import { networkInterfaces } from 'node:os';
 import { dirname, join } from 'node:path';
 import { startInspector } from '@dressage/inspector';
-import { LocalBwrapProvider, type SandboxLease } from '@dressage/paddock';
+import { findFreePortRange, LocalBwrapProvider, type SandboxLease } from '@dressage/paddock';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { temporaryDirectory } from './fixtures.js';
 import { proxyBin, qwenModelDirectory } from './proxy-process.js';
@@ -190,7 +190,7 @@ describe.runIf(bwrapAvailable)('nobody in: blackbox pool slots in real bubblewra
       slots: 2,
       mode: 'blackbox',
       baseDir: join(scratch.path, 'pool'),
-      basePort: 36000 + Math.floor(Math.random() * 2000),
+      basePort: await findFreePortRange(2),
       healthIntervalSeconds: 0,
     });
     await provider.pool.start();

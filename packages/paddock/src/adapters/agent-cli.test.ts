@@ -7,6 +7,7 @@ import { expandSegmentsToSamples } from '@dressage/multi-segment';
 import { createSample } from '@dressage/protocol';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Script, ScriptedModelServer } from '../__fixtures__/scripted-model.js';
+import { findFreePortRange } from '../sandbox/free-ports.js';
 import { LocalBwrapPool } from '../sandbox/local-bwrap-pool.js';
 import { type AgentPackage, agentInstallDir, agentPackages, ensureAgentInstalled } from './agent-install.js';
 
@@ -64,7 +65,7 @@ describe.each(agents)('%s in a bubblewrap slot', (type, agent, options) => {
       slots: 1,
       mode: 'blackbox',
       baseDir,
-      basePort: 32000 + Math.floor(Math.random() * 2000),
+      basePort: await findFreePortRange(1),
       healthIntervalSeconds: 0,
       extraReadOnlyMounts: [agentInstallDir(agent)],
       env: {

@@ -4,6 +4,7 @@ import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { findFreePortRange } from './free-ports.js';
 import { LocalBwrapProvider } from './local-bwrap-provider.js';
 import type { SandboxLease } from './types.js';
 
@@ -81,7 +82,7 @@ describe('blackbox slots', () => {
       slots: 2,
       baseDir: join(baseDir, 'pool'),
       mode: 'blackbox',
-      basePort: 34000 + Math.floor(Math.random() * 2000),
+      basePort: await findFreePortRange(2),
       healthIntervalSeconds: 0,
     });
     await provider.pool.start();
