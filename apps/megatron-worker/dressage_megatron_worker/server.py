@@ -14,6 +14,7 @@ from typing import Any, Sequence
 import grpc
 
 from .actors import RecordingActor, SinkActor, TrainingActor
+from .errors import WorkerError
 from .service import DEFAULT_MAX_MESSAGE_BYTES, TrainerService, message_limit_options
 from .slime_actor import SlimeMegatronActor
 from .stubs import trainer_pb2
@@ -109,7 +110,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return dry_run(slime_argv, options.router_url)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    actor = build_actor(options.actor, options.verify, slime_argv)
+    try:
+        actor = build_actor(options.actor, options.verify, slime_argv)
+    except WorkerError as error:
+        # A launch slime cannot serve (colocated engines, a router listing engines slime does not
+        # update, ...): say why and exit, rather than a traceback.
+        print(f"dressage_megatron_worker: {error.message}", file=sys.stderr, flush=True)
+        return 1
     service = TrainerService(actor, model_name=options.model_name, max_batch_tokens=options.max_batch_tokens)
     server, port = create_server(service, f"{options.host}:{options.port}", options.max_message_bytes)
     # The first stdout line tells a parent process where we listen.

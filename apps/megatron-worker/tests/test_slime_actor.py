@@ -1,13 +1,17 @@
 """The slime actor against stand-ins built from the recorded slime API (tests/slime_stand_in.py)."""
 
+import contextlib
+import io
 import tempfile
 import types
 import unittest
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import torch
 
+from dressage_megatron_worker import server
 from dressage_megatron_worker.errors import WorkerError
 from dressage_megatron_worker.slime_actor import SlimeMegatronActor
 from dressage_megatron_worker.slime_settings import loss_overrides
@@ -197,6 +201,12 @@ class SlimeActorTest(unittest.TestCase):
             started.actor.load_checkpoint("/ckpt")
         with self.assertRaisesRegex(WorkerError, "without --save"):
             self.started().actor.save_checkpoint("", 1)
+
+    def test_the_worker_exits_with_the_reason_when_slime_cannot_be_driven(self) -> None:
+        errors = io.StringIO()
+        with mock.patch.object(server, "_slime_args", return_value=launch_args(colocate=True)), contextlib.redirect_stderr(errors):
+            self.assertEqual(server.main(["--actor", "slime", "--", "--colocate"]), 1)
+        self.assertIn("dressage_megatron_worker: cannot drive slime with these arguments: --colocate", errors.getvalue())
 
     def test_nothing_of_slime_is_imported_before_start(self) -> None:
         imported: list[str] = []
