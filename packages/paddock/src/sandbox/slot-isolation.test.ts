@@ -1,6 +1,16 @@
 // What one sandbox can reach: the host's root-only files (no, even when the pool runs as root), its
 // own workspace (yes), another slot's BlackboxServer (no: every slot server requires its own token).
-import { mkdtempSync, rmSync, statSync } from 'node:fs';
+import {
+  chmodSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -9,6 +19,33 @@ import { LocalBwrapProvider } from './local-bwrap-provider.js';
 import type { SandboxLease } from './types.js';
 
 const asRoot = process.getuid?.() === 0;
+
+/**
+ * TCP ports listened on by the processes whose environment holds `marker`, read from /proc the way
+ * any local process could: their socket inodes matched against /proc/net/tcp.
+ */
+function listeningPortsOf(marker: string): number[] {
+  const inodes = new Set<string>();
+  for (const pid of readdirSync('/proc').filter((name) => /^\d+$/.test(name))) {
+    try {
+      if (!readFileSync(`/proc/${pid}/environ`, 'latin1').split('\0').includes(marker)) continue;
+      for (const fd of readdirSync(`/proc/${pid}/fd`)) {
+        const socket = /^socket:\[(\d+)\]$/.exec(readlinkSync(`/proc/${pid}/fd/${fd}`));
+        if (socket) inodes.add(socket[1] as string);
+      }
+    } catch {
+      // Gone, or not ours to read.
+    }
+  }
+  const ports: number[] = [];
+  for (const line of readFileSync('/proc/net/tcp', 'utf8').trim().split('\n').slice(1)) {
+    const fields = line.trim().split(/\s+/);
+    if (fields[3] === '0A' && inodes.has(fields[9] as string)) {
+      ports.push(Number.parseInt((fields[1] as string).split(':')[1] as string, 16));
+    }
+  }
+  return ports;
+}
 
 describe('sandbox identity', () => {
   let baseDir: string;
@@ -63,7 +100,7 @@ describe('sandbox identity', () => {
       expect(result.returncode).toBe(0);
       expect(result.stdout).toContain('from the host\nmore\n');
       // The sandbox user has a name: programs that look themselves up (getpwuid) get an answer.
-      expect(result.stdout.trim().split('\n').at(-1)).toBe(asRoot ? 'blackbox' : expect.any(String));
+      expect(result.stdout.trim().split('\n').at(-1)).toEqual(asRoot ? 'blackbox' : expect.any(String));
     } finally {
       await provider.terminate(lease);
     }
@@ -78,12 +115,20 @@ describe('blackbox slots', () => {
 
   beforeAll(async () => {
     baseDir = mkdtempSync(join(tmpdir(), 'paddock-slots-'));
+    // A stand-in for the qwen CLI that only answers --version: enough for slot A's server to register
+    // it and start its LLM proxy.
+    const agentDir = join(baseDir, 'agent');
+    mkdirSync(agentDir, { mode: 0o755 });
+    chmodSync(baseDir, 0o755);
+    writeFileSync(join(agentDir, 'qwen'), '#!/bin/sh\necho 0.0.0\n', { mode: 0o755 });
     provider = new LocalBwrapProvider({
       slots: 2,
       baseDir: join(baseDir, 'pool'),
       mode: 'blackbox',
       basePort: await findFreePortRange(2),
       healthIntervalSeconds: 0,
+      extraReadOnlyMounts: [agentDir],
+      env: { DRESSAGE_QWEN_CODE_BIN: join(agentDir, 'qwen') },
     });
     await provider.pool.start();
     first = await provider.create({ trajectoryId: 'slot-a', metadata: { paddock_mode: 'blackbox' } });
@@ -124,8 +169,7 @@ describe('blackbox slots', () => {
         bound_instance_id: 'i',
       }),
     });
-    // qwen is not installed in this slot; what matters is that the call got past authentication.
-    expect(register.status).not.toBe(401);
+    expect(register.status, await register.clone().text()).toBe(200);
     // From inside slot B: every route of A but /health refuses, and A's files stay unread.
     const attack = `
       const base = ${JSON.stringify(a.url)};
@@ -153,5 +197,31 @@ describe('blackbox slots', () => {
     const look = await provider.runCommand(second, 'cat /workspace/secret.txt; ps -eo args=');
     expect(look.stdout).not.toContain('slot A secret');
     expect(look.stdout).not.toContain('dressage-blackbox-server');
+  });
+
+  it("keeps slot B's agent out of slot A's LLM proxy: no model calls into A's trajectory", async () => {
+    // Slot A is registered (previous test); its LLM proxy listens on a free loopback port of the
+    // shared network, which slot B can find the way this test does.
+    const portA = Number(first.metadata.port);
+    const proxyPorts = listeningPortsOf(`BBS_PORT=${portA}`).filter((port) => port !== portA);
+    expect(proxyPorts.length).toBeGreaterThan(0);
+    const attack = `
+      const out = [];
+      for (const port of ${JSON.stringify(proxyPorts)}) {
+        const base = 'http://127.0.0.1:' + port;
+        const health = await fetch(base + '/__proxy_health');
+        const chat = (headers) => fetch(base + '/v1/chat/completions', { method: 'POST',
+          headers: { 'content-type': 'application/json', ...headers },
+          body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'injected' }] }) });
+        out.push([health.status, (await chat({})).status, (await chat({ authorization: 'Bearer dressage' })).status]);
+      }
+      console.log(JSON.stringify(out));`;
+    const fromB = await provider.runCommand(second, ['node', '--input-type=module', '-e', attack], {
+      timeoutSeconds: 30,
+    });
+    expect(fromB.returncode, fromB.stderr).toBe(0);
+    const answers = JSON.parse(fromB.stdout.trim().split('\n').at(-1) as string) as number[][];
+    // Reachable (the health probe answers), yet every model call without A's agent key is refused.
+    expect(answers).toEqual(proxyPorts.map(() => [200, 401, 401]));
   });
 });
