@@ -13,7 +13,7 @@ import {
   until,
 } from './__fixtures__/generators.js';
 import { AsyncRolloutScheduler, PARTIAL_ROLLOUT_STALENESS_MARKER } from './async-rollout.js';
-import { PromptDataSource } from './data-source.js';
+import { PromptDataSource, type RolloutDataSource } from './data-source.js';
 import type { GenerateContext } from './generate.js';
 import { resolveSchedulerOptions, type SchedulerOptionsInput } from './options.js';
 
@@ -28,7 +28,7 @@ function setup(
   mode: 'fully-async' | 'partial-async',
   script: (sample: Sample, context: GenerateContext) => Behavior = () => ({}),
   options: Partial<SchedulerOptionsInput> = {},
-  dataSource = PromptDataSource.fromRecords(promptRecords(64), { nSamplesPerPrompt: 2 }),
+  dataSource: RolloutDataSource = PromptDataSource.fromRecords(promptRecords(64), { nSamplesPerPrompt: 2 }),
 ) {
   const run = scriptedGenerate(script);
   const discarder = recordingDiscarder();
@@ -212,6 +212,36 @@ describe('fully-async scheduler', () => {
     await expect(first).resolves.toMatchObject({ samples: expect.any(Array) });
   });
 
+  it('backs off while the data source returns no groups, and serves them once it has some', async () => {
+    // A custom source that ran dry: it answers [] until groups are added. Asked in a tight loop,
+    // the worker would answer every call in a microtask and no timer (nor socket) would ever run.
+    const inner = PromptDataSource.fromRecords(promptRecords(4), { nSamplesPerPrompt: 2 });
+    let dry = true;
+    let emptyAnswers = 0;
+    const dataSource: RolloutDataSource = {
+      async getSamples(count: number) {
+        if (dry) {
+          emptyAnswers++;
+          // Fail loudly rather than hang the test if the worker spins.
+          if (emptyAnswers > 1000) throw new Error('the worker asked an empty source 1000 times');
+          return [];
+        }
+        return inner.getSamples(count);
+      },
+      addSamples: (groups: readonly (readonly Sample[])[]) => inner.addSamples(groups),
+    };
+    const { scheduler, logger } = setup('fully-async', () => ({}), {}, dataSource);
+    const rollout = scheduler.generateRollout(0);
+    await tick(200);
+    // 10, 20, 40, 80 ms: a handful of questions in 200 ms, not thousands.
+    expect(emptyAnswers).toBeGreaterThan(1);
+    expect(emptyAnswers).toBeLessThan(10);
+    expect(logger.warnings.some((warning) => warning.includes('returned no samples'))).toBe(true);
+    dry = false;
+    const { samples } = await rollout;
+    expect(groupIndexes(samples)).toEqual([0, 1, 2, 3]);
+  });
+
   it('propagates a bad prompt line from the data source', async () => {
     const dataSource = PromptDataSource.fromRecords([{ prompt: 'ok' }, { label: 'no prompt' }]);
     const { scheduler } = setup('fully-async', () => ({}), { nSamplesPerPrompt: 1 }, dataSource);
@@ -250,6 +280,41 @@ describe('staleness filter', () => {
     expect(groupIndexes(samples)).toEqual([5, 6]);
     expect(metrics['staleness/version_gap_max']).toBe(0);
     expect(metrics['staleness/version_span_max']).toBe(1);
+  });
+
+  it('measures gaps to the version the trainer holds, dropping groups beyond the bound before any rollout ends on it', async () => {
+    // The engine serves v1 until group 8; later groups end on v3.
+    const { scheduler } = setup(
+      'fully-async',
+      (sample) => ({ version: (sample.group_index ?? 0) >= 8 ? 'v3' : 'v1' }),
+      { rolloutBatchSize: 2, asyncMaxActiveGroups: 2, stalenessKeepVersions: 2 },
+    );
+    const first = await scheduler.generateRollout(0, { weightVersion: 'v1' });
+    expect(first.metrics['staleness/version_gap_max']).toBe(0);
+    // One update later, groups of v1 are one version behind: kept, with an honest gap of 1 (the
+    // newest version any rollout ended on is still v1).
+    const second = await scheduler.generateRollout(1, { weightVersion: 'v2' });
+    expect(groupIndexes(second.samples)).toEqual([2, 3]);
+    expect(second.metrics['staleness/version_gap_mean']).toBe(1);
+    expect(second.metrics['staleness/current_version_index']).toBe(1);
+    // Two updates later, groups of v1 are beyond keep_versions 2 and dropped.
+    const third = await scheduler.generateRollout(2, { weightVersion: 'v3' });
+    expect(groupIndexes(third.samples)).toEqual([8, 9]);
+    expect(third.metrics['staleness/dropped_groups']).toBe(4);
+    expect(third.metrics['staleness/version_gap_max']).toBe(0);
+    expect(scheduler.staleness.versions).toEqual(['v1', 'v2', 'v3']);
+  });
+
+  it('reports no staleness/* metric of its own when staleness control is off', async () => {
+    const { scheduler } = setup('fully-async', () => ({ version: 'A' }));
+    const { metrics } = await scheduler.generateRollout(0, { weightVersion: 'B' });
+    const staleness = Object.keys(metrics).filter((name) => name.startsWith('staleness/'));
+    // Only the multi-segment version span (of the trajectories themselves) remains, as the reference.
+    expect(staleness.sort()).toEqual([
+      'staleness/version_span_max',
+      'staleness/version_span_mean',
+      'staleness/version_span_min',
+    ]);
   });
 
   it('does not let a failed group that will be retried advance the version', async () => {

@@ -144,6 +144,7 @@ export class AsyncRolloutScheduler implements RolloutScheduler {
     };
     let batch: CompletedGroup[] = [];
     let unprocessed: CompletedGroup[] = [];
+    if (callOptions.weightVersion !== undefined) this.tracker.observeVersion(callOptions.weightVersion);
 
     this.worker.start(rolloutId);
     const warnAfterMs = this.options.asyncNoProgressWarnSec * 1000;

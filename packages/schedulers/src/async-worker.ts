@@ -3,6 +3,9 @@ import type { RolloutDataSource } from './data-source.js';
 import type { GenerateFunction, RolloutMode, SamplingParams, SchedulerLogger } from './generate.js';
 import { cancelledError, type GroupOutcome, retryCountOf, runGroup } from './group-runner.js';
 
+const emptySourceFirstDelayMs = 10;
+const emptySourceMaxDelayMs = 1000;
+
 /** A group the worker finished, waiting to be collected. */
 export interface CompletedGroup {
   /** The worker's id of the submission (`dressage_async_group_id`). */
@@ -44,6 +47,9 @@ export class AsyncRolloutWorker {
   private failure: unknown;
   private hasFailure = false;
   private nextGroupId = 0;
+  // A source that ran dry is asked again after a growing delay, never in a tight loop.
+  private emptyFetches = 0;
+  private retryTimer: NodeJS.Timeout | undefined;
   /** The rollout stamped on groups submitted from now on. */
   rolloutId = 0;
 
@@ -119,6 +125,8 @@ export class AsyncRolloutWorker {
    */
   async stop(timeoutMs: number): Promise<CompletedGroup[]> {
     this.state = 'stopped';
+    clearTimeout(this.retryTimer);
+    this.retryTimer = undefined;
     const reason = cancelledError('the rollout worker');
     const pending = [...this.active.values()];
     for (const { controller } of pending) controller.abort(reason);
@@ -156,7 +164,7 @@ export class AsyncRolloutWorker {
   }
 
   private pump(): void {
-    if (this.filling !== null || !this.canDispatch()) return;
+    if (this.filling !== null || this.retryTimer !== undefined || !this.canDispatch()) return;
     this.filling = this.fill().finally(() => {
       this.filling = null;
       // A completion may have arrived while the last fetch was finishing.
@@ -168,7 +176,11 @@ export class AsyncRolloutWorker {
     try {
       while (this.canDispatch()) {
         const [group] = await this.options.dataSource.getSamples(1);
-        if (group === undefined) return;
+        if (group === undefined) {
+          this.backOff();
+          return;
+        }
+        this.emptyFetches = 0;
         if (this.state !== 'running') {
           // Stopped while fetching: the group goes back, unstarted.
           this.options.dataSource.addSamples([group]);
@@ -181,6 +193,24 @@ export class AsyncRolloutWorker {
       this.hasFailure = true;
       this.notify();
     }
+  }
+
+  // An empty answer (a custom source running dry) would otherwise be asked again at once, forever,
+  // in microtasks that starve every timer and socket: wait 10 ms, doubling up to 1 s (slime's
+  // worker tops up once a second).
+  private backOff(): void {
+    const delay = Math.min(emptySourceMaxDelayMs, emptySourceFirstDelayMs * 2 ** this.emptyFetches);
+    this.emptyFetches++;
+    if (this.emptyFetches === 1) {
+      this.options.logger.warn(
+        `the data source returned no samples; asking again every ${emptySourceMaxDelayMs} ms at most`,
+        { active: this.active.size, queued: this.queue.length },
+      );
+    }
+    this.retryTimer = setTimeout(() => {
+      this.retryTimer = undefined;
+      this.pump();
+    }, delay);
   }
 
   private launch(group: Sample[]): void {

@@ -18,6 +18,13 @@ export interface RolloutResult {
 export interface RolloutCallOptions {
   /** Cancels this call (not the background worker). */
   signal?: AbortSignal;
+  /**
+   * The weight version the trainer holds now (the one it will train this batch with). The async
+   * schedulers' staleness control measures version gaps to it: with `stalenessKeepVersions` N,
+   * a group that ended more than N − 1 versions before it is dropped, even if no rollout has
+   * ended on it yet.
+   */
+  weightVersion?: string;
 }
 
 /** What every scheduler is built from. */

@@ -75,8 +75,24 @@ describe('StalenessTracker', () => {
       tracker.observe([segment('a', 0, '1')]);
       tracker.observe([segment('b', 0, '2')]);
       expect(tracker.isStale([segment('a', 0, '1')])).toBe(false);
+      // Off means off: no staleness/* metric, as the reference.
+      expect(tracker.metrics([[segment('a', 0, '1')]], 0)).toEqual({});
     }
     expect(() => new StalenessTracker(-1)).toThrow(/non-negative/);
+  });
+});
+
+describe('StalenessTracker.observeVersion', () => {
+  it('adds a version no rollout ended on yet, ignoring placeholders and repeats', () => {
+    const tracker = new StalenessTracker(2);
+    tracker.observe([segment('a', 0, '1')]);
+    expect(tracker.observeVersion('2')).toBe(true);
+    expect(tracker.observeVersion('2')).toBe(false);
+    expect(tracker.observeVersion('unknown')).toBe(false);
+    expect(tracker.observeVersion('3')).toBe(true);
+    expect(tracker.gaps([segment('a', 0, '1')])).toEqual([2]);
+    expect(tracker.isStale([segment('a', 0, '1')])).toBe(true);
+    expect(tracker.isStale([segment('b', 0, '2')])).toBe(false);
   });
 });
 

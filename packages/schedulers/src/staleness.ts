@@ -34,8 +34,10 @@ export function trajectoryVersions(samples: readonly Sample[]): TrajectoryVersio
 /**
  * Batch-level staleness control: keeps the weight versions it has seen in observation order (labels
  * are opaque) and drops a whole group when any of its trajectories ended on a version older than the
- * newest `keepVersions`. `keepVersions` 0 or null turns dropping off (versions are still tracked for
- * the metrics).
+ * newest `keepVersions`. The caller can tell it the version the trainer holds
+ * ({@link StalenessTracker.observeVersion}), so that groups are judged against the weights they
+ * will be trained with, not only against the newest version a rollout happened to end on.
+ * `keepVersions` 0 or null turns it off: nothing is dropped and no `staleness/*` metric is reported.
  */
 export class StalenessTracker {
   private readonly order: string[] = [];
@@ -75,13 +77,20 @@ export class StalenessTracker {
   /** Records the versions of a completed group. Returns true when a new version appeared. */
   observe(samples: readonly Sample[]): boolean {
     let advanced = false;
-    for (const { version } of trajectoryVersions(samples)) {
-      if (this.positions.has(version)) continue;
-      this.positions.set(version, this.order.length);
-      this.order.push(version);
-      advanced = true;
-    }
+    for (const { version } of trajectoryVersions(samples))
+      advanced = this.observeVersion(version) || advanced;
     return advanced;
+  }
+
+  /**
+   * Records one version, e.g. the one the trainer holds now (a weight update makes every version
+   * before it one step older even before any rollout ends on it). Returns true when it is new.
+   */
+  observeVersion(version: string): boolean {
+    if (!isRealVersion(version) || this.positions.has(version)) return false;
+    this.positions.set(version, this.order.length);
+    this.order.push(version);
+    return true;
   }
 
   /** True when the group must be dropped. */
@@ -104,9 +113,11 @@ export class StalenessTracker {
 
   /**
    * `staleness/*` metrics of a returned batch: dropped groups so far in this call (pass it in),
-   * current and cutoff version index, and the trajectory-weighted version gap.
+   * current and cutoff version index, and the trajectory-weighted version gap. None when staleness
+   * control is off (as the reference).
    */
   metrics(groups: readonly (readonly Sample[])[], droppedGroups: number): Record<string, number> {
+    if (!this.enabled) return {};
     const metrics: Record<string, number> = {
       'staleness/dropped_groups': droppedGroups,
       'staleness/current_version_index': this.currentIndex,
