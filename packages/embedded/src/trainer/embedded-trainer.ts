@@ -96,6 +96,14 @@ export interface EmbeddedTrainerOptions {
   abortAllRequests?: boolean;
   /** Receives one line per Train step and weight update. */
   log?: (message: string) => void;
+  /**
+   * Receives, after every policy-loss step, the trainer's logprob of each response token of the
+   * packed batch (in the batch's order), computed with the weights before the update; NaN where the
+   * token is not trainable. A caller that knows which weight version produced each token can then
+   * split the parity figure (tokens of the trainer's own version) from the off-policy gap (older
+   * ones), which the batch itself cannot say.
+   */
+  onTrainLogProbs?: (logProbs: Float32Array, batch: PackedTrainBatch) => void;
 }
 
 /** Parity of recomputed and rollout logprobs over trainable tokens. */
@@ -130,6 +138,21 @@ function disposeGradients(gradients: tf.NamedTensorMap | null): void {
   if (gradients !== null) for (const gradient of Object.values(gradients)) gradient.dispose();
 }
 
+// Padded position (row, p − 1) predicts response token j at p = total − response + j (see
+// buildMicroBatch); trainable positions are copied back to the packed batch's order.
+function scatterToPacked(micro: MicroBatch, padded: Float32Array, out: Float32Array): void {
+  const masks = micro.lossBatch.loss_masks;
+  micro.spans.forEach((span, row) => {
+    const promptLength = span.totalLength - span.responseLength;
+    for (let token = 0; token < span.responseLength; token++) {
+      const position = promptLength + token;
+      if (position === 0) continue;
+      const index = row * micro.length + position - 1;
+      if (masks[index] === 1) out[span.responseOffset + token] = padded[index]!;
+    }
+  });
+}
+
 const yieldToEventLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
 
 /**
@@ -159,6 +182,7 @@ export class EmbeddedTrainer implements TrainerImplementation {
   readonly #modelName: string;
   readonly #abortAllRequests: boolean;
   readonly #log: ((message: string) => void) | undefined;
+  readonly #onTrainLogProbs: ((logProbs: Float32Array, batch: PackedTrainBatch) => void) | undefined;
   readonly #variables: tf.Variable[];
   #weightsDirectory: string | undefined;
   #publishedDirectory: string | null = null;
@@ -195,6 +219,7 @@ export class EmbeddedTrainer implements TrainerImplementation {
     this.#modelName = options.modelName ?? 'dressage-embedded';
     this.#abortAllRequests = options.abortAllRequests ?? false;
     this.#log = options.log;
+    this.#onTrainLogProbs = options.onTrainLogProbs;
     this.#weightVersion = options.weightVersion ?? options.engine?.weightVersion ?? 'default';
     this.#variables = this.model.specs.map((spec) => this.model.parameters.get(spec.name)!);
     this.#optimizer = createAdam(this.#defaultLearningRate);
@@ -359,6 +384,10 @@ export class EmbeddedTrainer implements TrainerImplementation {
     const groups = planMicroBatches(spans, this.#maxMicroBatchTokens);
     const metrics: Record<string, number> = {};
     const parity: ParityAccumulator = { sum: 0, max: 0, count: 0 };
+    const trainLogProbs =
+      this.#onTrainLogProbs !== undefined && lossType === 'policy_loss'
+        ? new Float32Array(batch.loss_masks.length).fill(Number.NaN)
+        : null;
     let gradients: tf.NamedTensorMap | null = null;
     let optimizerSteps = 0;
     try {
@@ -366,7 +395,7 @@ export class EmbeddedTrainer implements TrainerImplementation {
         if (index > 0) await yieldToEventLoop();
         signal?.throwIfAborted();
         const micro = buildMicroBatch(this.model, batch, spans);
-        const result = this.#microBatchGradients(micro, lossType, stepOptions, parity);
+        const result = this.#microBatchGradients(micro, lossType, stepOptions, parity, trainLogProbs);
         gradients = addGradients(gradients, result.gradients);
         for (const [name, value] of Object.entries(result.metrics))
           metrics[name] = (metrics[name] ?? 0) + value;
@@ -398,6 +427,7 @@ export class EmbeddedTrainer implements TrainerImplementation {
     }
     this.#trainSteps += 1;
     this.#rolloutId = header.rollout_id ?? this.#rolloutId;
+    if (trainLogProbs !== null) this.#onTrainLogProbs?.(trainLogProbs, batch);
     if (parity.count > 0) {
       metrics.train_rollout_logprob_abs_diff = parity.sum / parity.count;
       metrics.train_rollout_logprob_abs_diff_max = parity.max;
@@ -425,6 +455,7 @@ export class EmbeddedTrainer implements TrainerImplementation {
     lossType: EmbeddedLossType,
     options: PolicyLossOptions,
     parity: ParityAccumulator,
+    trainLogProbs: Float32Array | null,
   ): { gradients: tf.NamedTensorMap; metrics: Record<string, number> } {
     const { rows, length, lossBatch } = micro;
     const outputs = this.model.vocabulary.outputCount;
@@ -472,6 +503,7 @@ export class EmbeddedTrainer implements TrainerImplementation {
         gradients = grads;
         metrics = { loss, sft_loss: loss };
       }
+      if (trainLogProbs !== null) scatterToPacked(micro, current, trainLogProbs);
       const rollout = lossBatch.rollout_log_probs;
       if (rollout !== null) {
         for (let index = 0; index < lossBatch.loss_masks.length; index++) {

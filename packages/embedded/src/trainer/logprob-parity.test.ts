@@ -208,6 +208,31 @@ describe('logprob parity, end to end', () => {
     );
   });
 
+  it("hands the caller every trainable token's recomputed logprob, in the batch's order", async () => {
+    let received: Float32Array | null = null;
+    const check = await startEmbeddedTrainerServer({
+      model,
+      temperature,
+      onTrainLogProbs: (logProbs) => {
+        received = logProbs;
+      },
+    });
+    const checkClient = createTrainerClient(check.address);
+    try {
+      await checkClient.train(batch);
+      const logProbs = received as Float32Array | null;
+      expect(logProbs).toHaveLength(batch.loss_masks.length);
+      const rollout = batch.rollout_log_probs!;
+      batch.loss_masks.forEach((mask, index) => {
+        if (mask === 0) expect(logProbs![index]).toBeNaN();
+        else expect(Math.abs(logProbs![index]! - rollout[index]!)).toBeLessThanOrEqual(1e-4);
+      });
+    } finally {
+      checkClient.close();
+      await check.close();
+    }
+  });
+
   it('catches a one-token misalignment of the rollout logprobs', async () => {
     // Same weights as the rollout (the served engine's model), through a fresh trainer.
     const check = await startEmbeddedTrainerServer({ model, temperature });
