@@ -66,7 +66,12 @@ async function train(args: string[]): Promise<number> {
     [
       `${loaded.recipe.name}: ${summary.stepsCompleted} RL steps${summary.stopped ? ' (stopped)' : ''}`,
       `reward: first ${format(summary.firstReward)}, last ${format(summary.lastReward)}`,
-      `max |trainer - rollout logprob| over trainable tokens: ${summary.maxLogprobDiff.toExponential(2)}`,
+      `max |trainer - rollout logprob| over on-policy tokens: ${summary.maxLogprobDiff.toExponential(2)}`,
+      ...(summary.meanVersionGap > 0
+        ? [
+            `mean version gap of trained tokens: ${summary.meanVersionGap.toFixed(2)}; max |trainer - rollout logprob| over older tokens: ${summary.maxOffPolicyLogprobDiff.toExponential(2)}`,
+          ]
+        : []),
       `weights: version ${summary.weightVersion}`,
       `metrics: ${join(summary.outputDirectory, 'metrics.jsonl')}`,
       `report:  ${summary.reportPath}`,

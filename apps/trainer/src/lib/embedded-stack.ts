@@ -37,6 +37,11 @@ export interface EmbeddedStack {
   /** Supervised batches for the warm-start (empty without examples). */
   warmStartBatches: PackedTrainBatch[];
   backend: string;
+  /**
+   * The trainer's logprobs of the last policy-loss step's response tokens (before its update; NaN
+   * where not trained), taken once. Only an in-process trainer has them.
+   */
+  takeTrainLogProbs?: () => Float32Array | null;
   /** Stops the proxy, the trainer and the engine. */
   close(): Promise<void>;
 }
@@ -128,12 +133,16 @@ export async function startEmbeddedStack(options: EmbeddedStackOptions): Promise
     host: '127.0.0.1',
     port: recipe.engine.port,
   });
+  let trainLogProbs: Float32Array | null = null;
   const trainerServer = await startEmbeddedTrainerServer({
     model: servingModel,
     engine,
     weightVersion,
     temperature: recipe.rollout.temperature,
     learningRate: recipe.loss.learning_rate,
+    onTrainLogProbs: (logProbs) => {
+      trainLogProbs = logProbs;
+    },
   });
   const trainer = createTrainerClient(trainerServer.address);
   await trainer.waitForReady();
@@ -178,6 +187,11 @@ export async function startEmbeddedStack(options: EmbeddedStackOptions): Promise
     weightVersion,
     warmStartBatches,
     backend,
+    takeTrainLogProbs() {
+      const taken = trainLogProbs;
+      trainLogProbs = null;
+      return taken;
+    },
     async close() {
       await proxy.close();
       trainer.close();

@@ -110,4 +110,39 @@ hooks:
     expect(loaded.resolvePath(loaded.recipe.data.path)).toBe(join(directory, 'prompts.jsonl'));
     expect(loaded.resolvePath('/abs/file')).toBe('/abs/file');
   });
+
+  it('continues preempted requests and corrects for stale tokens in the async modes unless told otherwise', () => {
+    const sync = parseRecipe(minimal);
+    expect(sync.proxy.partial_rollout).toBe(false);
+    expect(sync.loss.use_tis).toBe(false);
+    for (const mode of ['fully-async', 'partial-async']) {
+      const recipe = parseRecipe(`${minimal}rollout: { mode: ${mode} }\n`);
+      expect(recipe.proxy.partial_rollout).toBe(true);
+      expect(recipe.loss.use_tis).toBe(true);
+    }
+    const explicit = parseRecipe(`${minimal}rollout: { mode: fully-async }\nloss: { use_tis: false }\n`);
+    expect(explicit.loss.use_tis).toBe(false);
+  });
+
+  it('refuses an async mode whose proxy would fail the requests a weight update preempts', () => {
+    const text = `${minimal}rollout: { mode: fully-async }\nproxy: { partial_rollout: false }\n`;
+    expect(issuePaths(() => parseRecipe(text))).toEqual(['proxy.partial_rollout']);
+    expect(() => parseRecipe(text)).toThrow(/generation_preempted/);
+  });
+
+  it('extends another recipe, overriding only what it names', async () => {
+    const directory = await mkdtemp(join(tmpdir(), 'dressage-recipe-'));
+    await writeFile(join(directory, 'recipe.yaml'), `${minimal}rollout: { temperature: 0.7 }\n`);
+    await writeFile(
+      join(directory, 'async.yaml'),
+      'extends: recipe.yaml\nname: weather-async\nrollout: { mode: fully-async, keep_versions: 2 }\n',
+    );
+    const { recipe } = await loadRecipe(join(directory, 'async.yaml'));
+    expect(recipe.name).toBe('weather-async');
+    expect(recipe.rollout).toMatchObject({ mode: 'fully-async', keep_versions: 2, temperature: 0.7 });
+    expect(recipe.training.steps).toBe(40);
+    expect(recipe.proxy.partial_rollout).toBe(true);
+    await writeFile(join(directory, 'loop.yaml'), 'extends: loop.yaml\n');
+    await expect(loadRecipe(join(directory, 'loop.yaml'))).rejects.toThrow(/extends forms a cycle/);
+  });
 });

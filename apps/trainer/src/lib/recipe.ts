@@ -23,7 +23,11 @@ export const lossSchema = z.strictObject({
   eps_clip: z.number().positive().default(0.2),
   eps_clip_high: z.number().positive().optional(),
   eps_clip_c: z.number().gt(1).optional(),
-  use_tis: z.boolean().default(false),
+  /**
+   * Truncated importance sampling against the rollout logprobs (slime's `--use-tis`). Unset: on in
+   * the async modes, whose batches hold tokens of older weights, off in sync mode.
+   */
+  use_tis: z.boolean().optional(),
   tis_clip: z.number().positive().default(2),
   tis_clip_low: z.number().nonnegative().default(0),
   use_kl_loss: z.boolean().default(false),
@@ -80,6 +84,12 @@ export const warmStartSchema = z.strictObject({
   batch_size: positiveInteger.default(64),
   /** `module#export` of a function giving the supervised examples of one prompt record. */
   examples: hookReferenceSchema.optional(),
+  /**
+   * A folder (relative to the recipe) where the warm-started trainer state is kept, keyed by a hash
+   * of everything that determines it (model, seed, batches, settings): a later run with the same
+   * key loads it instead of repeating the warm-start. Unset: no cache.
+   */
+  cache_dir: z.string().min(1).optional(),
 });
 
 /** The recorded proxy in front of the engine. */
@@ -91,7 +101,11 @@ export const proxySchema = z.strictObject({
   token_build_model: z.enum(['qwen3_5', 'qwen3_6']).default('qwen3_5'),
   context_window: positiveInteger.optional(),
   max_output_tokens: positiveInteger.optional(),
-  partial_rollout: z.boolean().default(false),
+  /**
+   * Continue generations a weight update preempts, on the new weights. Unset: on in the async modes
+   * (off, every update would fail the requests in flight), off in sync mode (nothing is in flight).
+   */
+  partial_rollout: z.boolean().optional(),
   max_partial_rollout_preempts: z.int().nonnegative().optional(),
   record_token_versions: z.boolean().default(true),
   /** Listen address of a proxy started here; `0.0.0.0` (agents on other machines) is a deliberate choice. */
@@ -111,46 +125,67 @@ export const hooksSchema = z.strictObject({
 });
 
 /** A training recipe, as written in YAML. Relative paths resolve against the recipe file. */
-export const recipeSchema = z.strictObject({
-  name: z.string().min(1),
-  seed: z.int().default(1),
-  output_dir: z.string().min(1),
-  tokenizer_path: z.string().min(1).optional(),
-  data: z.strictObject({
-    path: z.string().min(1),
-    input_key: z.string().default('prompt'),
-    label_key: z.string().default('label'),
-    metadata_key: z.string().default('metadata'),
-    n_samples_per_prompt: positiveInteger.default(8),
-    rollout_batch_size: positiveInteger.default(8),
-    shuffle: z.boolean().default(true),
-  }),
-  rollout: z
-    .strictObject({
-      mode: rolloutModeSchema.default('sync'),
-      temperature: z.number().min(0).default(1),
-      top_p: z.number().gt(0).max(1).default(1),
-      max_new_tokens: positiveInteger.default(64),
-      max_turns: positiveInteger.default(4),
-      max_retries: z.int().nonnegative().default(2),
-      keep_versions: positiveInteger.optional(),
-      update_weights_interval: positiveInteger.default(1),
-    })
-    .prefault({}),
-  agent: z.strictObject({ module: hookReferenceSchema }).optional(),
-  proxy: proxySchema.prefault({}),
-  engine: engineSchema,
-  trainer: trainerSchema,
-  loss: lossSchema.prefault({}),
-  warm_start: warmStartSchema.prefault({}),
-  training: z.strictObject({
-    steps: positiveInteger,
-    global_batch_size: positiveInteger.optional(),
-    checkpoint_interval: positiveInteger.default(10),
-    report_interval: positiveInteger.default(10),
-  }),
-  hooks: hooksSchema.prefault({}),
-});
+export const recipeSchema = z
+  .strictObject({
+    name: z.string().min(1),
+    seed: z.int().default(1),
+    output_dir: z.string().min(1),
+    tokenizer_path: z.string().min(1).optional(),
+    data: z.strictObject({
+      path: z.string().min(1),
+      input_key: z.string().default('prompt'),
+      label_key: z.string().default('label'),
+      metadata_key: z.string().default('metadata'),
+      n_samples_per_prompt: positiveInteger.default(8),
+      rollout_batch_size: positiveInteger.default(8),
+      shuffle: z.boolean().default(true),
+    }),
+    rollout: z
+      .strictObject({
+        mode: rolloutModeSchema.default('sync'),
+        temperature: z.number().min(0).default(1),
+        top_p: z.number().gt(0).max(1).default(1),
+        max_new_tokens: positiveInteger.default(64),
+        max_turns: positiveInteger.default(4),
+        max_retries: z.int().nonnegative().default(2),
+        keep_versions: positiveInteger.optional(),
+        update_weights_interval: positiveInteger.default(1),
+      })
+      .prefault({}),
+    agent: z.strictObject({ module: hookReferenceSchema }).optional(),
+    proxy: proxySchema.prefault({}),
+    engine: engineSchema,
+    trainer: trainerSchema,
+    loss: lossSchema.prefault({}),
+    warm_start: warmStartSchema.prefault({}),
+    training: z.strictObject({
+      steps: positiveInteger,
+      global_batch_size: positiveInteger.optional(),
+      checkpoint_interval: positiveInteger.default(10),
+      report_interval: positiveInteger.default(10),
+    }),
+    hooks: hooksSchema.prefault({}),
+  })
+  .superRefine((recipe, context) => {
+    if (recipe.rollout.mode !== 'sync' && recipe.proxy.partial_rollout === false) {
+      context.addIssue({
+        code: 'custom',
+        path: ['proxy', 'partial_rollout'],
+        message:
+          `rollout.mode ${recipe.rollout.mode} keeps requests in flight across weight updates; with ` +
+          'partial_rollout false the proxy fails every one of them (502 generation_preempted) and the ' +
+          'batch loses them. Remove the line (async modes continue preempted requests) or use mode sync',
+      });
+    }
+  })
+  .transform((recipe) => {
+    const asynchronous = recipe.rollout.mode !== 'sync';
+    return {
+      ...recipe,
+      proxy: { ...recipe.proxy, partial_rollout: recipe.proxy.partial_rollout ?? asynchronous },
+      loss: { ...recipe.loss, use_tis: recipe.loss.use_tis ?? asynchronous },
+    };
+  });
 
 /** A validated recipe with defaults filled in. */
 export type Recipe = z.output<typeof recipeSchema>;
@@ -164,11 +199,9 @@ export interface LoadedRecipe {
   resolvePath(path: string): string;
 }
 
-/** Parses recipe YAML text; errors name the bad field's path. */
-export function parseRecipe(text: string, source = 'recipe'): Recipe {
-  let document: unknown;
+function parseYamlDocument(text: string, source: string): unknown {
   try {
-    document = parseYaml(text);
+    return parseYaml(text);
   } catch (error) {
     throw new DressageError({
       code: 'invalid_argument',
@@ -176,12 +209,32 @@ export function parseRecipe(text: string, source = 'recipe'): Recipe {
       cause: error,
     });
   }
-  return parseWire(recipeSchema, document, source);
 }
 
-/** Reads and validates a recipe file. */
-export async function loadRecipe(path: string): Promise<LoadedRecipe> {
-  const absolute = resolve(path);
+/** Parses recipe YAML text; errors name the bad field's path. */
+export function parseRecipe(text: string, source = 'recipe'): Recipe {
+  return parseWire(recipeSchema, parseYamlDocument(text, source), source);
+}
+
+function isPlainObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/** `override` laid over `base`: objects merge key by key, anything else (lists too) replaces. */
+export function mergeRecipeDocuments(base: unknown, override: unknown): unknown {
+  if (!isPlainObject(base) || !isPlainObject(override)) return override;
+  const merged: Record<string, unknown> = { ...base };
+  for (const [key, value] of Object.entries(override)) merged[key] = mergeRecipeDocuments(base[key], value);
+  return merged;
+}
+
+async function readRecipeDocument(absolute: string, chain: readonly string[]): Promise<unknown> {
+  if (chain.includes(absolute)) {
+    throw new DressageError({
+      code: 'invalid_argument',
+      message: `${absolute}: extends forms a cycle (${[...chain, absolute].join(' → ')})`,
+    });
+  }
   let text: string;
   try {
     text = await readFile(absolute, 'utf8');
@@ -192,7 +245,27 @@ export async function loadRecipe(path: string): Promise<LoadedRecipe> {
       cause: error,
     });
   }
-  const recipe = parseRecipe(text, absolute);
+  const document = parseYamlDocument(text, absolute);
+  if (!isPlainObject(document) || document.extends === undefined) return document;
+  const { extends: base, ...rest } = document;
+  if (typeof base !== 'string' || base === '') {
+    throw new DressageError({
+      code: 'invalid_argument',
+      message: `${absolute}: extends must be the path of another recipe file`,
+    });
+  }
+  const basePath = isAbsolute(base) ? base : resolve(dirname(absolute), base);
+  return mergeRecipeDocuments(await readRecipeDocument(basePath, [...chain, absolute]), rest);
+}
+
+/**
+ * Reads and validates a recipe file. A recipe may start from another one (`extends: recipe.yaml`,
+ * relative to its own folder) and change only some fields: objects merge key by key, lists and
+ * values replace. Relative paths then resolve against the extending recipe's folder.
+ */
+export async function loadRecipe(path: string): Promise<LoadedRecipe> {
+  const absolute = resolve(path);
+  const recipe = parseWire(recipeSchema, await readRecipeDocument(absolute, []), absolute);
   const base = dirname(absolute);
   return {
     recipe,

@@ -61,11 +61,28 @@ describe('report', () => {
         phase: 'rl',
         reward: 0.4123,
         tokensPerSecond: 1830.4,
-        staleness: 0,
+        versionGap: 0,
+        gapShares: [1, 0, 0],
         trainerIdleFraction: 0.081,
         logprobDiff: 2.4e-6,
       }),
-    ).toBe('step 12/60 rl | reward 0.412 | 1830 tok/s | stale 0.0 | idle 8% | |Δlogp| 2.4e-6');
+    ).toBe('step 12/60 rl | reward 0.412 | 1830 tok/s | gap 0.0 | idle 8% | |Δlogp| 2.4e-6');
+    // Async: the distribution of version gaps, and the off-policy gap apart from parity.
+    expect(
+      formatProgressLine({
+        step: 12,
+        totalSteps: 60,
+        phase: 'rl',
+        reward: 0.5,
+        versionGap: 0.62,
+        gapShares: [0.4, 0.58, 0.02],
+        trainerIdleFraction: 0.081,
+        logprobDiff: 2.1e-7,
+        offPolicyLogprobDiff: 0.03,
+      }),
+    ).toBe(
+      'step 12/60 rl | reward 0.500 | gap 0.6 (0:40% 1:58% 2+:2%) | idle 8% | |Δlogp| 2.1e-7 | off-policy 3.0e-2',
+    );
     expect(formatProgressLine({ step: 1, totalSteps: 5, phase: 'warm_start' })).toBe('step 1/5 warm-start');
   });
 });

@@ -1,6 +1,6 @@
 import { appendFile, mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { Sample } from '@dressage/protocol';
+import type { PackedTrainBatch, Sample } from '@dressage/protocol';
 
 /**
  * One trained sample as a run exports it (`<output_dir>/samples/step-NNNNNN.jsonl`, one object per
@@ -79,5 +79,34 @@ export async function exportSamples(
       .join('\n')
       .concat('\n'),
   );
+  return path;
+}
+
+/**
+ * Appends the trainer's logprobs of a step's response tokens, one line per sample in the order of
+ * `samples/step-NNNNNN.jsonl` (`null` where the token is not trained), to
+ * `<directory>/samples/step-NNNNNN.trainer.jsonl`: with the rollout logprobs and versions exported
+ * beside them, every token's off-policy gap can be read back.
+ */
+export async function exportTrainLogProbs(
+  directory: string,
+  step: number,
+  batch: PackedTrainBatch,
+  trainLogProbs: Float32Array,
+): Promise<string> {
+  const folder = join(directory, 'samples');
+  await mkdir(folder, { recursive: true });
+  const path = join(folder, `step-${String(step).padStart(6, '0')}.trainer.jsonl`);
+  const lines: string[] = [];
+  let offset = 0;
+  for (let index = 0; index < batch.sample_count; index++) {
+    const length = batch.response_lengths[index]!;
+    const values = Array.from(trainLogProbs.subarray(offset, offset + length), (value) =>
+      Number.isNaN(value) ? null : value,
+    );
+    lines.push(JSON.stringify({ step, sample: index, train_log_probs: values }));
+    offset += length;
+  }
+  await appendFile(path, `${lines.join('\n')}\n`);
   return path;
 }
