@@ -41,6 +41,15 @@ async function train(
   const rl = (await readMetricsLog(join(directory, name, 'metrics.jsonl'))).filter(
     (record) => record.phase === 'rl',
   );
+  // Where the time went, for comparing the modes on the same machine (not asserted: timings vary).
+  const average = (name: string) => mean(rl.map((record) => record.metrics[name] ?? 0));
+  console.info(
+    `${name}: rewards ${rl.map((record) => record.metrics['rollout/raw_reward_trajectory_mean']!.toFixed(2)).join(' ')}; ` +
+      `step ${average('perf/step_seconds').toFixed(2)} s = rollout wait ${average('perf/rollout_wait_seconds').toFixed(2)} + ` +
+      `train ${average('perf/train_seconds').toFixed(2)} + publish ${average('perf/publish_seconds').toFixed(2)}; ` +
+      `trainer idle ${((rl.at(-1)?.metrics['perf/trainer_idle_fraction'] ?? 0) * 100).toFixed(0)}%; ` +
+      `version gap ${summary.meanVersionGap.toFixed(2)}`,
+  );
   return { summary, rl };
 }
 
