@@ -115,4 +115,25 @@ describe('dressage-proxy flags (§1.11)', () => {
       /--store-fsync/,
     );
   });
+
+  it('reads the engine and request-body timeouts (0 = no limit)', () => {
+    const defaults = parseProxyArguments(['--tokenizer-path', '/m']);
+    const set = parseProxyArguments([
+      '--tokenizer-path',
+      '/m',
+      '--engine-request-timeout',
+      '0',
+      '--request-body-timeout',
+      '5',
+    ]);
+    if (defaults.help || set.help) throw new Error('unexpected help');
+    expect(defaults.config).toMatchObject({
+      engineRequestTimeoutSeconds: 3600,
+      requestBodyTimeoutSeconds: 60,
+    });
+    expect(set.config).toMatchObject({ engineRequestTimeoutSeconds: null, requestBodyTimeoutSeconds: 5 });
+    expect(() => parseProxyArguments(['--tokenizer-path', '/m', '--engine-request-timeout', '-1'])).toThrow(
+      /--engine-request-timeout/,
+    );
+  });
 });

@@ -56,8 +56,10 @@ export interface ProxyConfig {
   maxRequestBytes: number;
   /** How long `/v1/rollout/resume` waits for a healthy worker. */
   resumeReadinessTimeoutSeconds: number;
-  /** Timeout of one engine `/generate` call; null waits as long as the engine takes. */
+  /** Timeout of one engine `/generate` call (504 past it); null waits as long as the engine takes. */
   engineRequestTimeoutSeconds: number | null;
+  /** Time a client has to send a request's body (408 past it); null waits as long as it takes. */
+  requestBodyTimeoutSeconds: number | null;
   /** `--tool-call-hooks` entries (`MODULE[:EXPORT]`), imported when the server starts. */
   toolCallHooks: string[];
   /** Timeout of each `before`-stage hook run in seconds; null waits as long as the hook takes. */
@@ -116,7 +118,8 @@ export function createProxyConfig(
     storeFsync: 'always',
     maxRequestBytes: 64 * 1024 ** 2,
     resumeReadinessTimeoutSeconds: 30,
-    engineRequestTimeoutSeconds: null,
+    engineRequestTimeoutSeconds: 3600,
+    requestBodyTimeoutSeconds: 60,
     toolCallHooks: [],
     toolCallHookBeforeTimeoutSeconds: null,
     ...overrides,
@@ -163,6 +166,8 @@ const options = {
   'store-memory-limit-mb': { type: 'string' },
   'store-fsync': { type: 'string' },
   'max-request-mb': { type: 'string' },
+  'engine-request-timeout': { type: 'string' },
+  'request-body-timeout': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -195,7 +200,9 @@ export const usage = `Usage: dressage-proxy --tokenizer-path DIR [options]
   --store-memory-limit-mb 4096       resident token data before persisted trajectories are evicted
   --store-fsync always               always: flush each finalized trajectory to disk before 200 (survives
                                      power loss); never: leave flushing to the kernel (survives a crash)
-  --max-request-mb 64                largest request body
+  --max-request-mb 64                largest request body (413 above it)
+  --request-body-timeout 60          seconds a client has to send a request body (408 past it; 0 = no limit)
+  --engine-request-timeout 3600      seconds an engine /generate may take (504 past it; 0 = no limit)
 `;
 
 function invalid(flag: string, message: string): DressageError {
@@ -343,6 +350,14 @@ export function parseProxyArguments(
     'toolCallHookBeforeTimeoutSeconds',
     numberFlag('tool-call-hook-before-timeout', text('tool-call-hook-before-timeout'), { exclusiveMin: 0 }),
   );
+  const seconds = (flag: string) => {
+    const value = numberFlag(flag, text(flag), { min: 0 });
+    return value === undefined ? undefined : value === 0 ? null : value;
+  };
+  const engineTimeout = seconds('engine-request-timeout');
+  if (engineTimeout !== undefined) overrides.engineRequestTimeoutSeconds = engineTimeout;
+  const bodyTimeout = seconds('request-body-timeout');
+  if (bodyTimeout !== undefined) overrides.requestBodyTimeoutSeconds = bodyTimeout;
   const requestMb = numberFlag('max-request-mb', text('max-request-mb'), { exclusiveMin: 0 });
   if (requestMb !== undefined) overrides.maxRequestBytes = Math.floor(requestMb * 1024 ** 2);
   return { help: false, config: createProxyConfig(overrides) };

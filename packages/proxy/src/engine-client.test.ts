@@ -130,7 +130,7 @@ describe('EngineClient.generate', () => {
     expect(detailOf(invalid)).toMatch(/^SGLang \/generate returned invalid JSON: /);
   });
 
-  it('answers 503 sglang_upstream_unavailable when the engine is down, hangs up, or times out', async () => {
+  it('answers 503 sglang_upstream_unavailable when the engine is down or hangs up, 504 when it times out', async () => {
     let mode: 'hang-up' | 'silent' = 'hang-up';
     const url = await engine((incoming, _, response) => {
       if (mode === 'hang-up') incoming.socket.destroy();
@@ -143,8 +143,11 @@ describe('EngineClient.generate', () => {
     expect(upstream(hungUp).error).toBe('sglang_upstream_unavailable');
     mode = 'silent';
     const timedOut = await failure(client.generate(request, { routingKey: 's' }));
-    expect((timedOut as ProxyHttpError).status).toBe(503);
-    expect(upstream(timedOut).detail).toMatch(/Timeout/);
+    expect((timedOut as ProxyHttpError).status).toBe(504);
+    expect(detailOf(timedOut)).toMatchObject({
+      error: 'sglang_upstream_timeout',
+      message: expect.stringContaining('within 0.2 s (--engine-request-timeout)'),
+    });
     await client.close();
     server!.closeAllConnections();
     await new Promise<void>((resolve) => server!.close(() => resolve()));

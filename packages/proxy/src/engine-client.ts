@@ -17,8 +17,13 @@ export interface GenerateResult {
   text: string;
   /** Output ids; null when the engine sent neither `output_ids` nor id-bearing logprobs. */
   outputIds: Int32Array | null;
-  /** Logprob of every output token (as many as the engine sent). */
+  /** Logprob of every output token (as many as the engine sent); 0 where the engine sent none. */
   outputLogprobs: Float32Array;
+  /**
+   * True when an output logprob was null, missing or not finite (an engine serving NaN weights sends
+   * null): those tokens are recorded with 0 and their segments flagged `*_logprobs_invalid`.
+   */
+  outputLogprobsInvalid: boolean;
   /** Prompt logprobs when requested with `logprob_start_len` 0 (first entry is null in SGLang). */
   inputLogprobs: Float32Array | null;
   /** `meta_info.weight_version` (or `meta_info.version`), null when absent. */
@@ -63,8 +68,13 @@ function toVersion(value: unknown): string | null {
   return typeof value === 'string' ? value : String(value);
 }
 
-function upstreamUnavailable(error: unknown): ProxyHttpError {
+function upstreamUnavailable(error: unknown, timeoutMs: number): ProxyHttpError {
   const text = error instanceof Error ? `${error.name}(${JSON.stringify(error.message)})` : String(error);
+  const code = (error as { code?: string } | null)?.code;
+  if (code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT') {
+    const message = `the engine did not answer /generate within ${timeoutMs / 1000} s (--engine-request-timeout)`;
+    return new ProxyHttpError(504, { detail: { error: 'sglang_upstream_timeout', message } }, message, error);
+  }
   return new ProxyHttpError(
     503,
     { detail: { error: 'sglang_upstream_unavailable', detail: text } },
@@ -81,19 +91,25 @@ function isAbortError(error: unknown): boolean {
 }
 
 /** Decodes SGLang's `[[logprob, id, text], ...]` into typed arrays without keeping per-token objects. */
-function decodeLogprobEntries(entries: unknown): { logprobs: Float32Array; ids: Int32Array | null } {
-  if (!Array.isArray(entries)) return { logprobs: new Float32Array(0), ids: null };
+function decodeLogprobEntries(entries: unknown): {
+  logprobs: Float32Array;
+  ids: Int32Array | null;
+  invalid: boolean;
+} {
+  if (!Array.isArray(entries)) return { logprobs: new Float32Array(0), ids: null, invalid: false };
   const logprobs = new Float32Array(entries.length);
   let ids: Int32Array | null = new Int32Array(entries.length);
+  let invalid = false;
   for (let index = 0; index < entries.length; index++) {
     const entry = entries[index] as unknown[] | null;
     const logprob = Array.isArray(entry) ? entry[0] : null;
-    logprobs[index] = typeof logprob === 'number' ? logprob : 0;
+    if (typeof logprob === 'number' && logprob - logprob === 0) logprobs[index] = logprob;
+    else invalid = true;
     const id = Array.isArray(entry) ? entry[1] : null;
     if (ids !== null && typeof id === 'number') ids[index] = id;
     else ids = null;
   }
-  return { logprobs, ids };
+  return { logprobs, ids, invalid };
 }
 
 function encodeIds(ids: Int32Array): string {
@@ -136,7 +152,8 @@ export class EngineClient {
    * `POST /generate` with `X-SMG-Routing-Key` for sticky routing. `inputIdsText` is `input_ids`
    * already joined with commas (callers that cache it skip an O(context) join).
    *
-   * @throws ProxyHttpError 503 `sglang_upstream_unavailable` on connection errors, 500 on an HTTP error status.
+   * @throws ProxyHttpError 503 `sglang_upstream_unavailable` on connection errors, 504
+   *   `sglang_upstream_timeout` past `generateTimeoutSeconds`, 500 on an HTTP error status.
    */
   async generate(
     body: GenerateRequest,
@@ -170,6 +187,7 @@ export class EngineClient {
     routingKey: string,
     signal: AbortSignal | undefined,
   ): Promise<{ statusCode: number; body: Buffer }> {
+    const generateTimeoutMs = this.#generateTimeoutMs;
     return new Promise((resolve, reject) => {
       if (signal?.aborted) {
         reject(signal.reason);
@@ -209,7 +227,9 @@ export class EngineClient {
           },
           onError(error) {
             finish();
-            reject(isAbortError(error) || signal?.aborted ? error : upstreamUnavailable(error));
+            reject(
+              isAbortError(error) || signal?.aborted ? error : upstreamUnavailable(error, generateTimeoutMs),
+            );
           },
         } as Dispatcher.DispatchHandler,
       );
@@ -375,7 +395,11 @@ export function parseGenerateResponse(payload: unknown): GenerateResult {
   const meta = (
     typeof record.meta_info === 'object' && record.meta_info !== null ? record.meta_info : {}
   ) as Record<string, unknown>;
-  const { logprobs, ids: logprobIds } = decodeLogprobEntries(meta.output_token_logprobs);
+  const {
+    logprobs,
+    ids: logprobIds,
+    invalid: logprobsInvalid,
+  } = decodeLogprobEntries(meta.output_token_logprobs);
   let outputIds: Int32Array | null = null;
   if (Array.isArray(record.output_ids)) {
     outputIds = new Int32Array(record.output_ids.length);
@@ -400,6 +424,7 @@ export function parseGenerateResponse(payload: unknown): GenerateResult {
     text: typeof record.text === 'string' ? record.text : '',
     outputIds,
     outputLogprobs: logprobs,
+    outputLogprobsInvalid: logprobsInvalid,
     inputLogprobs: input,
     weightVersion: toVersion(meta.weight_version ?? meta.version),
     finishReason,

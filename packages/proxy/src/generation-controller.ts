@@ -368,6 +368,7 @@ export class GenerationController {
             text: '',
             outputIds: new Int32Array(0),
             outputLogprobs: new Float32Array(0),
+            outputLogprobsInvalid: true,
             inputLogprobs: null,
             weightVersion: null,
             finishReason: 'abort',
@@ -384,6 +385,8 @@ export class GenerationController {
           result.outputIds = request.encodeText(result.text);
           logprobsInvalid = true;
         }
+        // A null or NaN logprob is recorded as 0 and flagged, never passed off as a real 0.
+        if (result.outputLogprobsInvalid) logprobsInvalid = true;
         const count = result.outputIds.length;
         if (result.outputLogprobs.length !== count) {
           const normalized = new Float32Array(count);

@@ -10,12 +10,14 @@ const codeByStatus: Readonly<Record<number, ErrorCode>> = {
   401: 'unauthenticated',
   404: 'not_found',
   405: 'unimplemented',
+  408: 'deadline_exceeded',
   409: 'already_exists',
   413: 'resource_exhausted',
   507: 'resource_exhausted',
   500: 'internal',
   502: 'aborted',
   503: 'unavailable',
+  504: 'deadline_exceeded',
 };
 
 /**

@@ -1,4 +1,5 @@
 import { DressageError } from '@dressage/protocol';
+import { identifierProblem } from './identifiers.js';
 
 /** Options of {@link ProxyClient}. */
 export interface ProxyClientOptions {
@@ -86,7 +87,22 @@ export class ProxyClient {
   }
 
   /** `POST /v1/chat/completions` with the id headers. */
-  chatCompletions(body: Record<string, unknown>, ids: CompletionIds): Promise<Record<string, unknown>> {
+  async chatCompletions(body: Record<string, unknown>, ids: CompletionIds): Promise<Record<string, unknown>> {
+    for (const [field, value] of [
+      ['sessionId', ids.sessionId],
+      ['instanceId', ids.instanceId],
+      ['turnId', ids.turnId],
+    ] as const) {
+      const problem = value === undefined ? null : identifierProblem(value);
+      if (problem !== null) {
+        // A client error: never sent, never retried.
+        throw new DressageError({
+          code: 'invalid_argument',
+          message: `${field} ${problem}`,
+          details: { field },
+        });
+      }
+    }
     const headers: Record<string, string> = { 'x-session-id': ids.sessionId };
     if (ids.instanceId) headers['x-instance-id'] = ids.instanceId;
     if (ids.turnId) headers['x-turn-id'] = ids.turnId;
@@ -175,11 +191,14 @@ export class ProxyClient {
           signal: AbortSignal.timeout(this.#options.timeoutMs),
         });
       } catch (error) {
-        // Connection-level failures are retried; a timeout is not (the call may have run).
+        // Connection-level failures (fetch's TypeError with a network cause) are retried; a timeout
+        // is not (the call may have run), nor a request fetch refused to send (a bad header value).
         const timedOut = error instanceof Error && error.name === 'TimeoutError';
-        if (timedOut || attempt >= this.#options.maxRetries) {
+        const cause = error instanceof TypeError ? (error.cause as { code?: string } | undefined) : null;
+        const unsendable = cause === undefined || cause?.code === 'UND_ERR_INVALID_ARG';
+        if (timedOut || unsendable || attempt >= this.#options.maxRetries) {
           throw new DressageError({
-            code: timedOut ? 'deadline_exceeded' : 'unavailable',
+            code: timedOut ? 'deadline_exceeded' : unsendable ? 'invalid_argument' : 'unavailable',
             message: `${method} ${path} failed: ${(error as Error).message}`,
             cause: error,
           });

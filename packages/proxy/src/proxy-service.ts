@@ -15,6 +15,7 @@ import { EngineClient } from './engine-client.js';
 import { buildTrajectory, type FinalizeResult } from './finalize.js';
 import { GenerationController, type GenerationOutput } from './generation-controller.js';
 import { contextOverflowError, detailError } from './http-error.js';
+import { identifierProblem } from './identifiers.js';
 import { OutputParser, type ParsedOutput } from './parsers.js';
 import type { PromptTokenizer } from './prompt-tokenizer.js';
 import {
@@ -65,6 +66,15 @@ function parseBody<TSchema extends z.ZodType>(
   const result = safeParseWire(schema, body, what);
   if (!result.success) throw detailError(400, result.error.message);
   return result.data;
+}
+
+// Ids become headers of the engine call: one that cannot be is the client's 400, naming its field.
+function checkIdentifiers(candidates: ReadonlyArray<[string, string | null | undefined]>): void {
+  for (const [field, value] of candidates) {
+    if (value === null || value === undefined) continue;
+    const problem = identifierProblem(value);
+    if (problem !== null) throw detailError(400, `${field} ${problem}`);
+  }
 }
 
 // JSON values compared exactly as sent: the same keys in the same order and the same scalars. Equal
@@ -267,6 +277,15 @@ export class ProxyService {
   ): Promise<CompletionOutcome> {
     if (this.controller.shuttingDown) throw detailError(503, { error: 'proxy_shutting_down' });
     const { raw: rawBody, body } = request;
+    checkIdentifiers([
+      ['x-session-id', header(headers, 'x-session-id')],
+      ['x-smg-routing-key', header(headers, 'x-smg-routing-key')],
+      ['session_id', body.session_id],
+      ['x-instance-id', header(headers, 'x-instance-id')],
+      ['instance_id', body.instance_id],
+      ['x-turn-id', header(headers, 'x-turn-id')],
+      ['turn_id', body.turn_id],
+    ]);
     const sessionId =
       header(headers, 'x-session-id') ??
       header(headers, 'x-smg-routing-key') ??

@@ -1,10 +1,17 @@
 import { z } from 'zod';
+import { identifierProblem } from './identifiers.js';
+
+/** A session, trajectory or instance id: 1–512 printable Latin-1 characters. */
+export const identifierSchema = z.string().superRefine((value, context) => {
+  const problem = identifierProblem(value);
+  if (problem !== null) context.addIssue({ code: 'custom', message: `the id ${problem}` });
+});
 
 /** Body of `POST /session/finalize`. Build-mode keys are refused: the mode is fixed at startup. */
 export const finalizeRequestSchema = z
   .looseObject({
-    session_id: z.string().min(1),
-    instance_id: z.string().min(1).nullish(),
+    session_id: identifierSchema,
+    instance_id: identifierSchema.nullish(),
     label: z.unknown().optional(),
   })
   .superRefine((body, context) => {
@@ -25,13 +32,13 @@ export const finalizeRequestSchema = z
   });
 
 /** Body of `POST /session/discard`. */
-export const discardRequestSchema = z.looseObject({ session_id: z.string().min(1) });
+export const discardRequestSchema = z.looseObject({ session_id: identifierSchema });
 
 /** Body of `POST /trajectory/read`. */
 export const readRequestSchema = z.looseObject({
-  trajectory_id: z.string().min(1).nullish(),
-  session_id: z.string().min(1).nullish(),
-  instance_id: z.string().min(1).nullish(),
+  trajectory_id: identifierSchema.nullish(),
+  session_id: identifierSchema.nullish(),
+  instance_id: identifierSchema.nullish(),
   segment_view: z.enum(['lineage', 'timeline']).nullish(),
   drain: z.boolean().nullish(),
   max_groups: z.int().positive().nullish(),

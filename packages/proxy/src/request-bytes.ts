@@ -44,17 +44,70 @@ export interface ContinuedBody {
 }
 
 /**
+ * Deepest nesting of arrays and objects a request body may have. JSON.parse takes any depth, but
+ * validation, comparison, rendering and serialization recurse: a body nested thousands deep would
+ * overflow the stack later (and, once recorded, on every finalize).
+ */
+export const maxJsonDepth = 64;
+
+// True when `value` nests arrays and objects more than `limit` deep; iterative, for the same reason.
+function deeperThan(value: unknown, limit: number): boolean {
+  const values: unknown[] = [value];
+  const depths: number[] = [1];
+  while (values.length > 0) {
+    const current = values.pop();
+    const depth = depths.pop() as number;
+    if (typeof current !== 'object' || current === null) continue;
+    if (depth > limit) return true;
+    for (const child of Array.isArray(current) ? current : Object.values(current)) {
+      if (typeof child !== 'object' || child === null) continue;
+      values.push(child);
+      depths.push(depth + 1);
+    }
+  }
+  return false;
+}
+
+function tooDeep(field: string): never {
+  throw detailError(400, `${field} is nested deeper than ${maxJsonDepth} levels of arrays and objects`);
+}
+
+/**
+ * Checks that the members of a parsed body (each element, for an array member such as `messages`)
+ * stay within {@link maxJsonDepth}.
+ *
+ * @throws ProxyHttpError 400 naming the member (`messages[3]`, `tools`, `label`, …).
+ */
+export function checkJsonDepth(body: unknown): void {
+  if (typeof body !== 'object' || body === null) return;
+  if (Array.isArray(body)) {
+    if (deeperThan(body, maxJsonDepth)) tooDeep('the body');
+    return;
+  }
+  for (const [key, member] of Object.entries(body)) {
+    if (Array.isArray(member)) {
+      for (let index = 0; index < member.length; index++)
+        if (deeperThan(member[index], maxJsonDepth - 2)) tooDeep(`${key}[${index}]`);
+    } else if (deeperThan(member, maxJsonDepth - 1)) tooDeep(key);
+  }
+}
+
+/**
  * Parses a request body; an empty body is `undefined`.
  *
- * @throws ProxyHttpError 400 `Malformed JSON body: …` when it is not JSON.
+ * @throws ProxyHttpError 400 `Malformed JSON body: …` when it is not JSON, or naming the member
+ *   nested deeper than {@link maxJsonDepth}.
  */
 export function parseJson(bytes: Buffer): unknown {
   if (bytes.length === 0) return undefined;
+  let body: unknown;
   try {
-    return JSON.parse(bytes.toString('utf8'));
+    body = JSON.parse(bytes.toString('utf8'));
   } catch (error) {
     throw detailError(400, `Malformed JSON body: ${(error as Error).message}`);
   }
+  checkJsonDepth(body);
+  return body;
 }
 
 function isSpace(byte: number | undefined): boolean {
@@ -195,6 +248,8 @@ export function layoutOf(bytes: Buffer): BodyLayout | null {
  * Parses `bytes` as a continuation of `previous`: when it repeats the previous body byte for byte up
  * to the end of its last message, only the rest is parsed. Null when it does not, or when anything
  * after that point is unexpected; the caller then parses the body whole.
+ *
+ * @throws ProxyHttpError 400 when what it parsed is nested deeper than {@link maxJsonDepth}.
  */
 export function continueBody(previous: BodyLayout, bytes: Buffer): ContinuedBody | null {
   const repeated = previous.messageEnds.length;
@@ -213,6 +268,8 @@ export function continueBody(previous: BodyLayout, bytes: Buffer): ContinuedBody
       return null;
     }
     if (appended.length !== messageEnds.length - repeated) return null;
+    for (let index = 0; index < appended.length; index++)
+      if (deeperThan(appended[index], maxJsonDepth - 2)) tooDeep(`messages[${repeated + index}]`);
   }
   const tailLength = bytes.length - close;
   const sameAfter =
@@ -220,6 +277,7 @@ export function continueBody(previous: BodyLayout, bytes: Buffer): ContinuedBody
     bytes.compare(previous.bytes, previous.close, previous.bytes.length, close, bytes.length) === 0;
   const after = sameAfter ? previous.after : parseAfter(bytes, close);
   if (after === null) return null;
+  if (!sameAfter) checkJsonDepth(after);
   return {
     layout: { bytes, messageEnds, close, before: previous.before, after },
     repeated,

@@ -79,7 +79,9 @@ function sendError(response: ServerResponse, error: unknown): void {
   sendJson(response, status, body);
 }
 
-function readBody(request: IncomingMessage, limit: number): Promise<Buffer> {
+// Reads a request body of at most `limit` bytes (413 above it) within `timeoutMs` (408 past it: a
+// client trickling its body does not hold a connection and its buffers forever).
+function readBody(request: IncomingMessage, limit: number, timeoutMs: number | null): Promise<Buffer> {
   const declared = Number(request.headers['content-length'] ?? '0');
   if (declared > limit) {
     request.resume();
@@ -91,20 +93,38 @@ function readBody(request: IncomingMessage, limit: number): Promise<Buffer> {
     const chunks: Buffer[] = [];
     let size = 0;
     let failed = false;
+    const timer =
+      timeoutMs === null
+        ? undefined
+        : setTimeout(() => {
+            failed = true;
+            chunks.length = 0;
+            reject(
+              detailError(
+                408,
+                `Request body not received within ${timeoutMs / 1000} s (--request-body-timeout)`,
+              ),
+            );
+          }, timeoutMs);
     request.on('data', (chunk: Buffer) => {
       if (failed) return;
       size += chunk.length;
       if (size > limit) {
         failed = true;
+        clearTimeout(timer);
         reject(detailError(413, `Request body exceeds the limit of ${limit} bytes`));
         return;
       }
       chunks.push(chunk);
     });
     request.on('end', () => {
+      clearTimeout(timer);
       if (!failed) resolve(Buffer.concat(chunks));
     });
-    request.on('error', reject);
+    request.on('error', (error) => {
+      clearTimeout(timer);
+      reject(error);
+    });
   });
 }
 
@@ -194,15 +214,24 @@ export function createProxyHttpServer(service: ProxyService): Server {
         if (!bearerMatches(request.headers.authorization, config.apiKey))
           throw new ProxyHttpError(401, { detail: 'Unauthorized' });
       }
+      const bodyTimeoutMs =
+        config.requestBodyTimeoutSeconds === null ? null : config.requestBodyTimeoutSeconds * 1000;
       if ('bytesHandler' in route) {
-        await route.bytesHandler(request, await readBody(request, config.maxRequestBytes), response);
+        const bytes = await readBody(request, config.maxRequestBytes, bodyTimeoutMs);
+        await route.bytesHandler(request, bytes, response);
         return;
       }
       const body =
-        route.method === 'POST' ? parseJson(await readBody(request, config.maxRequestBytes)) : undefined;
+        route.method === 'POST'
+          ? parseJson(await readBody(request, config.maxRequestBytes, bodyTimeoutMs))
+          : undefined;
       sendJson(response, 200, await route.handler(request, body));
     } catch (error) {
-      if (error instanceof ProxyHttpError && error.status === 413 && !request.complete) {
+      if (
+        error instanceof ProxyHttpError &&
+        (error.status === 413 || error.status === 408) &&
+        !request.complete
+      ) {
         response.setHeader('connection', 'close');
       }
       sendError(response, error);

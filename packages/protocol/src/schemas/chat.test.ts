@@ -73,6 +73,16 @@ describe('chat completion request', () => {
         temperature: 'hot',
       }),
     ).toEqual(['temperature']);
+    for (const topK of [0, -2, 1.5]) {
+      expect(
+        issuePaths(chatCompletionRequestSchema, { messages: [{ role: 'user', content: 'x' }], top_k: topK }),
+      ).toEqual(['top_k']);
+    }
+    for (const topK of [-1, 1, 40]) {
+      expect(
+        issuePaths(chatCompletionRequestSchema, { messages: [{ role: 'user', content: 'x' }], top_k: topK }),
+      ).toEqual([]);
+    }
     expect(
       issuePaths(chatCompletionRequestSchema, {
         messages: [{ role: 'user', content: 'x' }],

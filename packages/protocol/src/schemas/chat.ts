@@ -105,7 +105,11 @@ export const chatCompletionRequestSchema = z.looseObject({
   tools: z.array(toolSchema).nullish(),
   temperature: z.number().min(0).nullish(),
   top_p: z.number().gt(0).max(1).nullish(),
-  top_k: z.int().nullish(),
+  // SGLang's rule: -1 disables top-k, anything else must keep at least one token.
+  top_k: z
+    .int()
+    .refine((value) => value === -1 || value >= 1, 'must be -1 (no top-k) or at least 1')
+    .nullish(),
   max_tokens: z.int().positive().nullish(),
   session_id: z.string().min(1).nullish(),
   instance_id: z.string().min(1).nullish(),

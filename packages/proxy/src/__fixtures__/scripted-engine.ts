@@ -6,8 +6,8 @@ export interface ScriptedReply {
   /** Output text; ids come from `encode` unless given. */
   text?: string;
   ids?: number[];
-  /** Per-token logprobs; default -0.1 each. */
-  logprobs?: number[];
+  /** Per-token logprobs; default -0.1 each. Null is sent as null (what SGLang's orjson makes of NaN). */
+  logprobs?: Array<number | null>;
   /** Weight version in meta_info; undefined uses the engine's current version, null omits it. */
   version?: string | null;
   finish?: 'stop' | 'length';
@@ -196,7 +196,11 @@ export class ScriptedEngine {
       finish_reason: finish === 'abort' ? { type: 'abort', message: 'Abort request' } : { type: finish },
       prompt_tokens: body.input_ids.length,
       completion_tokens: out.length,
-      output_token_logprobs: out.map((id, index) => [logprobs[index] ?? -0.1, id, null]),
+      output_token_logprobs: out.map((id, index) => [
+        index < logprobs.length ? logprobs[index] : -0.1,
+        id,
+        null,
+      ]),
     };
     if (version !== null) meta.weight_version = version;
     if (body.return_routed_experts === true) {
