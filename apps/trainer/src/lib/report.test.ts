@@ -49,7 +49,7 @@ describe('report', () => {
     );
     expect(html).toContain('<title>run &#60;1&#62; — Dressage training report</title>');
     expect(html).toContain('<th>last reward</th><td>0.75</td>');
-    expect(html.match(/<svg /g)).toHaveLength(5);
+    expect(html.match(/<svg /g)).toHaveLength(6);
     expect(html).not.toMatch(/<script|https?:\/\//);
   });
 

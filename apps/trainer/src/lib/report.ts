@@ -18,8 +18,26 @@ export const defaultReportPlots: readonly ReportPlot[] = [
   },
   {
     title: 'Train / rollout logprob difference',
-    metrics: ['train/train_rollout_logprob_abs_diff', 'train/train_rollout_logprob_abs_diff_max'],
-    description: 'Mean and max |trainer logprob − rollout logprob| over trainable tokens.',
+    metrics: [
+      'parity/logprob_abs_diff',
+      'parity/logprob_abs_diff_max',
+      'offpolicy/logprob_abs_diff',
+      'offpolicy/logprob_abs_diff_max',
+    ],
+    description:
+      'Mean and max |trainer logprob − rollout logprob|: parity over tokens of the weights the trainer ' +
+      'holds (bar 1e-4), the off-policy gap over tokens of older weights.',
+  },
+  {
+    title: 'Version gap',
+    metrics: [
+      'version_gap/tokens_0',
+      'version_gap/tokens_1',
+      'version_gap/tokens_2',
+      'version_gap/tokens_3_plus',
+    ],
+    description:
+      'Share of trained tokens generated 0, 1, 2 and 3 or more weight versions before the trainer’s.',
   },
   {
     title: 'Segments per trajectory',
