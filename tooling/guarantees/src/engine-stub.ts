@@ -5,7 +5,7 @@ import type { AddressInfo } from 'node:net';
 export interface StubReply {
   /** Output token ids. */
   ids: number[];
-  /** Per-token logprobs (null and NaN allowed: an engine publishing broken weights sends them); default -0.1. */
+  /** Per-token logprobs; null (or NaN, sent as null) is what an engine serving NaN weights sends. Default -0.1. */
   logprobs?: Array<number | null>;
   /** Never answer (the engine hangs). */
   hang?: boolean;
@@ -74,12 +74,11 @@ export class EngineStub {
           response.once('close', () => this.#hanging.delete(response));
           return;
         }
-        // JSON has no NaN: an engine's NaN logprob reaches the proxy as the bare token `NaN` from
-        // Python's json.dumps, so the stub writes it the same way.
+        // JSON has no NaN: SGLang (orjson) sends a NaN logprob as null, and so does the stub.
         const logprobs = reply.logprobs ?? reply.ids.map(() => -0.1);
         const pairs = reply.ids.map((id, index) => {
           const value = logprobs[index];
-          return `[${value === null ? 'null' : Number.isNaN(value) ? 'NaN' : String(value ?? -0.1)},${id},null]`;
+          return `[${value === null || value === undefined || !Number.isFinite(value) ? 'null' : String(value)},${id},null]`;
         });
         const meta = `{"id":${JSON.stringify(body.rid)},"finish_reason":{"type":"stop"},"prompt_tokens":${body.input_ids.length},"completion_tokens":${reply.ids.length},"weight_version":"v1","output_token_logprobs":[${pairs.join(',')}]}`;
         response.writeHead(200, { 'content-type': 'application/json' });

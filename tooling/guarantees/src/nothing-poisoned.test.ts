@@ -1,30 +1,237 @@
-// Nothing poisoned: bad input is a clear 4xx naming the field, never a 500, never a NaN in the
-// weights, and the server keeps serving afterwards.
+// Nothing poisoned: bad input is a clear 4xx (or gRPC INVALID_ARGUMENT) naming the field, never a
+// 500 or a retryable 503; nothing non-finite reaches the weights or is recorded as if it were real;
+// limits end in a clear status instead of a wait; and the servers keep serving afterwards.
+import { request as httpRequest } from 'node:http';
+import {
+  CausalLanguageModel,
+  defaultSampling,
+  type EmbeddedTrainerServer,
+  InferenceEngine,
+  initializeBackend,
+  startEmbeddedTrainerServer,
+  TokenVocabulary,
+} from '@dressage/embedded';
+import { createSample, type PackedTrainBatch } from '@dressage/protocol';
+import { ProxyClient } from '@dressage/proxy';
+import {
+  convertSamplesToPackedTrainBatch,
+  createTrainerClient,
+  type TrainerClient,
+} from '@dressage/trainer-bridge';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { EngineStub } from './engine-stub.js';
 import { chatBody, startQwenEngineStub } from './fixtures.js';
 import { call, type ProxyProcess, startProxyProcess } from './proxy-process.js';
 
-let engine: EngineStub;
-let proxy: ProxyProcess;
-beforeAll(async () => {
-  engine = await startQwenEngineStub();
-  proxy = await startProxyProcess(engine.url, ['--store-dir', 'none']);
-});
-afterAll(async () => {
-  await proxy?.kill();
-  await engine?.close();
+describe('nothing poisoned: the proxy (built CLI)', () => {
+  let engine: EngineStub;
+  let proxy: ProxyProcess;
+  const okIds: number[] = [];
+  beforeAll(async () => {
+    engine = await startQwenEngineStub();
+    okIds.push(...engine.reply({ input_ids: [], rid: '' }).ids);
+    proxy = await startProxyProcess(engine.url, [
+      '--store-dir',
+      'none',
+      '--engine-request-timeout',
+      '1',
+      '--request-body-timeout',
+      '1',
+    ]);
+  });
+  afterAll(async () => {
+    await proxy?.kill();
+    await engine?.close();
+  });
+
+  const chat = (session: string, body: unknown = chatBody('hi')) =>
+    call(proxy.url, '/v1/chat/completions', body, { 'x-session-id': session });
+
+  it('answers a body that is not JSON with 400 and keeps serving', async () => {
+    expect((await chat('bad-json', '{"messages": [')).status).toBe(400);
+    expect((await chat('bad-json')).status).toBe(200);
+  });
+
+  it('answers top_k 0 with 400 naming top_k (the engine would refuse it as a 500)', async () => {
+    const response = await chat('top-k', { ...chatBody('hi'), top_k: 0 });
+    expect(response.status).toBe(400);
+    expect(JSON.stringify(response.body)).toContain('top_k');
+  });
+
+  it('answers a message nested 10000 deep with 400 naming it, and the session still finalizes', async () => {
+    const deep = `{"messages":[{"role":"user","content":"hi","x":${'['.repeat(10_000)}${']'.repeat(10_000)}}]}`;
+    const refused = await chat('deep', deep);
+    expect(refused.status).toBe(400);
+    expect(String(refused.body.detail)).toContain('messages[0]');
+    expect((await chat('deep')).status).toBe(200);
+    expect((await call(proxy.url, '/session/finalize', { session_id: 'deep' })).status).toBe(200);
+  });
+
+  it('answers session ids that cannot be headers with 400, and ProxyClient neither sends nor retries them', async () => {
+    for (const id of ['bad\u0001id', 'セッション']) {
+      const response = await call(proxy.url, '/v1/chat/completions', { ...chatBody('hi'), session_id: id });
+      expect(response.status).toBe(400);
+      expect(String(response.body.detail)).toContain('session_id');
+    }
+    const client = new ProxyClient({ baseUrl: proxy.url, maxRetries: 3 });
+    await expect(
+      client.chatCompletions({ messages: [{ role: 'user', content: 'hi' }] }, { sessionId: 'セッション' }),
+    ).rejects.toMatchObject({ code: 'invalid_argument' });
+  });
+
+  it('flags a null logprob from the engine instead of recording it as 0.0', async () => {
+    engine.reply = () => ({ ids: okIds, logprobs: [null, -0.2] });
+    try {
+      expect((await chat('null-logprob')).status).toBe(200);
+    } finally {
+      engine.reply = () => ({ ids: okIds });
+    }
+    expect((await call(proxy.url, '/session/finalize', { session_id: 'null-logprob' })).status).toBe(200);
+    const read = await call(proxy.url, '/trajectory/read', { trajectory_id: 'null-logprob' });
+    const segment = (read.body.data as Array<{ extra_info: Record<string, unknown> }>)[0]!;
+    expect(segment.extra_info.tito_logprobs_invalid).toBe(true);
+  });
+
+  it('answers 504 naming the setting when the engine hangs, and keeps serving', async () => {
+    engine.reply = () => ({ ids: okIds, hang: true });
+    try {
+      const response = await chat('hang');
+      expect(response.status).toBe(504);
+      expect(JSON.stringify(response.body)).toContain('--engine-request-timeout');
+    } finally {
+      engine.reply = () => ({ ids: okIds });
+    }
+    expect((await chat('after-hang')).status).toBe(200);
+  });
+
+  it('answers 408 to a body that never finishes arriving', async () => {
+    const url = new URL(proxy.url);
+    const status = await new Promise<number>((resolve, reject) => {
+      const request = httpRequest(
+        {
+          host: url.hostname,
+          port: url.port,
+          path: '/v1/chat/completions',
+          method: 'POST',
+          headers: { 'content-type': 'application/json', 'content-length': '100000', 'x-session-id': 'slow' },
+        },
+        (response) => {
+          response.resume();
+          resolve(response.statusCode ?? 0);
+        },
+      );
+      request.on('error', reject);
+      request.write('{"messages": [');
+    });
+    expect(status).toBe(408);
+    expect((await chat('after-slow')).status).toBe(200);
+  });
 });
 
-describe('nothing poisoned: the proxy', () => {
-  it('answers a body that is not JSON with 400 and keeps serving', async () => {
-    const bad = await call(proxy.url, '/v1/chat/completions', '{"messages": [', {
-      'x-session-id': 'bad-json',
+describe('nothing poisoned: the embedded trainer over gRPC', () => {
+  let model: CausalLanguageModel;
+  let engine: InferenceEngine;
+  let served: EmbeddedTrainerServer;
+  let client: TrainerClient;
+  let batch: PackedTrainBatch;
+
+  beforeAll(async () => {
+    await initializeBackend();
+    model = CausalLanguageModel.create(new TokenVocabulary([1, 2, 3, 4, 5, 6, 7, 8]), { contextLength: 64 });
+    engine = new InferenceEngine({ model, weightVersion: '0' });
+    served = await startEmbeddedTrainerServer({ model, engine });
+    client = createTrainerClient(served.address);
+    const prompt = [1, 2, 3];
+    const rollout = await engine.generate({
+      rid: 'r1',
+      inputIds: prompt,
+      logprobStartLength: -1,
+      sampling: { ...defaultSampling, temperature: 1, maxNewTokens: 6, seed: 1 },
     });
-    expect(bad.status).toBe(400);
-    const good = await call(proxy.url, '/v1/chat/completions', chatBody('hi'), {
-      'x-session-id': 'bad-json',
+    const response = Array.from(rollout.outputIds);
+    const samples = [0, 1].map((index) =>
+      createSample({
+        index,
+        group_index: 0,
+        tokens: [...prompt, ...response],
+        response_length: response.length,
+        loss_mask: response.map(() => 1),
+        rollout_log_probs: Array.from(rollout.outputLogprobs),
+        reward: index === 0 ? 1 : -1,
+        metadata: { instance_id: 'prompt-0', parent_traj_id: `trajectory-${index}` },
+      }),
+    );
+    batch = convertSamplesToPackedTrainBatch(samples, { globalBatchSize: 2 });
+  });
+  afterAll(async () => {
+    client?.close();
+    await served?.close();
+    engine?.close();
+    model?.dispose();
+  });
+
+  const poisoned = (edit: (copy: PackedTrainBatch) => void): PackedTrainBatch => {
+    const copy: PackedTrainBatch = {
+      ...batch,
+      rewards: batch.rewards.slice(),
+      rollout_log_probs: batch.rollout_log_probs?.slice() ?? null,
+    };
+    edit(copy);
+    return copy;
+  };
+
+  it.each([
+    [
+      'a NaN reward',
+      (copy: PackedTrainBatch): void => {
+        copy.rewards.fill(Number.NaN, 1);
+      },
+      {},
+      'sample 1',
+      'rewards',
+    ],
+    [
+      'an infinite reward',
+      (copy: PackedTrainBatch): void => {
+        copy.rewards.fill(Number.POSITIVE_INFINITY, 0, 1);
+      },
+      {},
+      'sample 0',
+      'rewards',
+    ],
+    [
+      'NaN rollout logprobs with use_rollout_logprobs',
+      (copy: PackedTrainBatch): void => {
+        copy.rollout_log_probs?.fill(Number.NaN);
+      },
+      { use_rollout_logprobs: true },
+      'sample 0',
+      'rollout_log_probs',
+    ],
+  ] as const)(
+    'refuses %s with INVALID_ARGUMENT naming the sample and field',
+    async (_, edit, loss, sample, field) => {
+      await expect(client.train(poisoned(edit), { loss })).rejects.toMatchObject({
+        code: 'invalid_argument',
+        message: expect.stringMatching(new RegExp(`${sample} .* ${field}`)),
+      });
+      // Nothing reached the trainer's weights: what it publishes after the refusal is all finite.
+      await client.updateWeights();
+      for (const values of engine.model.getWeights().values())
+        expect(values.every(Number.isFinite)).toBe(true);
+    },
+  );
+
+  it('refuses a learning rate of 1e30 and a negative eps_clip with INVALID_ARGUMENT naming the field', async () => {
+    await expect(client.train(batch, { loss: { learning_rate: 1e30 } })).rejects.toMatchObject({
+      code: 'invalid_argument',
+      message: expect.stringContaining('loss.learning_rate'),
     });
-    expect(good.status).toBe(200);
+    await expect(client.train(batch, { loss: { eps_clip: -1 } })).rejects.toMatchObject({
+      code: 'invalid_argument',
+      message: expect.stringContaining('loss.eps_clip'),
+    });
+    // And it keeps training on good data.
+    expect((await client.train(batch)).optimizer_steps).toBe(1);
   });
 });
