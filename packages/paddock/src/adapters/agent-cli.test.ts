@@ -66,6 +66,9 @@ describe.each(agents)('%s in a bubblewrap slot', (type, agent, options) => {
       mode: 'blackbox',
       baseDir,
       basePort: await findFreePortRange(1),
+      // The slot has its own network namespace: its LLM proxy reaches the model only through the
+      // pool's pipe to this address.
+      upstreamUrl: model.url,
       healthIntervalSeconds: 0,
       extraReadOnlyMounts: [agentInstallDir(agent)],
       env: {

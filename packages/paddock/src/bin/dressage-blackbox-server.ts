@@ -10,15 +10,23 @@ const config = blackboxConfigFromEnv();
 const apiKey = blackboxApiKeyFromEnv();
 // Children (the agent, execute_cmd) must not inherit the key.
 delete process.env.BBS_API_KEY;
-const server = new BlackboxServer({ config, adapters: builtinAdapters, apiKey });
+// BBS_SOCKET and BBS_UPSTREAM_SOCKET: a pool slot in its own network namespace, whose only ways in
+// and out are unix sockets in the slot's directory.
+const server = new BlackboxServer({
+  config,
+  adapters: builtinAdapters,
+  apiKey,
+  socketPath: process.env.BBS_SOCKET || undefined,
+  upstreamSocket: process.env.BBS_UPSTREAM_SOCKET || undefined,
+});
 const url = await server.listen();
 const reach = url.endsWith(server.boundAddress ?? '') ? '' : `reached here at ${url}; `;
 const auth = apiKey === undefined ? 'no auth' : 'bearer key required';
 const sandbox = config.inside_sandbox ? 'inside a sandbox' : 'outside a sandbox: execute_cmd refused';
 console.error(
-  `dressage-blackbox-server listening on http://${server.boundAddress} (${reach}${auth}; ${sandbox})`,
+  `dressage-blackbox-server listening on ${url.startsWith('unix:') ? url : `http://${server.boundAddress}`} (${reach}${auth}; ${sandbox})`,
 );
-if (!isLoopbackAddress(config.host) && apiKey === undefined) {
+if (!url.startsWith('unix:') && !isLoopbackAddress(config.host) && apiKey === undefined) {
   console.error(
     `dressage-blackbox-server: warning: listening on ${server.boundAddress} without a key: anyone who reaches this port can drive the agent (set BBS_API_KEY_FILE)`,
   );

@@ -1,12 +1,13 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { constants } from 'node:fs';
-import { access, copyFile, mkdir, readFile, realpath } from 'node:fs/promises';
+import { access, chmod, copyFile, mkdir, readFile, realpath, rm } from 'node:fs/promises';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { isAbsolute, join, relative, resolve, sep } from 'node:path';
 import { bearerMatches, issuesFromZodError, reachableHost } from '@dressage/protocol';
 import type { z } from 'zod';
 import { runProcessGroup } from '../sandbox/process-group.js';
+import { type SocketPipe, startSocketPipe } from '../sandbox/socket-pipe.js';
 import {
   type AdapterCapabilities,
   type AdapterFactory,
@@ -124,6 +125,17 @@ export interface BlackboxServerOptions {
    * who reaches the port drives the server: keep it on loopback.
    */
   apiKey?: string;
+  /**
+   * Listen on this unix socket instead of `host:port`: a pool slot in its own network namespace,
+   * reached by the pool through the socket in the slot's directory.
+   */
+  socketPath?: string;
+  /**
+   * Send every upstream model request (whatever `router` a registration names) through this unix
+   * socket: in a slot's own network namespace it is the only way out, and the pool's end of it
+   * connects only to the recording proxy it was configured with.
+   */
+  upstreamSocket?: string;
 }
 
 const now = () => new Date().toISOString();
@@ -194,6 +206,9 @@ export class BlackboxServer {
   private readonly adapters: Record<string, AdapterFactory>;
   private readonly workDir: string;
   private readonly apiKey: string | null;
+  private readonly socketPath: string | null;
+  private readonly upstreamSocket: string | null;
+  private upstreamPipe: Promise<SocketPipe> | null = null;
   private http: Server | null = null;
   private status: ServerStatus = 'idle';
   private binding: Binding | null = null;
@@ -218,24 +233,37 @@ export class BlackboxServer {
     this.adapters = options.adapters ?? {};
     this.workDir = options.workDir ?? process.cwd();
     this.apiKey = options.apiKey ?? null;
+    this.socketPath = options.socketPath ?? null;
+    this.upstreamSocket = options.upstreamSocket ?? null;
   }
 
   /** Starts listening; returns the base URL to reach it from this machine. */
   async listen(): Promise<string> {
     const server = createServer((request, response) => void this.dispatch(request, response));
+    const socketPath = this.socketPath;
+    if (socketPath !== null) await rm(socketPath, { force: true });
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
-      server.listen(this.config.port, this.config.host, () => resolve());
+      if (socketPath !== null) server.listen(socketPath, () => resolve());
+      else server.listen(this.config.port, this.config.host, () => resolve());
     });
     this.http = server;
+    if (socketPath !== null) {
+      await chmod(socketPath, 0o600);
+      return `unix:${socketPath}`;
+    }
     const address = server.address() as AddressInfo;
     return `http://${reachableHost(this.config.host)}:${address.port}`;
   }
 
-  /** `address:port` the socket is bound to (`0.0.0.0:23456` when it listens on every interface). */
+  /**
+   * `address:port` the socket is bound to (`0.0.0.0:23456` when it listens on every interface), or
+   * `unix:<path>`.
+   */
   get boundAddress(): string | null {
     const address = this.http?.address();
-    if (address === null || address === undefined || typeof address === 'string') return null;
+    if (typeof address === 'string') return `unix:${address}`;
+    if (address === null || address === undefined) return null;
     return `${address.family === 'IPv6' ? `[${address.address}]` : address.address}:${address.port}`;
   }
 
@@ -265,6 +293,25 @@ export class BlackboxServer {
       http.closeAllConnections();
       await new Promise<void>((resolve) => http.close(() => resolve()));
     }
+    const pipe = this.upstreamPipe;
+    this.upstreamPipe = null;
+    if (pipe) await (await pipe.catch(() => null))?.close();
+  }
+
+  // With an upstream socket, model requests go to a loopback port of this network namespace that is
+  // piped to the socket (fetch cannot dial a unix socket); the registered router keeps its path.
+  private async upstreamOrigin(routerBase: string): Promise<string> {
+    const socket = this.upstreamSocket;
+    if (socket === null) return routerBase;
+    this.upstreamPipe ??= startSocketPipe({
+      listen: { host: '127.0.0.1', port: 0 },
+      target: { path: socket },
+    });
+    const pipe = await this.upstreamPipe.catch((error: unknown) => {
+      this.upstreamPipe = null;
+      throw error;
+    });
+    return `http://127.0.0.1:${pipe.port}`;
   }
 
   // ---------------------------------------------------------------- HTTP plumbing
@@ -595,7 +642,7 @@ export class BlackboxServer {
     const proxyApiKey = randomBytes(24).toString('base64url');
     const proxy = new RolloutLlmProxy({
       apiKey: proxyApiKey,
-      upstreamOrigin: router.base,
+      upstreamOrigin: await this.upstreamOrigin(router.base),
       apiPath: router.apiPath,
       sessionId: request.bound_session_id,
       instanceId: request.bound_instance_id,

@@ -7,6 +7,8 @@ export const sandboxPaths = {
   work: '/workspace',
   runtime: '/workspace_sandbox/blackbox_server_runtime',
   tmp: '/tmp',
+  /** The slot's sockets to and from the host (a slot in its own network namespace). */
+  network: '/workspace_sandbox/network',
 } as const;
 
 /** The host directories of one slot, bound writable into the sandbox. */
@@ -15,6 +17,8 @@ export interface SlotDirectories {
   work: string;
   runtime: string;
   tmp: string;
+  /** Bound at `sandboxPaths.network` when given: the unix sockets of a network-isolated slot. */
+  network?: string;
 }
 
 /** Options of {@link buildBwrapArgs}. */
@@ -140,6 +144,7 @@ export function buildBwrapArgs(options: BwrapOptions, command: readonly string[]
     [directories.work, sandboxPaths.work],
     [directories.runtime, sandboxPaths.runtime],
     [directories.tmp, sandboxPaths.tmp],
+    ...(directories.network === undefined ? [] : [[directories.network, sandboxPaths.network] as const]),
   ] as const) {
     parentsOf(destination);
     args.push('--bind', source, destination);

@@ -4,7 +4,9 @@ import { parseArgs } from 'node:util';
 import { LocalBwrapPool, type PoolMode } from './local-bwrap-pool.js';
 
 const usage = `Usage: dressage-local-bwrap <start|status|stop> [options]
-  start   --slots N --base-dir DIR --mode blackbox|command_only --base-port P [--unshare-net]
+  start   --slots N --base-dir DIR --mode blackbox|command_only --base-port P
+          [--upstream http://HOST:PORT]  the recording proxy blackbox slots may reach
+          [--unshare-net | --host-net]   own network namespace per slot (default in blackbox mode)
   status  --base-dir DIR      prints the pool's pool.json (exit 1 when no live pool)
   stop    --base-dir DIR      stops the pool started there (SIGTERM, then waits)`;
 
@@ -40,6 +42,8 @@ export async function runLocalBwrapCli(argv: readonly string[]): Promise<number>
       mode: { type: 'string' },
       'base-port': { type: 'string' },
       'unshare-net': { type: 'boolean' },
+      'host-net': { type: 'boolean' },
+      upstream: { type: 'string' },
       help: { type: 'boolean' },
     },
   });
@@ -77,7 +81,8 @@ export async function runLocalBwrapCli(argv: readonly string[]): Promise<number>
       baseDir,
       mode,
       basePort: Number(values['base-port'] ?? process.env.DRESSAGE_LOCAL_BWRAP_BASE_PORT ?? 31000),
-      unshareNet: values['unshare-net'] ?? false,
+      unshareNet: values['host-net'] ? false : values['unshare-net'],
+      upstreamUrl: values.upstream ?? process.env.DRESSAGE_LOCAL_BWRAP_UPSTREAM_URL,
     });
     await pool.start();
     console.log(JSON.stringify(pool.status()));

@@ -16,6 +16,7 @@ import {
 } from './bwrap-command.js';
 import { killProcessGroup, type ProcessGroupResult, runProcessGroup } from './process-group.js';
 import { type LimitSupport, type ResourceLimits, SlotCgroups } from './resource-limits.js';
+import { type SocketPipe, startSocketPipe } from './socket-pipe.js';
 
 /** Lifecycle states of a pool slot. */
 export type SlotState =
@@ -31,9 +32,10 @@ export type SlotState =
   | 'lost';
 
 /**
- * `blackbox`: every slot runs a BlackboxServer on `basePort + slot` (the network namespace must be
- * shared for the host to reach it); each server requires its slot's own bearer token, which only the
- * pool and the lease holder know. `command_only`: no server; commands and files go through the pool.
+ * `blackbox`: every slot runs a BlackboxServer, reached at `basePort + slot` on the host; each server
+ * requires its slot's own bearer token, which only the pool and the lease holder know. By default
+ * the slot has its own network namespace, and the pool's socket pipes are its only ways in and out.
+ * `command_only`: no server; commands and files go through the pool.
  */
 export type PoolMode = 'blackbox' | 'command_only';
 
@@ -51,8 +53,21 @@ export interface LocalBwrapPoolOptions {
   /** Prepare every slot at `start()` (warm) instead of on first acquire (cold). Default true. */
   prewarm?: boolean;
   unsharePid?: boolean;
-  /** No network at all inside (command_only only). Default false. */
+  /**
+   * A network namespace of the slot's own, with only a private loopback: nothing on the host's
+   * network (other slots, the engine, the trainer, any host port) is reachable from inside. Default
+   * false in `command_only` mode (where it means no network at all) and true in `blackbox` mode,
+   * where the slot server listens on a unix socket in the slot's directory, which the pool pipes to
+   * `basePort + slot` on the host, and model requests leave through the one pipe to `upstreamUrl`.
+   * `false` in blackbox mode shares the host network (the server listens on a host port).
+   */
   unshareNet?: boolean;
+  /**
+   * The recording proxy (`http://host:port`, plain HTTP) that network-isolated blackbox slots may reach: each
+   * slot's LLM proxy sends its model requests through a unix socket whose host end connects only
+   * here, whatever `router` a registration names. Without it such slots have no way out at all.
+   */
+  upstreamUrl?: string;
   /** Read-only binds. Default: the system dirs, plus the install root of the server in blackbox mode. */
   readOnlyMounts?: readonly string[];
   /** Added to the read-only binds (agent CLI installs, datasets). */
@@ -130,6 +145,8 @@ interface Slot {
   server: ChildProcess | null;
   /** Bearer token of the running server; a new one at every server start. */
   token: string | null;
+  /** The host ends of a network-isolated slot: the server's port and the upstream socket. */
+  pipes: SocketPipe[];
   running: Set<ChildProcess>;
   error: string | null;
   failures: number;
@@ -200,6 +217,9 @@ export class LocalBwrapPool {
   private readonly readOnlyMounts: string[];
   private readonly serverCommand: readonly string[] | null;
   private readonly identityBase: number | null;
+  /** Blackbox slots in their own network namespace, reached through unix sockets. */
+  private readonly isolated: boolean;
+  private readonly upstream: { host: string; port: number } | null;
   private waiters: (() => void)[] = [];
   private healthTimer: NodeJS.Timeout | null = null;
   private stopped = false;
@@ -211,13 +231,8 @@ export class LocalBwrapPool {
     this.options = options;
     this.mode = options.mode ?? 'command_only';
     this.baseDir = options.baseDir ?? `/tmp/dressage-local-bwrap/node-${process.pid}`;
-    if (this.mode === 'blackbox' && options.unshareNet) {
-      throw new DressageError({
-        code: 'invalid_argument',
-        message:
-          'blackbox pool mode needs the host network: its servers listen on host ports (set unshareNet: false)',
-      });
-    }
+    this.isolated = this.mode === 'blackbox' && (options.unshareNet ?? true);
+    this.upstream = options.upstreamUrl === undefined ? null : parseUpstream(options.upstreamUrl);
     this.serverCommand =
       this.mode === 'blackbox'
         ? (options.serverCommand ?? ['/usr/bin/env', 'node', defaultServerScript()])
@@ -253,10 +268,12 @@ export class LocalBwrapPool {
           work: join(root, 'work'),
           runtime: join(root, 'runtime'),
           tmp: join(root, 'tmp'),
+          ...(this.isolated ? { network: join(root, 'network') } : {}),
         },
         lease: null,
         server: null,
         token: null,
+        pipes: [],
         running: new Set(),
         error: null,
         failures: 0,
@@ -467,7 +484,7 @@ export class LocalBwrapPool {
         hostname: `dressage-bb-${String(slot.id).padStart(4, '0')}`,
         readOnlyMounts: this.readOnlyMounts,
         unsharePid: this.options.unsharePid ?? true,
-        unshareNet: this.options.unshareNet ?? false,
+        unshareNet: this.mode === 'blackbox' ? this.isolated : (this.options.unshareNet ?? false),
         env: sandboxBaseEnv({
           DRESSAGE_BLACKBOX_SLOT_ID: String(slot.id),
           DRESSAGE_BLACKBOX_SLOT_GENERATION: String(slot.generation),
@@ -534,6 +551,25 @@ export class LocalBwrapPool {
     await this.writeIdentityFiles(slot, identity);
   }
 
+  // The network directory stays the pool's (the sandbox cannot swap the upstream socket for one of
+  // its own); only its `server` subdirectory, where the slot server creates its socket, is the slot's.
+  private async createNetworkDirectory(slot: Slot): Promise<{ server: string; upstream: string }> {
+    const network = slot.directories.network as string;
+    const server = join(network, 'server', 'server.sock');
+    const upstream = join(network, 'upstream.sock');
+    // sockaddr_un holds 107 bytes of path.
+    if (Buffer.byteLength(server) > 107) {
+      throw new DressageError({
+        code: 'invalid_argument',
+        message: `slot ${slot.id}: the socket path ${server} is longer than a unix socket allows (107 bytes): use a shorter baseDir`,
+      });
+    }
+    await mkdir(join(network, 'server'), { recursive: true, mode: 0o755 });
+    const identity = this.hostIdentityOf(slot.id);
+    if (identity !== null) await chown(join(network, 'server'), identity.uid, identity.gid);
+    return { server, upstream };
+  }
+
   // The slot's /etc/passwd and /etc/group: the host's, plus the sandbox user under its host uid, so
   // that programs asking who they are (getpwuid) get an answer.
   private identityFiles(slot: Slot): [string, string][] {
@@ -562,8 +598,29 @@ export class LocalBwrapPool {
     const port = this.portOf(slot);
     // Leases advertised beyond this machine need the server on every interface; the token guards it.
     const advertised = this.options.advertiseHost ?? '127.0.0.1';
+    const listenHost = isLoopbackAddress(advertised) ? '127.0.0.1' : '0.0.0.0';
+    const network: Record<string, string> = {};
+    if (this.isolated) {
+      const sockets = await this.createNetworkDirectory(slot);
+      const identity = this.hostIdentityOf(slot.id) ?? undefined;
+      network.BBS_SOCKET = `${sandboxPaths.network}/server/server.sock`;
+      if (this.upstream !== null) {
+        slot.pipes.push(
+          await startSocketPipe({
+            listen: { path: sockets.upstream },
+            target: this.upstream,
+            owner: identity,
+          }),
+        );
+        network.BBS_UPSTREAM_SOCKET = `${sandboxPaths.network}/upstream.sock`;
+      }
+      slot.pipes.push(
+        await startSocketPipe({ listen: { host: listenHost, port }, target: { path: sockets.server } }),
+      );
+    }
     const argv = this.bwrapArgv(slot, this.serverCommand as readonly string[], {
-      BBS_HOST: isLoopbackAddress(advertised) ? '127.0.0.1' : '0.0.0.0',
+      ...network,
+      BBS_HOST: listenHost,
       BBS_PORT: String(port),
       BBS_RUNTIME_ROOT: sandboxPaths.runtime,
       BBS_INSIDE_SANDBOX: '1',
@@ -591,7 +648,19 @@ export class LocalBwrapPool {
           message: `slot ${slot.id}: the blackbox server exited during startup: ${stderr.trim().slice(-500)}`,
         });
       }
-      if (await probeHealth(`http://127.0.0.1:${port}/health`, 2000)) return;
+      if (await probeHealth(`http://127.0.0.1:${port}/health`, 2000)) {
+        // The server's socket is bound: take its directory back, so that nothing in the slot (its
+        // agent) can put a socket of its own in the server's place and be sent the slot's token.
+        const identity = this.hostIdentityOf(slot.id);
+        if (this.isolated && identity !== null) {
+          await chown(
+            join(slot.directories.network as string, 'server'),
+            process.getuid?.() ?? 0,
+            process.getgid?.() ?? 0,
+          );
+        }
+        return;
+      }
       await sleep(50);
     }
     killProcessGroup(child.pid);
@@ -605,6 +674,9 @@ export class LocalBwrapPool {
     const children = [...slot.running, ...(slot.server ? [slot.server] : [])];
     slot.server = null;
     slot.token = null;
+    const pipes = slot.pipes;
+    slot.pipes = [];
+    await Promise.all(pipes.map((pipe) => pipe.close()));
     await Promise.all(
       children.map(
         (child) =>
@@ -728,6 +800,21 @@ export class LocalBwrapPool {
     while (this.removals.size > 0) await Promise.all([...this.removals]);
     if (!options.keepDirectories) await rm(this.baseDir, { recursive: true, force: true, maxRetries: 3 });
   }
+}
+
+function parseUpstream(url: string): { host: string; port: number } {
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    throw new DressageError({ code: 'invalid_argument', message: `upstreamUrl is not a URL: ${url}` });
+  }
+  // The slot's LLM proxy speaks plain HTTP into its pipe, so the far end must too.
+  if (parsed.protocol !== 'http:') {
+    throw new DressageError({ code: 'invalid_argument', message: `upstreamUrl must be http://: ${url}` });
+  }
+  const port = parsed.port === '' ? 80 : Number(parsed.port);
+  return { host: parsed.hostname.replace(/^\[|\]$/g, ''), port };
 }
 
 /** Maps a caller's cwd onto the sandbox: relative paths are under the work dir. */

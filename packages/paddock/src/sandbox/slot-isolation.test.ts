@@ -1,5 +1,6 @@
 // What one sandbox can reach: the host's root-only files (no, even when the pool runs as root), its
-// own workspace (yes), another slot's BlackboxServer (no: every slot server requires its own token).
+// own workspace (yes), another slot's BlackboxServer or LLM proxy and any host TCP service (no: each
+// blackbox slot has its own network namespace; every slot server also requires its own token).
 import {
   chmodSync,
   mkdirSync,
@@ -11,6 +12,8 @@ import {
   statSync,
   writeFileSync,
 } from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -21,11 +24,12 @@ import type { SandboxLease } from './types.js';
 const asRoot = process.getuid?.() === 0;
 
 /**
- * TCP ports listened on by the processes whose environment holds `marker`, read from /proc the way
- * any local process could: their socket inodes matched against /proc/net/tcp.
+ * TCP ports listened on by the processes whose environment holds `marker`, read from the host's /proc:
+ * their socket inodes matched against the TCP table of their own network namespace.
  */
 function listeningPortsOf(marker: string): number[] {
   const inodes = new Set<string>();
+  let table = '';
   for (const pid of readdirSync('/proc').filter((name) => /^\d+$/.test(name))) {
     try {
       if (!readFileSync(`/proc/${pid}/environ`, 'latin1').split('\0').includes(marker)) continue;
@@ -33,12 +37,13 @@ function listeningPortsOf(marker: string): number[] {
         const socket = /^socket:\[(\d+)\]$/.exec(readlinkSync(`/proc/${pid}/fd/${fd}`));
         if (socket) inodes.add(socket[1] as string);
       }
+      table += readFileSync(`/proc/${pid}/net/tcp`, 'utf8');
     } catch {
       // Gone, or not ours to read.
     }
   }
   const ports: number[] = [];
-  for (const line of readFileSync('/proc/net/tcp', 'utf8').trim().split('\n').slice(1)) {
+  for (const line of table.trim().split('\n')) {
     const fields = line.trim().split(/\s+/);
     if (fields[3] === '0A' && inodes.has(fields[9] as string)) {
       ports.push(Number.parseInt((fields[1] as string).split(':')[1] as string, 16));
@@ -154,10 +159,44 @@ describe('blackbox slots', () => {
     expect((await fetch(`${a.url}/v1/status`, { headers: endpoint(second).headers })).status).toBe(401);
   });
 
-  it("keeps a command in slot B away from slot A's server and workspace", async () => {
+  it.runIf(asRoot)("leaves the slot's sockets to the pool: nothing inside can replace them", async () => {
+    const upstream = await createServer((_request, response) => response.end()).listen(0, '127.0.0.1');
+    await new Promise<void>((resolve) => upstream.once('listening', resolve));
+    const pool = new LocalBwrapProvider({
+      slots: 1,
+      baseDir: join(baseDir, 'own-sockets'),
+      mode: 'blackbox',
+      basePort: await findFreePortRange(1),
+      upstreamUrl: `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`,
+      healthIntervalSeconds: 0,
+    });
+    try {
+      await pool.pool.start();
+      const lease = await pool.create({
+        trajectoryId: 'own-sockets',
+        metadata: { paddock_mode: 'blackbox' },
+      });
+      const network = '/workspace_sandbox/network';
+      const swap = await pool.runCommand(
+        lease,
+        `rm -f ${network}/upstream.sock; echo "rm upstream $?"; rm -f ${network}/server/server.sock; echo "rm server $?"; ls ${network} ${network}/server`,
+      );
+      expect(swap.stdout, swap.stderr).toMatch(/^rm upstream [1-9]\d*\nrm server [1-9]/);
+      expect(swap.stdout).toContain('upstream.sock');
+      expect(swap.stdout).toContain('server.sock');
+      const { url, headers } = endpoint(lease);
+      expect((await fetch(`${url}/v1/status`, { headers })).status).toBe(200);
+    } finally {
+      await pool.close();
+      await new Promise<void>((resolve) => upstream.close(() => resolve()));
+    }
+  });
+
+  it("keeps a command in slot B away from slot A's server, its LLM proxy and host services", async () => {
     const a = endpoint(first);
     await provider.writeFile(first, 'secret.txt', 'slot A secret\n');
-    // Slot A's own server runs commands for its lease holder (it knows it is inside a sandbox).
+    // Slot A's own server runs commands for its lease holder (it knows it is inside a sandbox), and
+    // registering starts its LLM proxy.
     const session = 'slot-a-session';
     const register = await fetch(`${a.url}/v1/rollout/register`, {
       method: 'POST',
@@ -170,58 +209,48 @@ describe('blackbox slots', () => {
       }),
     });
     expect(register.status, await register.clone().text()).toBe(200);
-    // From inside slot B: every route of A but /health refuses, and A's files stay unread.
-    const attack = `
-      const base = ${JSON.stringify(a.url)};
-      const tries = [
-        ['GET', '/v1/status'],
-        ['POST', '/v1/sessions/${session}/execute_cmd', { cmd: 'cat /workspace/secret.txt' }],
-        ['POST', '/v1/rollout/register', { blackbox_type: 'qwen_code', router: 'x', bound_session_id: 's', bound_instance_id: 'i' }],
-      ];
-      const out = [];
-      for (const [method, path, body] of tries) {
-        const response = await fetch(base + path, { method, headers: { 'content-type': 'application/json' },
-          body: body ? JSON.stringify(body) : undefined });
-        out.push(response.status + ' ' + (await response.text()));
-      }
-      console.log(JSON.stringify(out));`;
-    const fromB = await provider.runCommand(second, ['node', '--input-type=module', '-e', attack], {
-      timeoutSeconds: 30,
-    });
-    expect(fromB.returncode, fromB.stderr).toBe(0);
-    const answers = JSON.parse(fromB.stdout.trim().split('\n').at(-1) as string) as string[];
-    expect(answers).toHaveLength(3);
-    for (const answer of answers) expect(answer.startsWith('401 ')).toBe(true);
-    expect(fromB.stdout).not.toContain('slot A secret');
-    // Nor can B see A's files or processes (and so A's token) directly.
-    const look = await provider.runCommand(second, 'cat /workspace/secret.txt; ps -eo args=');
-    expect(look.stdout).not.toContain('slot A secret');
-    expect(look.stdout).not.toContain('dressage-blackbox-server');
-  });
-
-  it("keeps slot B's agent out of slot A's LLM proxy: no model calls into A's trajectory", async () => {
-    // Slot A is registered (previous test); its LLM proxy listens on a free loopback port of the
-    // shared network, which slot B can find the way this test does.
+    // A's LLM proxy listens on a loopback port of A's own network namespace.
     const portA = Number(first.metadata.port);
     const proxyPorts = listeningPortsOf(`BBS_PORT=${portA}`).filter((port) => port !== portA);
     expect(proxyPorts.length).toBeGreaterThan(0);
-    const attack = `
-      const out = [];
-      for (const port of ${JSON.stringify(proxyPorts)}) {
-        const base = 'http://127.0.0.1:' + port;
-        const health = await fetch(base + '/__proxy_health');
-        const chat = (headers) => fetch(base + '/v1/chat/completions', { method: 'POST',
-          headers: { 'content-type': 'application/json', ...headers },
-          body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'injected' }] }) });
-        out.push([health.status, (await chat({})).status, (await chat({ authorization: 'Bearer dressage' })).status]);
-      }
-      console.log(JSON.stringify(out));`;
-    const fromB = await provider.runCommand(second, ['node', '--input-type=module', '-e', attack], {
-      timeoutSeconds: 30,
-    });
-    expect(fromB.returncode, fromB.stderr).toBe(0);
-    const answers = JSON.parse(fromB.stdout.trim().split('\n').at(-1) as string) as number[][];
-    // Reachable (the health probe answers), yet every model call without A's agent key is refused.
-    expect(answers).toEqual(proxyPorts.map(() => [200, 401, 401]));
+    // A real HTTP service on the host's loopback, like the engine's admin routes or the trainer.
+    const hostService = createServer((_request, response) => response.end('host service'));
+    await new Promise<void>((resolve) => hostService.listen(0, '127.0.0.1', resolve));
+    const hostPort = (hostService.address() as AddressInfo).port;
+    try {
+      expect(await (await fetch(`http://127.0.0.1:${hostPort}/`)).text()).toBe('host service');
+      // From inside slot B: a TCP connect to each target. The first one is B's own loopback (a server
+      // the script starts), which shows that the probe itself works.
+      const attack = `
+        import { connect, createServer } from 'node:net';
+        const own = createServer((socket) => socket.end()).listen(0, '127.0.0.1');
+        await new Promise((resolve) => own.once('listening', resolve));
+        const targets = [own.address().port, ${hostPort}, ${portA}, ...${JSON.stringify(proxyPorts)}];
+        const out = [];
+        for (const port of targets) {
+          out.push(await new Promise((resolve) => {
+            const socket = connect(port, '127.0.0.1');
+            socket.setTimeout(5000, () => { socket.destroy(); resolve('timeout'); });
+            socket.once('connect', () => { socket.destroy(); resolve('connected'); });
+            socket.once('error', (error) => resolve(error.code));
+          }));
+        }
+        own.close();
+        console.log(JSON.stringify(out));`;
+      const fromB = await provider.runCommand(second, ['node', '--input-type=module', '-e', attack], {
+        timeoutSeconds: 60,
+      });
+      expect(fromB.returncode, fromB.stderr).toBe(0);
+      const answers = JSON.parse(fromB.stdout.trim().split('\n').at(-1) as string) as string[];
+      expect(answers[0]).toBe('connected');
+      expect(answers.slice(1)).toHaveLength(2 + proxyPorts.length);
+      for (const answer of answers.slice(1)) expect(answer).not.toBe('connected');
+      // Nor can B see A's files or processes (and so A's token) directly.
+      const look = await provider.runCommand(second, 'cat /workspace/secret.txt; ps -eo args=');
+      expect(look.stdout).not.toContain('slot A secret');
+      expect(look.stdout).not.toContain('dressage-blackbox-server');
+    } finally {
+      await new Promise<void>((resolve) => hostService.close(() => resolve()));
+    }
   });
 });
