@@ -1,9 +1,18 @@
 // Nobody in: servers listen on loopback unless told otherwise, keys never need argv and are compared
 // in constant time, the standalone BlackboxServer runs nothing on the host for whoever reaches it,
-// sandboxes keep agents away from root-only files and from each other, and the inspector answers
+// sandboxes keep agents away from root-only files, from each other and from every host service (a
+// blackbox slot reaches only the recording proxy, through the pool's pipe), and the inspector answers
 // loopback names only. Real built CLIs, real bubblewrap, as root where CI runs as root.
 import { execFileSync } from 'node:child_process';
-import { chmodSync, existsSync, readFileSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  existsSync,
+  mkdirSync,
+  readFileSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { request } from 'node:http';
 import { createRequire } from 'node:module';
 import { networkInterfaces } from 'node:os';
@@ -11,8 +20,9 @@ import { dirname, join } from 'node:path';
 import { startInspector } from '@dressage/inspector';
 import { findFreePortRange, LocalBwrapProvider, type SandboxLease } from '@dressage/paddock';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { temporaryDirectory } from './fixtures.js';
-import { proxyBin, qwenModelDirectory } from './proxy-process.js';
+import type { EngineStub } from './engine-stub.js';
+import { startQwenEngineStub, temporaryDirectory } from './fixtures.js';
+import { call, type ProxyProcess, proxyBin, qwenModelDirectory, startProxyProcess } from './proxy-process.js';
 import { type ServerProcess, startServerProcess, statusOf } from './server-process.js';
 
 const require = createRequire(import.meta.url);
@@ -182,16 +192,43 @@ describe('nobody in: the standalone dressage-blackbox-server', () => {
 
 describe.runIf(bwrapAvailable)('nobody in: blackbox pool slots in real bubblewrap', () => {
   let provider: LocalBwrapProvider;
+  let engine: EngineStub;
+  let proxy: ProxyProcess;
   let slotA: SandboxLease;
   let slotB: SandboxLease;
 
   beforeAll(async () => {
+    // The host's real services: an engine and the recording proxy in front of it, on loopback.
+    engine = await startQwenEngineStub();
+    proxy = await startProxyProcess(engine.url, ['--store-dir', 'none']);
+    // A stand-in agent CLI (the qwen_code adapter's executable): one model call to the endpoint and
+    // key its adapter gives it, the reply printed as qwen's stream-json result.
+    const agentDirectory = join(scratch.path, 'agent');
+    mkdirSync(agentDirectory, { mode: 0o755 });
+    chmodSync(scratch.path, 0o755);
+    writeFileSync(
+      join(agentDirectory, 'qwen'),
+      `#!/usr/bin/env node
+if (process.argv.includes('--version')) { console.log('0.0.0'); process.exit(0); }
+(async () => {
+  const response = await fetch(process.env.OPENAI_BASE_URL + '/chat/completions', { method: 'POST',
+    headers: { authorization: 'Bearer ' + process.env.OPENAI_API_KEY, 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'policy', messages: [{ role: 'user', content: process.argv[2] }] }) });
+  const body = await response.json();
+  console.log(JSON.stringify({ type: 'result', result: body.choices?.[0]?.message?.content ?? 'status ' + response.status }));
+})();
+`,
+      { mode: 0o755 },
+    );
     provider = new LocalBwrapProvider({
       slots: 2,
       mode: 'blackbox',
       baseDir: join(scratch.path, 'pool'),
       basePort: await findFreePortRange(2),
+      upstreamUrl: proxy.url,
       healthIntervalSeconds: 0,
+      extraReadOnlyMounts: [agentDirectory],
+      env: { DRESSAGE_QWEN_CODE_BIN: join(agentDirectory, 'qwen') },
     });
     await provider.pool.start();
     slotA = await provider.create({ trajectoryId: 'slot-a', metadata: { paddock_mode: 'blackbox' } });
@@ -199,28 +236,72 @@ describe.runIf(bwrapAvailable)('nobody in: blackbox pool slots in real bubblewra
   }, 120_000);
   afterAll(async () => {
     await provider?.close();
+    await proxy?.kill();
+    await engine?.close();
   });
 
-  it("a command in slot B cannot drive slot A's server or read A's workspace", async () => {
-    const a = slotA.endpoints.blackbox as { url: string; headers: Record<string, string> };
+  const endpointOf = (lease: SandboxLease) =>
+    lease.endpoints.blackbox as { url: string; headers: Record<string, string> };
+  const callA = async (method: string, path: string, body?: unknown) => {
+    const a = endpointOf(slotA);
+    const response = await fetch(`${a.url}${path}`, {
+      method,
+      headers: { ...a.headers, 'content-type': 'application/json' },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    return { status: response.status, body: (await response.json()) as Record<string, unknown> };
+  };
+
+  it("the agent in slot A reaches the model through its LLM proxy and the pool's pipe, and is recorded", async () => {
+    const session = 'nobody-in-slot-a';
+    const registered = await callA('POST', '/v1/rollout/register', {
+      blackbox_type: 'qwen_code',
+      router: proxy.url,
+      bound_session_id: session,
+      bound_instance_id: 'task',
+    });
+    expect(registered.status, JSON.stringify(registered.body)).toBe(200);
+    const turn = await callA('POST', `/v1/sessions/${session}/messages`, {
+      turn_id: 'turn-1',
+      messages: [{ role: 'user', content: 'say ok' }],
+    });
+    expect(turn.status, JSON.stringify(turn.body)).toBe(200);
+    // One model step, answered by the engine behind the recording proxy.
+    expect(turn.body.usage).toMatchObject({ steps: 1, output_tokens: 2 });
+    // The recording proxy on the host holds the call, with a trainable response.
+    expect((await call(proxy.url, '/session/finalize', { session_id: session })).status).toBe(200);
+    const read = await call(proxy.url, '/trajectory/read', { trajectory_id: session });
+    const data = read.body.data as Array<{ full_loss_mask: number[] }>;
+    expect(data.length).toBeGreaterThan(0);
+    expect(data[0]?.full_loss_mask.some((bit) => bit === 1)).toBe(true);
+  });
+
+  it('a command in slot B reaches no host service, nor slot A, and reads nothing of A', async () => {
+    const a = endpointOf(slotA);
     await provider.writeFile(slotA, 'secret.txt', 'slot A secret\n');
     expect((await fetch(`${a.url}/v1/status`, { headers: a.headers })).status).toBe(200);
+    const ports = [portOf(proxy.url), portOf(engine.url), portOf(a.url)].map(Number);
+    // Every one answers on the host.
+    for (const port of ports)
+      expect(await statusOf(`http://127.0.0.1:${port}/health`)).not.toBe('ECONNREFUSED');
     const attack = `
+      import { connect } from 'node:net';
       const out = [];
-      for (const [method, path, body] of [
-        ['GET', '/v1/status'],
-        ['POST', '/v1/sessions/s/execute_cmd', { cmd: 'cat /workspace/secret.txt' }],
-      ]) {
-        const response = await fetch(${JSON.stringify(a.url)} + path, { method,
-          headers: { 'content-type': 'application/json' }, body: body && JSON.stringify(body) });
-        out.push(response.status);
+      for (const port of ${JSON.stringify(ports)}) {
+        out.push(await new Promise((resolve) => {
+          const socket = connect(port, '127.0.0.1');
+          socket.setTimeout(5000, () => { socket.destroy(); resolve('timeout'); });
+          socket.once('connect', () => { socket.destroy(); resolve('connected'); });
+          socket.once('error', (error) => resolve(error.code));
+        }));
       }
       console.log(JSON.stringify(out));`;
     const fromB = await provider.runCommand(slotB, ['node', '--input-type=module', '-e', attack], {
       timeoutSeconds: 30,
     });
     expect(fromB.returncode, fromB.stderr).toBe(0);
-    expect(JSON.parse(fromB.stdout.trim())).toEqual([401, 401]);
+    // The slot's network namespace has only its own loopback: nothing listens there.
+    expect(JSON.parse(fromB.stdout.trim())).toEqual(ports.map(() => 'ECONNREFUSED'));
     const look = await provider.runCommand(slotB, 'cat /workspace/secret.txt; ps -eo args=');
     expect(look.stdout).not.toContain('slot A secret');
     expect(look.stdout).not.toContain('dressage-blackbox-server');
