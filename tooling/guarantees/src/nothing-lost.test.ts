@@ -19,17 +19,27 @@ afterAll(async () => {
 
 type Json = Awaited<ReturnType<typeof call>>['body'];
 
-async function record(proxy: ProxyProcess, session: string): Promise<number> {
+// One turn, then finalize: the status that decided, and how many segments finalize stored.
+async function recordCounted(
+  proxy: ProxyProcess,
+  session: string,
+): Promise<{ status: number; segments: number }> {
   const chat = await call(proxy.url, '/v1/chat/completions', chatBody(`task ${session}`), {
     'x-session-id': session,
   });
-  if (chat.status !== 200) return chat.status;
-  return (await call(proxy.url, '/session/finalize', { session_id: session })).status;
+  if (chat.status !== 200) return { status: chat.status, segments: 0 };
+  const finalize = await call(proxy.url, '/session/finalize', { session_id: session });
+  return { status: finalize.status, segments: Number(finalize.body.num_segments) };
+}
+
+async function record(proxy: ProxyProcess, session: string): Promise<number> {
+  return (await recordCounted(proxy, session)).status;
 }
 
 // Every segment of a stored trajectory carries the session's own prompt and a trainable response.
-function expectTrajectoryOf(session: string, data: Json[]): void {
+function expectTrajectoryOf(session: string, data: Json[], segments?: number): void {
   expect(data.length, `trajectory ${session}`).toBeGreaterThan(0);
+  if (segments !== undefined) expect(data.length, `segments of ${session}`).toBe(segments);
   for (const segment of data) {
     expect((segment.messages as Array<{ content: string }>)[0]?.content).toBe(`task ${session}`);
     expect((segment.full_loss_mask as number[]).some((bit) => bit === 1)).toBe(true);
@@ -63,60 +73,99 @@ describe('nothing lost', () => {
 
   it('every finalize and drain answered 200 holds after SIGKILL at random points of concurrent traffic', async () => {
     const store = temporaryDirectory();
-    const finalized = new Set<string>(); // answered 200, not (yet) drained
+    // Finalize answered 200 (with this many segments), no drain of it answered 200.
+    const finalized = new Map<string, number>();
     const drained = new Set<string>(); // a drain answered 200 with its data
+    // Drains sent whose answer never came (the kill cut it off): the drain may or may not have
+    // happened, so such a trajectory is either whole or gone, never required.
+    const unanswered = new Map<string, number>();
     let next = 0;
+    // Every trajectory still there after a restart is whole; every one the promise covers is there.
+    const expectPromiseKept = async (proxy: ProxyProcess) => {
+      for (const [session, segments] of finalized) {
+        const read = await call(proxy.url, '/trajectory/read', { trajectory_id: session });
+        const data = read.body.data as Json[];
+        if ((unanswered.get(session) ?? 0) > 0 && data.length === 0) {
+          finalized.delete(session);
+          drained.add(session); // its drain landed; it must stay gone
+          continue;
+        }
+        expectTrajectoryOf(session, data, segments);
+      }
+      for (const session of drained) {
+        const read = await call(proxy.url, '/trajectory/read', { trajectory_id: session });
+        expect(read.body.data, `drained ${session}`).toEqual([]);
+      }
+      unanswered.clear();
+    };
     try {
       for (let round = 0; round < 4; round++) {
         const proxy = await startProxyProcess(engine.url, ['--store-dir', store.path]);
-        // What the restarted store holds must match every 200 answered before the kill.
-        for (const session of finalized) {
-          const read = await call(proxy.url, '/trajectory/read', { trajectory_id: session });
-          expectTrajectoryOf(session, read.body.data as Json[]);
-        }
-        for (const session of drained) {
-          const read = await call(proxy.url, '/trajectory/read', { trajectory_id: session });
-          expect(read.body.data, `drained ${session}`).toEqual([]);
-        }
+        await expectPromiseKept(proxy);
         let stopped = false;
+        const kept = new Set<string>();
+        // Traffic enough for a kill to land among finalizes and drains, however slow the machine:
+        // the kill waits for this many answered finalizes and at least one answered drain.
+        const finalizesBeforeKill = 4 + Math.floor(Math.random() * 8);
+        let finalizesAnswered = 0;
+        let drainsAnswered = 0;
+        let enough: () => void = () => undefined;
+        const enoughTraffic = new Promise<void>((resolve) => {
+          enough = resolve;
+        });
+        const counted = () => {
+          if (finalizesAnswered >= finalizesBeforeKill && drainsAnswered > 0) enough();
+        };
         const finalizer = async () => {
           while (!stopped) {
             const session = `s${next++}`;
-            const status = await record(proxy, session).catch(() => 0);
-            if (status === 200) finalized.add(session);
+            const { status, segments } = await recordCounted(proxy, session).catch(() => ({
+              status: 0,
+              segments: 0,
+            }));
+            if (status === 200) {
+              finalized.set(session, segments);
+              if (round % 2 === 1 && finalizesAnswered % 3 === 0) kept.add(session);
+              finalizesAnswered += 1;
+              counted();
+            }
           }
         };
         const drainer = async () => {
           while (!stopped) {
-            // Drain the newest: the store empties often, racing the finalizes still writing.
-            const session = [...finalized].at(-1);
+            // Drain the newest: the store empties often, racing the finalizes still writing. Every
+            // other round keeps every third session, so restarts also find a fuller log.
+            const session = [...finalized.keys()].filter((id) => !kept.has(id)).at(-1);
             if (session === undefined) {
               await new Promise((resolve) => setTimeout(resolve, 2));
               continue;
             }
+            unanswered.set(session, (unanswered.get(session) ?? 0) + 1);
             const read = await call(proxy.url, '/trajectory/read', {
               trajectory_id: session,
               drain: true,
             }).catch(() => null);
-            if (read?.status === 200 && read.body.drained === true) {
+            if (read === null) continue; // no answer: stays unanswered
+            unanswered.set(session, unanswered.get(session)! - 1);
+            if (read.status === 200 && read.body.drained === true) {
               finalized.delete(session);
               drained.add(session);
+              drainsAnswered += 1;
+              counted();
             }
           }
         };
         const traffic = [finalizer(), finalizer(), finalizer(), drainer(), drainer()];
-        await new Promise((resolve) => setTimeout(resolve, 300 + Math.random() * 1200));
+        await enoughTraffic;
+        // Then a random moment on, so the kill cuts requests at different points of their writes.
+        await new Promise((resolve) => setTimeout(resolve, Math.random() * 300));
         await proxy.kill();
         stopped = true;
         await Promise.all(traffic);
       }
-      expect(finalized.size + drained.size).toBeGreaterThan(20);
       const last = await startProxyProcess(engine.url, ['--store-dir', store.path]);
       try {
-        for (const session of finalized) {
-          const read = await call(last.url, '/trajectory/read', { trajectory_id: session });
-          expectTrajectoryOf(session, read.body.data as Json[]);
-        }
+        await expectPromiseKept(last);
       } finally {
         await last.kill();
       }
