@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { Tokenizer as RustTokenizer } from '@anush008/tokenizers';
 import type { ChatMessage, Tool } from '@dressage/protocol';
-import { qwen3ModelDirectory } from '../src/__fixtures__/qwen3-model.js';
+import { qwen3ModelDirectory, qwen35ChatTemplate } from '../src/__fixtures__/qwen3-model.js';
 import { createFixedRenderer, loadTokenizer, TitoEncoder } from '../src/index.js';
 
 const totalTurns = 100;
@@ -96,7 +96,11 @@ function concat(left: Int32Array, right: Int32Array): Int32Array {
 }
 
 const tokenizer = await loadTokenizer(qwen3ModelDirectory);
-const encoder = new TitoEncoder({ tokenizer, renderer: createFixedRenderer('qwen3_5') });
+// The Qwen3 tokenizer with the Qwen3.5-style test template in force (XML tool calls).
+const encoder = new TitoEncoder({
+  tokenizer,
+  renderer: createFixedRenderer('qwen3_5', { chatTemplate: qwen35ChatTemplate }),
+});
 const messages = trajectory();
 const assistantIndexes = messages.flatMap((message, index) => (message.role === 'assistant' ? [index] : []));
 

@@ -1,9 +1,9 @@
 import type { ChatMessage } from '@dressage/protocol';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { generatedTools } from './__fixtures__/conversations.js';
-import { qwen3Tokenizer } from './__fixtures__/qwen3-model.js';
+import { qwen3Tokenizer, qwen35ChatTemplate, qwen35ChatTemplatePath } from './__fixtures__/qwen3-model.js';
 import { createChatTemplateRenderer, createSnapshotRenderer } from './chat-template-renderer.js';
-import { readModelFiles } from './model-directory.js';
+import { readChatTemplateFile, readModelFiles } from './model-directory.js';
 import type { ChatRenderer } from './renderers/renderer.js';
 import { TitoEncoder } from './tito-encoder.js';
 import { TitoTokenizer, type TitoTokenizer as Tokenizer } from './tokenizer.js';
@@ -89,5 +89,22 @@ describe('snapshot rendering with the model template', () => {
     expect(() => createSnapshotRenderer(withoutTemplate)).toThrow(
       expect.objectContaining({ code: 'failed_precondition' }),
     );
+  });
+
+  it("renders a template given to replace the model directory's, read from its file", async () => {
+    const given = await readChatTemplateFile(qwen35ChatTemplatePath);
+    expect(given).toBe(qwen35ChatTemplate);
+    const replaced = createSnapshotRenderer(tokenizer, { chatTemplate: given });
+    const messages: ChatMessage[] = [{ role: 'user', content: 'hi' }];
+    expect(replaced.render(messages, { addGenerationPrompt: true })).toBe(
+      '<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n',
+    );
+    expect(snapshot.render(messages, { addGenerationPrompt: true })).toBe(
+      '<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n',
+    );
+    await expect(readChatTemplateFile(`${qwen35ChatTemplatePath}.missing`)).rejects.toMatchObject({
+      code: 'not_found',
+    });
+    await expect(readChatTemplateFile('/dev/null')).rejects.toMatchObject({ code: 'invalid_argument' });
   });
 });

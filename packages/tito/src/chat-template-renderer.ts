@@ -94,23 +94,25 @@ export function createChatTemplateRenderer(
 }
 
 /**
- * The snapshot renderer of a loaded tokenizer: its own chat template, with its special tokens.
+ * The snapshot renderer of a loaded tokenizer: the template in force (its own chat template, or
+ * `options.chatTemplate` given to replace it), with its special tokens.
  *
- * @throws DressageError `failed_precondition` when the model ships no chat template.
+ * @throws DressageError `failed_precondition` when the model ships no chat template and none is given.
  */
 export function createSnapshotRenderer(
   tokenizer: TitoTokenizer,
-  options: Omit<ChatTemplateRendererOptions, 'bosToken' | 'eosToken'> = {},
+  options: Omit<ChatTemplateRendererOptions, 'bosToken' | 'eosToken'> & { chatTemplate?: string } = {},
 ): ChatRenderer {
-  if (tokenizer.chatTemplate === null) {
+  const { chatTemplate = tokenizer.chatTemplate, ...rest } = options;
+  if (chatTemplate === null) {
     throw new DressageError({
       code: 'failed_precondition',
       message: `${tokenizer.files.directory} has no chat template (tokenizer_config.json chat_template or chat_template.jinja)`,
       details: { path: tokenizer.files.directory },
     });
   }
-  return createChatTemplateRenderer(tokenizer.chatTemplate, {
-    ...options,
+  return createChatTemplateRenderer(chatTemplate, {
+    ...rest,
     bosToken: tokenizer.bosToken,
     eosToken: tokenizer.eosToken,
   });

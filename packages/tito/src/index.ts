@@ -23,9 +23,13 @@ export {
   toolCallArguments,
   toolsHash,
 } from './messages.js';
-export { type ModelFiles, readModelFiles } from './model-directory.js';
+export { type ModelFiles, readChatTemplateFile, readModelFiles } from './model-directory.js';
 export { createChatmlRenderer } from './renderers/chatml-renderer.js';
-export { createFixedRenderer, inferRendererFamily } from './renderers/fixed-renderer.js';
+export {
+  createFixedRenderer,
+  type FixedRendererOptions,
+  inferRendererFamily,
+} from './renderers/fixed-renderer.js';
 export { createQwen35Renderer } from './renderers/qwen3-5-renderer.js';
 export { createQwen3Renderer, type Qwen3RendererOptions } from './renderers/qwen3-renderer.js';
 export {
@@ -34,6 +38,8 @@ export {
   type RenderOptions,
   rendererFamilies,
 } from './renderers/renderer.js';
+export { firstRenderDifference, type RenderDifference } from './renderers/template-check.js';
+export { readTemplateText, type TemplateText, type ToolCallText } from './renderers/template-text.js';
 export { startsWithText } from './text-prefix.js';
 export {
   type ContextDelta,

@@ -129,3 +129,32 @@ export async function readModelFiles(directory: string): Promise<ModelFiles> {
     chatTemplate: templateFile ?? templateFromConfig(tokenizerConfig!, configPath),
   };
 }
+
+/**
+ * Reads a Jinja chat template file given to replace the model directory's (SGLang's
+ * `--chat-template`).
+ *
+ * @throws DressageError `not_found` when the file cannot be read, `invalid_argument` when it is
+ *   empty.
+ */
+export async function readChatTemplateFile(path: string): Promise<string> {
+  let text: string;
+  try {
+    text = await readFile(path, 'utf8');
+  } catch (error) {
+    throw new DressageError({
+      code: 'not_found',
+      message: `Cannot read the chat template ${path}: ${(error as Error).message}`,
+      cause: error,
+      details: { path },
+    });
+  }
+  if (text.trim() === '') {
+    throw new DressageError({
+      code: 'invalid_argument',
+      message: `The chat template ${path} is empty`,
+      details: { path },
+    });
+  }
+  return text;
+}

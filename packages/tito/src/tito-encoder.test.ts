@@ -3,9 +3,9 @@ import { DressageError } from '@dressage/protocol';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { generateConversation, generatedTools } from './__fixtures__/conversations.js';
 import { concat, replayLineage } from './__fixtures__/lineage.js';
-import { qwen3Tokenizer } from './__fixtures__/qwen3-model.js';
+import { preservingQwen3Renderer, qwen3Tokenizer, qwen35Renderer } from './__fixtures__/qwen3-model.js';
 import { TitoIncrementalError } from './errors.js';
-import { createFixedRenderer } from './renderers/fixed-renderer.js';
+import { createChatmlRenderer } from './renderers/chatml-renderer.js';
 import { TitoEncoder } from './tito-encoder.js';
 import type { TitoTokenizer } from './tokenizer.js';
 
@@ -14,7 +14,7 @@ let encoder: TitoEncoder;
 
 beforeAll(async () => {
   tokenizer = await qwen3Tokenizer();
-  encoder = new TitoEncoder({ tokenizer, renderer: createFixedRenderer('qwen3_5') });
+  encoder = new TitoEncoder({ tokenizer, renderer: qwen35Renderer() });
 });
 
 const imEnd = 151645;
@@ -188,7 +188,7 @@ describe('TitoEncoder.encodeIncremental', () => {
   });
 
   it('fails with render_diff_not_prefix when a renderer rewrites the context', () => {
-    const renderer = createFixedRenderer('qwen3_5');
+    const renderer = qwen35Renderer();
     const unstable = new TitoEncoder({
       tokenizer,
       renderer: {
@@ -252,8 +252,9 @@ describe('TITO over generated agent conversations', () => {
 describe('TITO with the qwen3 and chatml renderers', () => {
   it.each(['qwen3', 'chatml'] as const)(
     'stitched ids decode to the %s full render (100 conversations)',
-    (family) => {
-      const familyEncoder = new TitoEncoder({ tokenizer, renderer: createFixedRenderer(family) });
+    async (family) => {
+      const renderer = family === 'qwen3' ? await preservingQwen3Renderer() : createChatmlRenderer();
+      const familyEncoder = new TitoEncoder({ tokenizer, renderer });
       for (let seed = 1001; seed <= 1100; seed++) {
         const { messages, tools } = generateConversation(seed, {
           emptyReasoning: 0.2,
@@ -324,7 +325,7 @@ describe('TitoEncoder.encodeFull', () => {
   });
 
   it('needs the renderer turn-end token in the vocabulary', () => {
-    const renderer = { ...createFixedRenderer('chatml'), endOfTurn: '<|no_such_token|>' };
+    const renderer = { ...createChatmlRenderer(), endOfTurn: '<|no_such_token|>' };
     expect(() => new TitoEncoder({ tokenizer, renderer })).toThrow(
       expect.objectContaining({ code: 'failed_precondition' }),
     );

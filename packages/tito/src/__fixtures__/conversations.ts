@@ -1,5 +1,6 @@
 // Seeded generator of multi-turn agent conversations for property tests.
 import type { ChatMessage, Tool, ToolCall } from '@dressage/protocol';
+import { toolCallArguments } from '../messages.js';
 
 /** A deterministic pseudo-random source (mulberry32). */
 export function createRandom(seed: number): () => number {
@@ -164,4 +165,24 @@ export function generateConversation(seed: number, options: GenerateOptions = {}
     if (calls.length === 0 || random() < 0.3) messages.push({ role: 'user', content: randomText(random) });
   }
   return { tools: random() < 0.6 ? generatedTools : null, messages };
+}
+
+/**
+ * The conversation with every top-level null tool-call parameter replaced by a string. Qwen3.5-style
+ * templates print a parameter with `| string`, which @huggingface/jinja refuses for null (Python
+ * prints None; the fixed renderer prints JSON null, see the README). Arguments keep their form.
+ */
+export function withoutNullParameters(messages: readonly ChatMessage[]): ChatMessage[] {
+  return messages.map((message) => {
+    if (message.role !== 'assistant' || !message.tool_calls) return message;
+    const calls: ToolCall[] = message.tool_calls.map((call) => {
+      const values = toolCallArguments(call) as Record<string, unknown>;
+      const cleaned = Object.fromEntries(
+        Object.entries(values).map(([key, value]) => [key, value ?? 'none']),
+      );
+      const written = typeof call.function.arguments === 'string' ? JSON.stringify(cleaned) : cleaned;
+      return { ...call, function: { ...call.function, arguments: written } };
+    });
+    return { ...message, tool_calls: calls };
+  });
 }

@@ -1,12 +1,87 @@
 import type { ChatMessage } from '@dressage/protocol';
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { generatedTools } from '../__fixtures__/conversations.js';
+import {
+  generateConversation,
+  generatedTools,
+  withoutNullParameters,
+} from '../__fixtures__/conversations.js';
+import { qwen3Tokenizer, qwen35ChatTemplate, qwen35Renderer } from '../__fixtures__/qwen3-model.js';
+import { createChatTemplateRenderer } from '../chat-template-renderer.js';
 import { createFixedRenderer, inferRendererFamily } from './fixed-renderer.js';
-import { createQwen35Renderer } from './qwen3-5-renderer.js';
 
-const renderer = createQwen35Renderer();
+const renderer = qwen35Renderer();
+// TITO renders with preserve_thinking, so the renderer is held to the template with it set.
+const template = createChatTemplateRenderer(qwen35ChatTemplate, { variables: { preserve_thinking: true } });
 
-describe('qwen3_5 fixed renderer', () => {
+describe('qwen3_5 fixed renderer over a Qwen3.5-style template', () => {
+  it('agrees byte for byte with tools, tool calls and tool results (generated conversations)', () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 2 ** 31 - 1 }),
+        fc.boolean(),
+        fc.boolean(),
+        fc.constantFrom(undefined, false),
+        fc.integer({ min: 0, max: generatedTools.length }),
+        (seed, stringArguments, addGenerationPrompt, enableThinking, toolCount) => {
+          const { messages } = generateConversation(seed, { emptyReasoning: 0.2, stringArguments });
+          const conversation = withoutNullParameters(messages);
+          const options = {
+            tools: generatedTools.slice(0, toolCount),
+            addGenerationPrompt,
+            ...(enableThinking === undefined ? {} : { enableThinking }),
+          };
+          expect(renderer.render(conversation, options)).toBe(template.render(conversation, options));
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+
+  it('takes its tool instructions and call format from the template in force', () => {
+    const reworded = qwen35ChatTemplate
+      .replace('You have access to the following functions:', 'Functions at hand:')
+      .replaceAll("'<parameter=' + name + '>\\n'", "'<parameter=' + name + '>'");
+    expect(reworded).not.toBe(qwen35ChatTemplate);
+    const other = createFixedRenderer('qwen3_5', { chatTemplate: reworded });
+    const otherTemplate = createChatTemplateRenderer(reworded, { variables: { preserve_thinking: true } });
+    const messages: ChatMessage[] = [
+      { role: 'user', content: 'Read a.txt' },
+      {
+        role: 'assistant',
+        content: '',
+        tool_calls: [{ type: 'function', function: { name: 'read_file', arguments: '{"path": "a.txt"}' } }],
+      },
+      { role: 'tool', content: 'alpha' },
+    ];
+    const options = { tools: generatedTools, addGenerationPrompt: true };
+    const text = other.render(messages, options);
+    expect(text).toBe(otherTemplate.render(messages, options));
+    expect(text).toContain('Functions at hand:');
+    expect(text).toContain('<parameter=path>a.txt\n</parameter>');
+  });
+
+  it('refuses the Qwen3 template (JSON calls), naming itself, the template and the first differing text', async () => {
+    const tokenizer = await qwen3Tokenizer();
+    expect(() =>
+      createFixedRenderer('qwen3_5', {
+        chatTemplate: tokenizer.chatTemplate!,
+        templateName: 'qwen3/tokenizer_config.json',
+      }),
+    ).toThrow(
+      expect.objectContaining({
+        code: 'failed_precondition',
+        message: expect.stringMatching(
+          /^The qwen3_5 renderer cannot reproduce the chat template qwen3\/tokenizer_config\.json: .* the template renders ".+" where the renderer writes ".+"$/,
+        ),
+        details: expect.objectContaining({ renderer: 'qwen3_5', template: 'qwen3/tokenizer_config.json' }),
+      }),
+    );
+    expect(() => createFixedRenderer('qwen3', { chatTemplate: qwen35ChatTemplate })).toThrow(
+      /^The qwen3 renderer cannot reproduce the chat template: cannot read a tool call/,
+    );
+  });
+
   it('renders XML tool calls with one parameter block per argument', () => {
     const messages: ChatMessage[] = [
       { role: 'user', content: 'edit' },
@@ -102,11 +177,12 @@ describe('qwen3_5 fixed renderer', () => {
 });
 
 describe('createFixedRenderer and inferRendererFamily', () => {
-  it('creates each family and refuses unknown ones', () => {
-    expect(createFixedRenderer('qwen3_5').name).toBe('qwen3_5');
-    expect(createFixedRenderer('qwen3').name).toBe('qwen3');
-    expect(createFixedRenderer('chatml').name).toBe('chatml');
-    expect(() => createFixedRenderer('llama' as never)).toThrow(
+  it('creates each family and refuses unknown ones', async () => {
+    const tokenizer = await qwen3Tokenizer();
+    expect(createFixedRenderer('qwen3_5', { chatTemplate: qwen35ChatTemplate }).name).toBe('qwen3_5');
+    expect(createFixedRenderer('qwen3', { chatTemplate: tokenizer.chatTemplate! }).name).toBe('qwen3');
+    expect(createFixedRenderer('chatml', { chatTemplate: qwen35ChatTemplate }).name).toBe('chatml');
+    expect(() => createFixedRenderer('llama' as never, { chatTemplate: qwen35ChatTemplate })).toThrow(
       expect.objectContaining({ code: 'invalid_argument' }),
     );
   });

@@ -1,101 +1,77 @@
-import type { ChatMessage, Tool, ToolCall } from '@dressage/protocol';
-import { toTemplateJson } from '../json-format.js';
-import { messageText, toolCallArguments } from '../messages.js';
+import type { ChatMessage } from '@dressage/protocol';
+import { messageText } from '../messages.js';
 import type { ChatRenderer, RenderOptions } from './renderer.js';
 import {
-  argumentsNotAnObject,
   assertKnownRoles,
   assistantParts,
   continuesAfterAssistant,
   dummySystem,
   dummyToolCaller,
   renderQwenTurns,
-  stripCharacters,
   toolCallsOf,
   turnEnd,
   turnStart,
 } from './shared.js';
+import { type TemplateText, toolCallText, toolsTurnText } from './template-text.js';
 
-// Our own wording of the tool instructions; the call format it teaches is the model's.
-function toolsPreamble(tools: readonly Tool[]): string {
-  let text = '# Tools\n\nYou can call the following functions:\n\n<tools>';
-  for (const tool of tools) text += `\n${toTemplateJson(tool)}`;
-  text +=
-    '\n</tools>\n\n' +
-    'To call a function, reply with a block in exactly this format and nothing after it:\n\n' +
-    '<tool_call>\n<function=function_name>\n<parameter=parameter_name>\nvalue\n</parameter>\n</function>\n</tool_call>';
-  return text;
+// Qwen3.5 templates trim every message's text (Jinja's `trim`).
+function trimmedContent(message: ChatMessage): string {
+  return messageText(message.content).trim();
 }
 
-function parameterValue(value: unknown): string {
-  if (typeof value === 'string') return value;
-  // Objects and arrays as template JSON; scalars as JSON too (`true`, `null`), so that the local
-  // parser's JSON decoding gives back the same value.
-  return toTemplateJson(value);
-}
-
-function xmlToolCall(call: ToolCall): string {
-  const values = toolCallArguments(call);
-  if (typeof values !== 'object' || values === null || Array.isArray(values))
-    throw argumentsNotAnObject(call);
-  let text = `<tool_call>\n<function=${call.function.name}>\n`;
-  for (const [key, value] of Object.entries(values)) {
-    if (value === undefined) continue;
-    text += `<parameter=${key}>\n${parameterValue(value)}\n</parameter>\n`;
-  }
-  return `${text}</function>\n</tool_call>`;
-}
-
-function assistantTurn(message: ChatMessage): string {
-  const { reasoning, content } = assistantParts(message);
-  // Reasoning is always kept (preserve_thinking), so every turn reads as the model produced it.
-  const visible = stripCharacters(content, '\n');
-  let text = `${turnStart}assistant\n<think>\n${reasoning.trim()}\n</think>\n\n${visible}`;
+function assistantTurn(text: TemplateText, message: ChatMessage): string {
+  // Reasoning is split out of the trimmed text, then trimmed itself; it is always kept
+  // (preserve_thinking), so every turn reads as the model produced it.
+  const { reasoning, content } = assistantParts({ ...message, content: trimmedContent(message) });
+  let turn = `${turnStart}assistant\n<think>\n${reasoning.trim()}\n</think>\n\n${content}`;
   const calls = toolCallsOf(message);
   for (let index = 0; index < calls.length; index++) {
-    // A blank line parts visible text from the first call; calls are one per line.
-    if (index > 0) text += '\n';
-    else if (visible !== '') text += '\n\n';
-    text += xmlToolCall(calls[index]!);
+    if (index > 0) turn += text.betweenCalls;
+    else if (content.trim() !== '') turn += text.beforeFirstCall;
+    turn += toolCallText(text.toolCall, calls[index]!);
   }
-  return `${text}${turnEnd}\n`;
+  return `${turn}${turnEnd}\n`;
 }
 
-function generationPrompt(options: RenderOptions): string {
+function generationPrompt(text: TemplateText, options: RenderOptions): string {
   if (!options.addGenerationPrompt) return '';
-  return `${turnStart}assistant\n<think>\n${options.enableThinking === false ? '\n</think>\n\n' : ''}`;
+  return options.enableThinking === false ? text.generationPromptWithoutThinking : text.generationPrompt;
 }
 
 /**
- * The fixed renderer of the Qwen3.5/3.6 format, written for TITO: ChatML turns, reasoning always
- * kept as `<think>\n…\n</think>\n\n`, XML tool calls, and tool results as `<tool_response>` blocks
- * inside one user turn per run of consecutive tool messages.
+ * The fixed renderer of the Qwen3.5/3.6 format, written for TITO: ChatML turns with trimmed text,
+ * reasoning always kept as `<think>\n…\n</think>\n\n` (the template's `preserve_thinking`), XML
+ * tool calls, tool results inside one user turn per run of consecutive tool messages. Every piece
+ * of literal text (tool instructions, call format, result wrapping, generation prompt) is the
+ * template's, read by {@link readTemplateText}.
  */
-export function createQwen35Renderer(): ChatRenderer {
+export function createQwen35Renderer(text: TemplateText): ChatRenderer {
+  const turn = (message: ChatMessage) => assistantTurn(text, message);
   return {
     name: 'qwen3_5',
     endOfTurn: turnEnd,
     generationPromptIsContextFree: true,
     render(messages: readonly ChatMessage[], options: RenderOptions = {}): string {
       assertKnownRoles(messages);
-      let text = '';
+      let rendered = '';
       let start = 0;
       const first = messages[0];
       const tools = options.tools ?? [];
       if (tools.length > 0) {
-        text = `${turnStart}system\n${toolsPreamble(tools)}`;
-        if (first?.role === 'system') {
-          const content = messageText(first.content);
-          if (content !== '') text += `\n\n${content}`;
-          start = 1;
-        }
-        text += `${turnEnd}\n`;
+        // The system text joins the tools turn only when it is not empty once trimmed.
+        const system = first?.role === 'system' ? trimmedContent(first) : '';
+        if (first?.role === 'system') start = 1;
+        rendered = toolsTurnText(text, tools, system === '' ? null : system);
       }
-      return text + renderQwenTurns(messages, start, assistantTurn) + generationPrompt(options);
+      return (
+        rendered +
+        renderQwenTurns(messages, start, text, trimmedContent, turn) +
+        generationPrompt(text, options)
+      );
     },
     renderFrom(messages: readonly ChatMessage[], from: number, options: RenderOptions = {}): string | null {
       if (!continuesAfterAssistant(messages, from)) return null;
-      return renderQwenTurns(messages, from, assistantTurn) + generationPrompt(options);
+      return renderQwenTurns(messages, from, text, trimmedContent, turn) + generationPrompt(text, options);
     },
     dummyContext(group: readonly ChatMessage[]): ChatMessage[] {
       return group[0]?.role === 'tool' ? [dummySystem, dummyToolCaller(group)] : [dummySystem];

@@ -1,18 +1,21 @@
 import type { ChatMessage } from '@dressage/protocol';
+import fc from 'fast-check';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { generateConversation, generatedTools } from '../__fixtures__/conversations.js';
-import { qwen3Tokenizer } from '../__fixtures__/qwen3-model.js';
-import { createSnapshotRenderer } from '../chat-template-renderer.js';
-import { createQwen3Renderer } from './qwen3-renderer.js';
+import { generateConversation, generatedTools as toolList } from '../__fixtures__/conversations.js';
+import { preservingQwen3Renderer, qwen3Tokenizer } from '../__fixtures__/qwen3-model.js';
+import { createChatTemplateRenderer, createSnapshotRenderer } from '../chat-template-renderer.js';
+import { createFixedRenderer } from './fixed-renderer.js';
 import type { ChatRenderer } from './renderer.js';
 
+let qwen3Template: string;
 let official: ChatRenderer;
-let officialRawArguments: ChatRenderer;
+let fixed: ChatRenderer;
 
 beforeAll(async () => {
   const tokenizer = await qwen3Tokenizer();
+  qwen3Template = tokenizer.chatTemplate!;
   official = createSnapshotRenderer(tokenizer);
-  officialRawArguments = createSnapshotRenderer(tokenizer, { parseToolArguments: false });
+  fixed = createFixedRenderer('qwen3', { chatTemplate: qwen3Template, eosToken: tokenizer.eosToken });
 });
 
 // The proxy's parsers hand back trimmed assistant text. Trimming also sidesteps a gap of
@@ -30,51 +33,57 @@ function trimmedAssistants(messages: readonly ChatMessage[]): ChatMessage[] {
   );
 }
 
-// Everything after the system turn: the tool instructions are our own wording, the rest must agree.
-function afterSystemTurn(text: string): string {
-  return text.startsWith('<|im_start|>system\n') ? text.slice(text.indexOf('<|im_end|>\n') + 11) : text;
-}
+describe('qwen3 fixed renderer over the official Qwen3 template', () => {
+  it('drops old reasoning as the template does, since the template ignores preserve_thinking', () => {
+    expect(fixed.renderFrom).toBeUndefined();
+  });
 
-describe('qwen3 fixed renderer against the official Qwen3 template', () => {
-  const fixed = createQwen3Renderer({ preserveThinking: false });
-
-  it('agrees byte for byte without tools (300 generated conversations, both argument forms)', () => {
-    for (let seed = 1; seed <= 300; seed++) {
-      const stringArguments = seed % 2 === 0;
-      const messages = trimmedAssistants(
-        generateConversation(seed, { emptyReasoning: 0.2, stringArguments }).messages,
-      );
-      const reference = stringArguments ? officialRawArguments : official;
-      for (const addGenerationPrompt of [false, true]) {
-        for (const enableThinking of [undefined, false]) {
+  it('agrees byte for byte with tools, tool calls and tool results (generated conversations)', () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 2 ** 31 - 1 }),
+        fc.boolean(),
+        fc.boolean(),
+        fc.constantFrom(undefined, false),
+        (seed, stringArguments, addGenerationPrompt, enableThinking) => {
+          const { messages, tools } = generateConversation(seed, { emptyReasoning: 0.2, stringArguments });
+          const trimmed = trimmedAssistants(messages);
           const options = {
+            tools: tools === null ? generatedTools(seed) : tools,
             addGenerationPrompt,
             ...(enableThinking === undefined ? {} : { enableThinking }),
           };
-          expect(fixed.render(messages, options), `seed ${seed}`).toBe(reference.render(messages, options));
-        }
-      }
-    }
+          expect(fixed.render(trimmed, options)).toBe(official.render(trimmed, options));
+          expect(fixed.render(trimmed, { ...options, tools: null })).toBe(
+            official.render(trimmed, { ...options, tools: null }),
+          );
+        },
+      ),
+      { numRuns: 300 },
+    );
   });
 
-  it('agrees after the system turn with tools, and lists the same tool JSON', () => {
-    for (let seed = 301; seed <= 400; seed++) {
-      const messages = trimmedAssistants(generateConversation(seed, { stringArguments: true }).messages);
-      const mine = fixed.render(messages, { tools: generatedTools, addGenerationPrompt: true });
-      const theirs = officialRawArguments.render(messages, {
-        tools: generatedTools,
-        addGenerationPrompt: true,
-      });
-      expect(afterSystemTurn(mine), `seed ${seed}`).toBe(afterSystemTurn(theirs));
-      const toolLines = (text: string) =>
-        text.split('\n').filter((line) => line.startsWith('{"type": "function"'));
-      expect(toolLines(mine)).toEqual(toolLines(theirs));
-      expect(toolLines(mine)).toHaveLength(generatedTools.length);
-    }
+  it('takes its tool instructions from the template in force, whatever they say', () => {
+    const reworded = qwen3Template
+      .replace('You may call one or more functions to assist with the user query.', 'Tools help; use them.')
+      .replace('For each function call, return a json object', 'Answer a call as a json object');
+    expect(reworded).not.toBe(qwen3Template);
+    const renderer = createFixedRenderer('qwen3', { chatTemplate: reworded });
+    const template = createChatTemplateRenderer(reworded);
+    const messages: ChatMessage[] = [
+      { role: 'system', content: 'Be brief.' },
+      { role: 'user', content: 'Weather?' },
+    ];
+    const tools = generatedTools(1);
+    const text = renderer.render(messages, { tools, addGenerationPrompt: true });
+    expect(text).toBe(template.render(messages, { tools, addGenerationPrompt: true }));
+    expect(text).toContain('Tools help; use them.');
+    expect(text).toContain('Answer a call as a json object');
+    expect(text).not.toContain('You may call one or more functions');
   });
 
-  it('with preserved thinking, agrees wherever the official template shows reasoning too', () => {
-    const preserving = createQwen3Renderer();
+  it('with preserved thinking, agrees wherever the official template shows reasoning too', async () => {
+    const preserving = await preservingQwen3Renderer();
     // One user query, then only agent steps: every assistant turn comes after the last query.
     const messages: ChatMessage[] = [
       { role: 'system', content: 'sys' },
@@ -89,13 +98,13 @@ describe('qwen3 fixed renderer against the official Qwen3 template', () => {
       { role: 'assistant', content: 'Done.', reasoning_content: 'it is fine' },
     ];
     expect(preserving.render(messages, { addGenerationPrompt: true })).toBe(
-      officialRawArguments.render(messages, { addGenerationPrompt: true }),
+      official.render(messages, { addGenerationPrompt: true }),
     );
     // Before the last query the official template drops reasoning; the preserving renderer keeps it.
     const later: ChatMessage[] = [...messages, { role: 'user', content: 'thanks' }];
     expect(preserving.render(later)).toContain('<think>\nlook first\n</think>');
-    expect(officialRawArguments.render(later)).not.toContain('look first');
-    expect(fixed.render(later)).toBe(officialRawArguments.render(later));
+    expect(official.render(later)).not.toContain('look first');
+    expect(fixed.render(later)).toBe(official.render(later));
   });
 
   it('strips only newlines around content, as Python does', () => {
@@ -115,3 +124,8 @@ describe('qwen3 fixed renderer against the official Qwen3 template', () => {
     expect(fixed.render(messages)).toContain('<think>\nhmm\n</think>\n\nanswer<|im_end|>');
   });
 });
+
+// One to four tools, so that tool lists of several lengths are covered.
+function generatedTools(seed: number) {
+  return toolList.slice(0, 1 + (seed % toolList.length));
+}

@@ -1,14 +1,22 @@
 import type { ChatMessage } from '@dressage/protocol';
 import { describe, expect, it } from 'vitest';
 import { generateConversation } from '../__fixtures__/conversations.js';
+import { preservingQwen3Renderer, qwen3Tokenizer, qwen35Renderer } from '../__fixtures__/qwen3-model.js';
 import { rendersAlike } from '../messages.js';
+import { createChatmlRenderer } from './chatml-renderer.js';
 import { createFixedRenderer } from './fixed-renderer.js';
-import type { RenderOptions } from './renderer.js';
+import type { ChatRenderer, RenderOptions } from './renderer.js';
+
+const renderers: Record<'qwen3_5' | 'qwen3' | 'chatml', () => Promise<ChatRenderer> | ChatRenderer> = {
+  qwen3_5: qwen35Renderer,
+  qwen3: preservingQwen3Renderer,
+  chatml: createChatmlRenderer,
+};
 
 describe('renderFrom', () => {
   for (const family of ['qwen3_5', 'qwen3', 'chatml'] as const) {
-    it(`${family}: the text after an assistant turn extends the earlier render exactly`, () => {
-      const renderer = createFixedRenderer(family);
+    it(`${family}: the text after an assistant turn extends the earlier render exactly`, async () => {
+      const renderer = await renderers[family]();
       let checked = 0;
       for (let seed = 1; seed <= 300; seed++) {
         const { messages, tools } = generateConversation(seed, { stringArguments: seed % 2 === 0 });
@@ -37,8 +45,12 @@ describe('renderFrom', () => {
     });
   }
 
-  it('is not offered where earlier turns change as the conversation grows (qwen3 dropping old reasoning)', () => {
-    const renderer = createFixedRenderer('qwen3', { preserveThinking: false });
+  it('is not offered where earlier turns change as the conversation grows (qwen3 dropping old reasoning)', async () => {
+    const tokenizer = await qwen3Tokenizer();
+    const renderer = createFixedRenderer('qwen3', {
+      chatTemplate: tokenizer.chatTemplate!,
+      eosToken: tokenizer.eosToken,
+    });
     expect(renderer.renderFrom).toBeUndefined();
     const messages: ChatMessage[] = [
       { role: 'user', content: 'q1' },
@@ -49,7 +61,7 @@ describe('renderFrom', () => {
   });
 
   it('refuses unknown roles in the continuation', () => {
-    const renderer = createFixedRenderer('qwen3_5');
+    const renderer = qwen35Renderer();
     const messages = [
       { role: 'user', content: 'q' },
       { role: 'assistant', content: 'a' },

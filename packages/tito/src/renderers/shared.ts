@@ -2,6 +2,7 @@ import { type ChatMessage, DressageError, type ToolCall } from '@dressage/protoc
 import { TitoIncrementalError } from '../errors.js';
 import { toTemplateJson } from '../json-format.js';
 import { messageText } from '../messages.js';
+import { type TemplateText, toolResultText } from './template-text.js';
 
 /** ChatML turn delimiters, shared by every Qwen family. */
 export const turnStart = '<|im_start|>';
@@ -37,42 +38,39 @@ export function continuesAfterAssistant(messages: readonly ChatMessage[], from: 
 
 /**
  * The turns of `messages[begin..]` in the Qwen formats: system and user turns, tool results inside
- * user turns (a tool message looks at its neighbours, hence the whole list), and assistant turns as
- * `assistantTurn` writes them.
+ * user turns in the template's wrapping (a tool message looks at its neighbours, hence the whole
+ * list), and assistant turns as `assistantTurn` writes them. `contentOf` gives a message's text as
+ * the template writes it (some templates trim it).
  */
 export function renderQwenTurns(
   messages: readonly ChatMessage[],
   begin: number,
+  text: TemplateText,
+  contentOf: (message: ChatMessage) => string,
   assistantTurn: (message: ChatMessage, index: number) => string,
 ): string {
-  let text = '';
+  let rendered = '';
   for (let index = begin; index < messages.length; index++) {
     const message = messages[index]!;
     switch (message.role) {
       case 'system':
       case 'user':
-        text += `${turnStart}${message.role}\n${messageText(message.content)}${turnEnd}\n`;
+        rendered += `${turnStart}${message.role}\n${contentOf(message)}${turnEnd}\n`;
         break;
       case 'assistant':
-        text += assistantTurn(message, index);
+        rendered += assistantTurn(message, index);
         break;
       case 'tool':
-        text += toolResponseText(messages, index);
+        rendered += toolResultText(
+          text,
+          messages[index - 1]?.role !== 'tool',
+          contentOf(message),
+          messages[index + 1]?.role !== 'tool',
+        );
         break;
     }
   }
-  return text;
-}
-
-/**
- * A tool result in the Qwen format: inside a user turn, as a `<tool_response>` block; consecutive tool
- * messages share one user turn (only the first opens it, only the last closes it).
- */
-export function toolResponseText(messages: readonly ChatMessage[], index: number): string {
-  const opens = messages[index - 1]?.role !== 'tool';
-  const closes = messages[index + 1]?.role !== 'tool';
-  const body = `\n<tool_response>\n${messageText(messages[index]?.content ?? '')}\n</tool_response>`;
-  return `${opens ? `${turnStart}user` : ''}${body}${closes ? `${turnEnd}\n` : ''}`;
+  return rendered;
 }
 
 /** An assistant message split into reasoning and visible content. */
