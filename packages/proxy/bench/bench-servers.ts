@@ -4,6 +4,7 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Agent, request } from 'undici';
+import { qwen35ChatTemplatePath } from '../src/__fixtures__/harness.js';
 import { createProxyConfig } from '../src/config.js';
 import { startProxyServer } from '../src/server.js';
 
@@ -73,6 +74,8 @@ async function main(): Promise<void> {
     const proxy = await startProxyServer(
       createProxyConfig({
         tokenizerPath: modelDirectory!,
+        // The Qwen3 tokenizer with the Qwen3.5-style test template in force (the qwen3_5 renderer).
+        chatTemplate: qwen35ChatTemplatePath,
         sglangRouterUrl: engineUrl!,
         host: '127.0.0.1',
         port: 0,

@@ -5,7 +5,7 @@ import { networkInterfaces, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { qwenModelDirectory } from './__fixtures__/harness.js';
+import { qwen35ChatTemplatePath, qwenModelDirectory } from './__fixtures__/harness.js';
 
 const binary = join(dirname(fileURLToPath(import.meta.url)), '..', 'dist', 'bin', 'dressage-proxy.js');
 
@@ -47,7 +47,18 @@ describe('dressage-proxy binds and authenticates', () => {
   async function start(args: string[], env: Record<string, string> = {}): Promise<string> {
     const started = spawn(
       process.execPath,
-      [binary, '--tokenizer-path', qwenModelDirectory, '--store-dir', 'none', '--port', '0', ...args],
+      [
+        binary,
+        '--tokenizer-path',
+        qwenModelDirectory,
+        '--chat-template',
+        qwen35ChatTemplatePath,
+        '--store-dir',
+        'none',
+        '--port',
+        '0',
+        ...args,
+      ],
       { env: { ...process.env, DRESSAGE_PROXY_API_KEY: '', ...env }, stdio: ['ignore', 'pipe', 'pipe'] },
     );
     child = started;

@@ -8,6 +8,11 @@ import type { StoreFsyncPolicy } from './trajectory-store.js';
 export type TokenBuildMode = 'tito' | 'snapshot';
 /** Where tool calls and reasoning are parsed. */
 export type ParseBackend = 'local' | 'sglang_api' | 'hybrid';
+/**
+ * Renderer family of the prompt: `qwen3_5` (XML tool calls) and `qwen3` (JSON tool calls) are fixed
+ * renderers checked against the template in force; `qwen3_6` renders with that template itself.
+ */
+export type TokenBuildModel = 'qwen3_5' | 'qwen3_6' | 'qwen3';
 /** Element type of routed-expert ids. */
 export type RoutedExpertsDtype = 'int32' | 'uint16' | 'uint8';
 
@@ -15,6 +20,11 @@ export type RoutedExpertsDtype = 'int32' | 'uint16' | 'uint8';
 export interface ProxyConfig {
   sglangRouterUrl: string;
   tokenizerPath: string;
+  /**
+   * A Jinja chat template file that replaces the model directory's (SGLang's `--chat-template`);
+   * null renders with the directory's own template.
+   */
+  chatTemplate: string | null;
   /** Listen address. Default 127.0.0.1: another address (`0.0.0.0`) is a deliberate choice. */
   host: string;
   port: number;
@@ -39,8 +49,8 @@ export interface ProxyConfig {
   sessionTimeoutSeconds: number;
   groupTimeoutSeconds: number;
   tokenBuildMode: TokenBuildMode;
-  tokenBuildModel: 'qwen3_5' | 'qwen3_6';
-  titoModel: 'qwen3_5' | 'qwen3_6';
+  tokenBuildModel: TokenBuildModel;
+  titoModel: TokenBuildModel;
   recordTokenVersions: boolean;
   maskNonlastVersionTokens: boolean;
   partialRollout: boolean;
@@ -89,6 +99,7 @@ export function createProxyConfig(
   const tokenBuildModel = overrides.tokenBuildModel ?? 'qwen3_5';
   return {
     sglangRouterUrl: overrides.sglangRouterUrl ?? 'http://127.0.0.1:8000',
+    chatTemplate: null,
     host: '127.0.0.1',
     port: 8800,
     maxOutputTokens: null,
@@ -130,6 +141,7 @@ export function createProxyConfig(
 const options = {
   'sglang-router-url': { type: 'string' },
   'tokenizer-path': { type: 'string' },
+  'chat-template': { type: 'string' },
   host: { type: 'string' },
   port: { type: 'string' },
   'max-output-tokens': { type: 'string' },
@@ -176,6 +188,7 @@ export const usage = `Usage: dressage-proxy --tokenizer-path DIR [options]
 
   --sglang-router-url URL            SGLang router (env SGLANG_ROUTER_URL, else http://HOST:8000)
   --tokenizer-path DIR               local Hugging Face model directory (required)
+  --chat-template FILE               Jinja chat template replacing the model directory's
   --host 127.0.0.1 --port 8800      listen address (0.0.0.0 listens on every interface)
   --max-output-tokens N              cap on generated tokens per call
   --context-window N                 prompt + output budget (413 beyond it)
@@ -190,7 +203,8 @@ export const usage = `Usage: dressage-proxy --tokenizer-path DIR [options]
                                      also works but shows the key to ps); no-auth (default) disables auth
   --min-group-size 1 --group-timeout 300 --session-timeout 3200
   --token-build-mode tito            tito | snapshot
-  --token-build-model qwen3_5        qwen3_5 | qwen3_6 (--tito-model overrides)
+  --token-build-model qwen3_5        qwen3_5 | qwen3_6 | qwen3 (--tito-model overrides); must
+                                     reproduce the chat template in force, else the proxy refuses
   --record-token-versions --mask-nonlast-version-tokens
   --dressage-partial-rollout --max-partial-rollout-preempts N
   --stream-heartbeat-interval-seconds 15 (0 = off)
@@ -270,11 +284,11 @@ export function parseProxyArguments(
     .flatMap((entry) => entry.split(/[\s,]+/))
     .filter(Boolean);
 
-  const tokenBuildModel = choice('token-build-model', text('token-build-model'), [
-    'qwen3_5',
-    'qwen3_6',
-  ] as const);
-  const titoModel = choice('tito-model', text('tito-model'), ['qwen3_5', 'qwen3_6'] as const);
+  const models = ['qwen3_5', 'qwen3_6', 'qwen3'] as const;
+  const tokenBuildModel = choice('token-build-model', text('token-build-model'), models);
+  const titoModel = choice('tito-model', text('tito-model'), models);
+  const chatTemplate = text('chat-template');
+  if (chatTemplate === '') throw invalid('chat-template', 'expected a file path');
   const backends = ['local', 'sglang_api', 'hybrid'] as const;
   const storeFlag = text('store-dir') ?? env.DRESSAGE_PROXY_STORE_DIR;
   const storeDirectory =
@@ -291,6 +305,7 @@ export function parseProxyArguments(
   const set = <K extends keyof ProxyConfig>(key: K, value: ProxyConfig[K] | undefined) => {
     if (value !== undefined) overrides[key] = value;
   };
+  set('chatTemplate', chatTemplate);
   set('host', text('host'));
   set('port', numberFlag('port', text('port'), { integer: true, min: 0 }));
   set(

@@ -10,6 +10,7 @@ export {
   parseProxyArguments,
   type RoutedExpertsDtype,
   type TokenBuildMode,
+  type TokenBuildModel,
   usage,
 } from './config.js';
 export {
@@ -41,7 +42,13 @@ export {
   splitReasoningLocal,
   stripTrailingSpecialTokens,
 } from './parsers.js';
-export { createPromptTokenizer, loadPromptTokenizer, type PromptTokenizer } from './prompt-tokenizer.js';
+export {
+  createPromptTokenizer,
+  loadPromptRendering,
+  loadPromptTokenizer,
+  type PromptRendering,
+  type PromptTokenizer,
+} from './prompt-tokenizer.js';
 export {
   type CompletionIds,
   ProxyClient,

@@ -1,12 +1,15 @@
+import { readFileSync } from 'node:fs';
 import { createFixedRenderer, loadTokenizer } from '@dressage/tito';
 import { describe, expect, it } from 'vitest';
-import { qwenModelDirectory } from './__fixtures__/harness.js';
+import { qwen35ChatTemplatePath, qwenModelDirectory } from './__fixtures__/harness.js';
 import { createPromptTokenizer } from './prompt-tokenizer.js';
 
 describe('prompt tokenizer memos', () => {
   it('give the same ids as encoding afresh, as copies a caller may change', async () => {
     const tokenizer = await loadTokenizer(qwenModelDirectory);
-    const renderer = createFixedRenderer('qwen3_5');
+    const renderer = createFixedRenderer('qwen3_5', {
+      chatTemplate: readFileSync(qwen35ChatTemplatePath, 'utf8'),
+    });
     const prompt = createPromptTokenizer({ tokenizer, renderer, tokenizerId: 'qwen', chatTemplate: null });
     const messages = [
       { role: 'system' as const, content: 'You are a careful agent.' },

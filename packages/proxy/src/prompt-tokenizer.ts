@@ -1,10 +1,11 @@
 import { createHash } from 'node:crypto';
-import type { ChatMessage, Tool } from '@dressage/protocol';
+import { type ChatMessage, DressageError, type Tool } from '@dressage/protocol';
 import {
   type ChatRenderer,
   createFixedRenderer,
   createSnapshotRenderer,
   loadTokenizer,
+  readChatTemplateFile,
   rendersNoToolsLikeEmptyTools,
   TitoEncoder,
   type TitoTextEncoder,
@@ -151,22 +152,82 @@ export function createPromptTokenizer(options: {
   };
 }
 
+/** The tokenizer and the renderer in force for a proxy configuration. */
+export interface PromptRendering {
+  tokenizer: TitoTokenizer;
+  /** What every prompt is rendered with (full encodes, routing, TITO deltas). */
+  renderer: ChatRenderer;
+  /** The Jinja source of the template in force. */
+  chatTemplate: string;
+  /** Where it came from: the `--chat-template` file, or the model directory. */
+  templateSource: string;
+}
+
 /**
- * Loads the tokenizer of `config.tokenizerPath` and picks the renderer: in TITO mode the fixed
- * `qwen3_5` renderer (or, for `qwen3_6`, the model's own template with `preserve_thinking`); in
- * snapshot mode the model's own template.
+ * Loads the tokenizer of `config.tokenizerPath` and the template in force (`config.chatTemplate`
+ * when given, else the model directory's), and picks the renderer: the template itself in snapshot
+ * mode and for `qwen3_6`; the fixed `qwen3_5` or `qwen3` renderer in TITO mode, its text read from
+ * the template and checked against it. The family of `--token-build-model` (`--tito-model` in TITO
+ * mode) must reproduce the template in both modes, since it also names the tool-call and mask
+ * formats.
+ *
+ * @throws DressageError `failed_precondition` naming the model, the template and the first differing
+ *   text when the family's renderer cannot reproduce the template; `not_found` for a missing
+ *   template file.
  */
-export async function loadPromptTokenizer(config: ProxyConfig): Promise<PromptTokenizer> {
+export async function loadPromptRendering(
+  config: Pick<
+    ProxyConfig,
+    'tokenizerPath' | 'chatTemplate' | 'tokenBuildMode' | 'tokenBuildModel' | 'titoModel'
+  >,
+): Promise<PromptRendering> {
   const tokenizer = await loadTokenizer(config.tokenizerPath);
-  let renderer: ChatRenderer;
-  let chatTemplate: string | null = tokenizer.chatTemplate;
-  if (config.tokenBuildMode === 'tito' && config.titoModel === 'qwen3_5') {
-    renderer = createFixedRenderer('qwen3_5');
-    chatTemplate = `fixed:${renderer.name}`;
-  } else if (config.tokenBuildMode === 'tito') {
-    renderer = createSnapshotRenderer(tokenizer, { variables: { preserve_thinking: true } });
-  } else {
-    renderer = createSnapshotRenderer(tokenizer);
+  const chatTemplate =
+    config.chatTemplate === null ? tokenizer.chatTemplate : await readChatTemplateFile(config.chatTemplate);
+  const templateSource = config.chatTemplate ?? `of the model directory ${config.tokenizerPath}`;
+  if (chatTemplate === null) {
+    throw new DressageError({
+      code: 'failed_precondition',
+      message: `${config.tokenizerPath} has no chat template (tokenizer_config.json chat_template or chat_template.jinja); give one with --chat-template`,
+      details: { path: config.tokenizerPath },
+    });
   }
+  const tito = config.tokenBuildMode === 'tito';
+  const model = tito ? config.titoModel : config.tokenBuildModel;
+  let fixed: ChatRenderer | null = null;
+  if (model !== 'qwen3_6') {
+    try {
+      fixed = createFixedRenderer(model, {
+        chatTemplate,
+        templateName: templateSource,
+        bosToken: tokenizer.bosToken,
+        eosToken: tokenizer.eosToken,
+      });
+    } catch (error) {
+      if (!DressageError.isInstance(error) || error.code !== 'failed_precondition') throw error;
+      const flag =
+        tito && config.titoModel !== config.tokenBuildModel ? '--tito-model' : '--token-build-model';
+      throw new DressageError({
+        code: 'failed_precondition',
+        message: `${flag} ${model} cannot render the prompts of the chat template in force (pass the model's renderer family, or --chat-template): ${error.message}`,
+        cause: error,
+        details: { ...error.details, model },
+      });
+    }
+  }
+  const renderer =
+    tito && fixed !== null
+      ? fixed
+      : createSnapshotRenderer(tokenizer, {
+          chatTemplate,
+          // TITO over the template itself keeps every turn's reasoning, as the fixed renderers do.
+          ...(tito ? { variables: { preserve_thinking: true } } : {}),
+        });
+  return { tokenizer, renderer, chatTemplate, templateSource };
+}
+
+/** Loads the tokenizer and renderer in force (see {@link loadPromptRendering}) as a {@link PromptTokenizer}. */
+export async function loadPromptTokenizer(config: ProxyConfig): Promise<PromptTokenizer> {
+  const { tokenizer, renderer, chatTemplate } = await loadPromptRendering(config);
   return createPromptTokenizer({ tokenizer, renderer, tokenizerId: config.tokenizerPath, chatTemplate });
 }

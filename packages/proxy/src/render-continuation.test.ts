@@ -1,6 +1,6 @@
 import type { ChatMessage, Tool } from '@dressage/protocol';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { qwenModelDirectory } from './__fixtures__/harness.js';
+import { qwen35ChatTemplatePath, qwenModelDirectory } from './__fixtures__/harness.js';
 import { createProxyConfig } from './config.js';
 import { loadPromptTokenizer, type PromptTokenizer } from './prompt-tokenizer.js';
 import { commitStep, planStep, Session, type StepPlan } from './session.js';
@@ -87,7 +87,9 @@ function requests(): Array<{ messages: ChatMessage[]; tools: Tool[] | null }> {
 
 let tokenizer: PromptTokenizer;
 beforeAll(async () => {
-  tokenizer = await loadPromptTokenizer(createProxyConfig({ tokenizerPath: qwenModelDirectory }));
+  tokenizer = await loadPromptTokenizer(
+    createProxyConfig({ tokenizerPath: qwenModelDirectory, chatTemplate: qwen35ChatTemplatePath }),
+  );
 });
 
 function run(continueRenders: boolean) {

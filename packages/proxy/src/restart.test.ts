@@ -1,7 +1,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { qwenModelDirectory, temporaryDirectory } from './__fixtures__/harness.js';
+import { qwen35ChatTemplatePath, qwenModelDirectory, temporaryDirectory } from './__fixtures__/harness.js';
 import { ScriptedEngine } from './__fixtures__/scripted-engine.js';
 import { ProxyClient } from './proxy-client.js';
 
@@ -20,6 +20,8 @@ function startCli(): Promise<{ child: ChildProcess; url: string }> {
       'src/bin/dressage-proxy.ts',
       '--tokenizer-path',
       qwenModelDirectory,
+      '--chat-template',
+      qwen35ChatTemplatePath,
       '--sglang-router-url',
       engine.url,
       '--host',

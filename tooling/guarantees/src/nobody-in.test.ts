@@ -63,6 +63,8 @@ describe('nobody in: dressage-proxy', () => {
     proxy = await startServerProcess(proxyBin, [
       '--tokenizer-path',
       qwenModelDirectory,
+      '--token-build-model',
+      'qwen3',
       '--store-dir',
       'none',
       '--port',
@@ -83,6 +85,8 @@ describe('nobody in: dressage-proxy', () => {
     proxy = await startServerProcess(proxyBin, [
       '--tokenizer-path',
       qwenModelDirectory,
+      '--token-build-model',
+      'qwen3',
       '--store-dir',
       'none',
       '--port',

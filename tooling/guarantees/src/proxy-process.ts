@@ -31,6 +31,9 @@ export function startProxyProcess(engineUrl: string, flags: readonly string[] = 
       proxyBin,
       '--tokenizer-path',
       qwenModelDirectory,
+      // The directory's own Qwen3 template writes JSON tool calls: the qwen3 renderer family.
+      '--token-build-model',
+      'qwen3',
       '--sglang-router-url',
       engineUrl,
       '--host',

@@ -30,9 +30,10 @@ import { type EmbeddedTrainerServer, startEmbeddedTrainerServer } from './traine
 
 const temperature = 0.7;
 const question = 'What is 12 + 30? Use the calculator.';
-// The qwen3_5 format the proxy parses: reasoning closed by </think>, then an XML tool call.
+// The format of the Qwen3 template in force (the qwen3 family): reasoning closed by </think>, then a
+// JSON tool call.
 const toolCallText =
-  'I will use the calculator.\n</think>\n\n<tool_call>\n<function=calculator>\n<parameter=expression>\n12 + 30\n</parameter>\n</function>\n</tool_call><|im_end|>';
+  'I will use the calculator.\n</think>\n\n<tool_call>\n{"name": "calculator", "arguments": {"expression": "12 + 30"}}\n</tool_call><|im_end|>';
 const tools: OpenAI.Chat.Completions.ChatCompletionTool[] = [
   {
     type: 'function',
@@ -105,6 +106,7 @@ beforeAll(async () => {
   proxy = await startProxyServer({
     ...createProxyConfig({
       tokenizerPath: qwen3ModelDirectory,
+      tokenBuildModel: 'qwen3',
       host: '127.0.0.1',
       port: 0,
       storeDirectory: null,

