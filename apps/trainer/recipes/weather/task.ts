@@ -36,8 +36,8 @@ export const conditions = [
 
 /**
  * The one tool the agent offers. Deliberately terse: every prompt token is paid for in every
- * forward pass on a 2-core CPU, and the renderer's fixed instruction paragraph already explains
- * the call format.
+ * forward pass on a 2-core CPU, and the chat template's tool instructions already explain the call
+ * format.
  */
 export const weatherTool: Tool = {
   type: 'function',

@@ -37,6 +37,8 @@ export async function connectClusterStack(
     const proxy = await startProxyServer(
       createProxyConfig({
         tokenizerPath: loaded.resolvePath(recipe.tokenizer_path),
+        chatTemplate:
+          recipe.proxy.chat_template === undefined ? null : loaded.resolvePath(recipe.proxy.chat_template),
         sglangRouterUrl: recipe.engine.router_url,
         host: recipe.proxy.host,
         port: recipe.proxy.port === 0 ? 8800 : recipe.proxy.port,

@@ -33,7 +33,13 @@ describe('dressage train --dry-run', () => {
     const engineServer = await startEngineServer({ engine, tokenizer });
     const trainerServer = await startEmbeddedTrainerServer({ model, engine, weightVersion: '5' });
     const proxy = await startProxyServer(
-      createProxyConfig({ tokenizerPath, sglangRouterUrl: engineServer.url, host: '127.0.0.1', port: 0 }),
+      createProxyConfig({
+        tokenizerPath,
+        tokenBuildModel: 'qwen3',
+        sglangRouterUrl: engineServer.url,
+        host: '127.0.0.1',
+        port: 0,
+      }),
     );
     const directory = await mkdtemp(join(tmpdir(), 'dressage-dry-run-'));
     await writeFile(
@@ -47,7 +53,7 @@ describe('dressage train --dry-run', () => {
 output_dir: ${join(directory, 'run')}
 tokenizer_path: ${tokenizerPath}
 data: { path: prompts.jsonl }
-proxy: { url: "${proxy.url}", context_window: 64 }
+proxy: { url: "${proxy.url}", context_window: 64, token_build_model: qwen3 }
 engine: { kind: sglang, router_url: "${engineServer.url}" }
 trainer: { kind: grpc, address: "${trainerServer.address}" }
 training: { steps: 1 }
@@ -74,6 +80,9 @@ training: { steps: 1 }
         '2 prompts, every line valid',
       );
       expect(checks.find((item) => item.name === 'engine: consistent weight versions')?.detail).toBe('all 5');
+      expect(checks.find((item) => item.name === 'tokenizer')?.detail).toBe(
+        `${tokenizerPath}: qwen3 renders the chat template of the model directory ${tokenizerPath}`,
+      );
 
       await trainerServer.close();
       const afterStop = await dryRun(loaded, { timeoutMs: 2_000 });

@@ -1,7 +1,7 @@
 import { access } from 'node:fs/promises';
 import { DressageError, HealthStatus } from '@dressage/protocol';
+import { createProxyConfig, loadPromptRendering } from '@dressage/proxy';
 import { PromptDataSource } from '@dressage/schedulers';
-import { loadTokenizer } from '@dressage/tito';
 import { createTrainerClient } from '@dressage/trainer-bridge';
 import type { LoadedRecipe } from './recipe.js';
 
@@ -64,8 +64,18 @@ export async function dryRun(
   if (recipe.tokenizer_path !== undefined) {
     const tokenizerPath = loaded.resolvePath(recipe.tokenizer_path);
     await check('tokenizer', checks, async () => {
-      const tokenizer = await loadTokenizer(tokenizerPath);
-      return `${tokenizerPath} (chat template ${tokenizer.chatTemplate === null ? 'absent' : 'present'})`;
+      // What a proxy started from this recipe loads: it refuses a family that cannot reproduce the
+      // template in force, and so does this check.
+      const { templateSource } = await loadPromptRendering(
+        createProxyConfig({
+          tokenizerPath,
+          chatTemplate:
+            recipe.proxy.chat_template === undefined ? null : loaded.resolvePath(recipe.proxy.chat_template),
+          tokenBuildMode: recipe.proxy.token_build_mode,
+          tokenBuildModel: recipe.proxy.token_build_model,
+        }),
+      );
+      return `${tokenizerPath}: ${recipe.proxy.token_build_model} renders the chat template ${templateSource}`;
     });
   }
 

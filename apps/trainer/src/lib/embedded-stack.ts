@@ -14,9 +14,14 @@ import {
   startEngineServer,
 } from '@dressage/embedded';
 import type { PackedTrainBatch } from '@dressage/protocol';
-import { createProxyConfig, startProxyServer } from '@dressage/proxy';
+import {
+  createPromptTokenizer,
+  createProxyConfig,
+  loadPromptRendering,
+  startProxyServer,
+} from '@dressage/proxy';
 import { seededPermutation } from '@dressage/schedulers';
-import { createFixedRenderer, loadTokenizer, TitoEncoder } from '@dressage/tito';
+import { TitoEncoder } from '@dressage/tito';
 import { createTrainerClient, type TrainerClient } from '@dressage/trainer-bridge';
 import type { Recipe } from './recipe.js';
 import {
@@ -50,6 +55,8 @@ export interface EmbeddedStack {
 export interface EmbeddedStackOptions {
   recipe: Recipe;
   dataPath: string;
+  /** The recipe's `proxy.chat_template`, resolved; null for the model directory's template. */
+  chatTemplatePath: string | null;
   warmStartExamples: ((record: Record<string, unknown>) => WarmStartExample[]) | null;
   outputDirectory: string;
   log: (line: string) => void;
@@ -82,13 +89,29 @@ export async function startEmbeddedStack(options: EmbeddedStackOptions): Promise
   if (recipe.engine.kind !== 'embedded') throw new Error('startEmbeddedStack needs an embedded engine');
   const backend = await initializeBackend({ backend: 'auto', log: (line: string) => log(line) });
   const tokenizerPath = recipe.tokenizer_path ?? defaultTokenizerPath();
-  const tokenizer = await loadTokenizer(tokenizerPath);
-  const encoder = new TitoEncoder({
-    tokenizer,
-    renderer: createFixedRenderer(
-      recipe.proxy.token_build_model === 'qwen3_6' ? 'qwen3_5' : recipe.proxy.token_build_model,
-    ),
+  const modelSettings = recipe.engine.model;
+  const proxyConfig = createProxyConfig({
+    tokenizerPath,
+    chatTemplate: options.chatTemplatePath,
+    host: '127.0.0.1',
+    port: recipe.proxy.port,
+    apiKey: recipe.proxy.api_key,
+    tokenBuildMode: recipe.proxy.token_build_mode,
+    tokenBuildModel: recipe.proxy.token_build_model,
+    contextWindow: recipe.proxy.context_window ?? modelSettings.context,
+    maxOutputTokens: recipe.proxy.max_output_tokens ?? recipe.rollout.max_new_tokens,
+    rolloutTemperature: recipe.rollout.temperature,
+    recordTokenVersions: recipe.proxy.record_token_versions,
+    partialRollout: recipe.proxy.partial_rollout,
+    maxPartialRolloutPreempts: recipe.proxy.max_partial_rollout_preempts ?? null,
+    toolCallParseBackend: 'local',
+    reasoningParseBackend: 'local',
+    storeDirectory: join(options.outputDirectory, 'proxy-store'),
   });
+  // The warm-start renders exactly what the proxy will: the same template in force and renderer
+  // (and the proxy refuses a renderer family that cannot reproduce that template).
+  const { tokenizer, renderer, chatTemplate } = await loadPromptRendering(proxyConfig);
+  const encoder = new TitoEncoder({ tokenizer, renderer });
 
   // The vocabulary: every id of every rendered warm-start example (prompts, tool calls, tool results,
   // answers, both with and without tools), the recipe's extra texts, and the added tokens.
@@ -106,7 +129,6 @@ export async function startEmbeddedStack(options: EmbeddedStackOptions): Promise
     ...recipe.engine.vocabulary_texts,
   ];
   const vocabulary = buildVocabulary({ tokenizer, texts, tokenIds: addedTokenIds(tokenizer) });
-  const modelSettings = recipe.engine.model;
   const modelConfig = {
     layerCount: modelSettings.layers,
     modelDimension: modelSettings.d_model,
@@ -147,24 +169,8 @@ export async function startEmbeddedStack(options: EmbeddedStackOptions): Promise
   const trainer = createTrainerClient(trainerServer.address);
   await trainer.waitForReady();
   const proxy = await startProxyServer(
-    createProxyConfig({
-      tokenizerPath,
-      sglangRouterUrl: engineServer.url,
-      host: '127.0.0.1',
-      port: recipe.proxy.port,
-      apiKey: recipe.proxy.api_key,
-      tokenBuildMode: recipe.proxy.token_build_mode,
-      tokenBuildModel: recipe.proxy.token_build_model,
-      contextWindow: recipe.proxy.context_window ?? modelSettings.context,
-      maxOutputTokens: recipe.proxy.max_output_tokens ?? recipe.rollout.max_new_tokens,
-      rolloutTemperature: recipe.rollout.temperature,
-      recordTokenVersions: recipe.proxy.record_token_versions,
-      partialRollout: recipe.proxy.partial_rollout,
-      maxPartialRolloutPreempts: recipe.proxy.max_partial_rollout_preempts ?? null,
-      toolCallParseBackend: 'local',
-      reasoningParseBackend: 'local',
-      storeDirectory: join(options.outputDirectory, 'proxy-store'),
-    }),
+    { ...proxyConfig, sglangRouterUrl: engineServer.url },
+    { tokenizer: createPromptTokenizer({ tokenizer, renderer, tokenizerId: tokenizerPath, chatTemplate }) },
   );
   // Shuffled (seeded): prompt files are often sorted, and a batch of one kind of record teaches
   // the model that kind's answer instead of the skill.

@@ -35,6 +35,7 @@ agent: { module: "${task}#WeatherAgent" }
 rollout: { max_new_tokens: 8 }
 engine: { kind: embedded, model: { layers: 1, d_model: 16, heads: 2, context: 256 }, vocabulary_texts: ["What is 1 + 1?"] }
 trainer: { kind: embedded }
+proxy: { token_build_model: qwen3 }
 training: { steps: 1 }
 hooks:
   data_source: "${fixture}#dataSource"

@@ -98,7 +98,10 @@ export const proxySchema = z.strictObject({
   url: z.url().optional(),
   api_key: z.string().default('no-auth'),
   token_build_mode: z.enum(['tito', 'snapshot']).default('tito'),
-  token_build_model: z.enum(['qwen3_5', 'qwen3_6']).default('qwen3_5'),
+  /** The renderer family; it must reproduce the chat template in force, else the proxy refuses. */
+  token_build_model: z.enum(['qwen3_5', 'qwen3_6', 'qwen3']).default('qwen3_5'),
+  /** A Jinja chat template file replacing the model directory's (SGLang's `--chat-template`). */
+  chat_template: z.string().min(1).optional(),
   context_window: positiveInteger.optional(),
   max_output_tokens: positiveInteger.optional(),
   /**

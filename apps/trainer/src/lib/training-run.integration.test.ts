@@ -35,6 +35,7 @@ engine:
   kind: embedded
   model: { layers: 1, d_model: 32, heads: 2, context: 256, seed: 3 }
 trainer: { kind: embedded }
+proxy: { token_build_model: qwen3 }
 loss: { learning_rate: 0.001 }
 warm_start: { steps: 3, batch_size: 16, learning_rate: 0.003, examples: ${join(weatherDirectory, 'task.ts')}#warmStartExamples }
 training: { steps: ${steps}, checkpoint_interval: 1 }

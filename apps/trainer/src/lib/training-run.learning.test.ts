@@ -1,7 +1,8 @@
-// The shipped weather recipe, shortened to its first 24 RL steps, in sync and fully-async mode:
-// the reward must rise because RL teaches the warm-started model to call its tool. This is the
-// end-to-end learning check; it takes a few minutes of CPU (the 200-step warm-start dominates, and
-// the two runs share it through the warm-start cache).
+// The shipped weather recipe, shortened to its first 24 RL steps, in sync and fully-async mode and
+// in snapshot mode: the reward must rise because RL teaches the warm-started model to call its tool.
+// This is the end-to-end learning check; it takes a few minutes of CPU (the 200-step warm-start
+// dominates, and the runs share it through the warm-start cache: snapshot mode renders the same
+// template as TITO, so its warm-start batches are the same token for token).
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -29,9 +30,11 @@ afterAll(async () => {
 async function train(
   recipeFile: string,
   name: string,
+  tokenBuildMode: 'tito' | 'snapshot' = 'tito',
 ): Promise<{ summary: TrainingSummary; rl: MetricsRecord[] }> {
   const loaded = await loadRecipe(join(recipes, recipeFile));
   loaded.recipe.output_dir = join(directory, name);
+  loaded.recipe.proxy.token_build_mode = tokenBuildMode;
   // The two runs share one warm-start; DRESSAGE_WARM_START_CACHE keeps it across test runs (the
   // cache key covers everything the warm-start depends on, so a stale entry is never read).
   loaded.recipe.warm_start.cache_dir = process.env.DRESSAGE_WARM_START_CACHE ?? join(directory, 'warm-start');
@@ -96,6 +99,16 @@ describe('the shipped weather recipe', () => {
     const failed = rl.map((record) => record.metrics['dressage/fully_async_failed_groups'] ?? 0);
     expect(failed.every((count) => count === 0)).toBe(true);
     expect(Math.max(...rl.map((record) => record.metrics['staleness/version_span_max'] ?? 0))).toBe(2);
+    expectLearned(rl);
+  }, 1_200_000);
+
+  it('learns in snapshot mode too: warm-start, snapshot and TITO render one template', async () => {
+    // Snapshot mode re-renders every prompt with the template in force, the text the warm-start
+    // was rendered with. (When the warm-start rendered another format than snapshot mode, no call
+    // of the warm-started model parsed and every step scored 0.)
+    const { summary, rl } = await train('recipe.yaml', 'snapshot', 'snapshot');
+    expect(summary.stepsCompleted).toBe(24);
+    expect(summary.maxLogprobDiff).toBeLessThanOrEqual(1e-4);
     expectLearned(rl);
   }, 1_200_000);
 });

@@ -131,6 +131,8 @@ export async function runTraining(
     ? await startEmbeddedStack({
         recipe,
         dataPath,
+        chatTemplatePath:
+          recipe.proxy.chat_template === undefined ? null : loaded.resolvePath(recipe.proxy.chat_template),
         warmStartExamples: examplesFunction,
         outputDirectory,
         log,
