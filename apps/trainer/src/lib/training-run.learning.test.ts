@@ -1,8 +1,8 @@
-// The shipped weather recipe, shortened to its first 24 RL steps, in sync and fully-async mode and
-// in snapshot mode: the reward must rise because RL teaches the warm-started model to call its tool.
-// This is the end-to-end learning check; it takes a few minutes of CPU (the 200-step warm-start
-// dominates, and the runs share it through the warm-start cache: snapshot mode renders the same
-// template as TITO, so its warm-start batches are the same token for token).
+// The shipped weather recipe, shortened to its first 24 RL steps in sync and fully-async mode and
+// its first 32 in snapshot mode: the reward must rise because RL teaches the warm-started model to
+// call its tool. This is the end-to-end learning check; it takes a few minutes of CPU (the 200-step
+// warm-start dominates, and the runs share it through the warm-start cache: snapshot mode renders
+// the same template as TITO, so its warm-start batches are the same token for token).
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -31,6 +31,7 @@ async function train(
   recipeFile: string,
   name: string,
   tokenBuildMode: 'tito' | 'snapshot' = 'tito',
+  steps = 24,
 ): Promise<{ summary: TrainingSummary; rl: MetricsRecord[] }> {
   const loaded = await loadRecipe(join(recipes, recipeFile));
   loaded.recipe.output_dir = join(directory, name);
@@ -38,7 +39,7 @@ async function train(
   // The two runs share one warm-start; DRESSAGE_WARM_START_CACHE keeps it across test runs (the
   // cache key covers everything the warm-start depends on, so a stale entry is never read).
   loaded.recipe.warm_start.cache_dir = process.env.DRESSAGE_WARM_START_CACHE ?? join(directory, 'warm-start');
-  loaded.recipe.training.steps = 24;
+  loaded.recipe.training.steps = steps;
   loaded.recipe.training.checkpoint_interval = 100;
   const summary = await runTraining(loaded, { log: () => undefined });
   const rl = (await readMetricsLog(join(directory, name, 'metrics.jsonl'))).filter(
@@ -105,9 +106,10 @@ describe('the shipped weather recipe', () => {
   it('learns in snapshot mode too: warm-start, snapshot and TITO render one template', async () => {
     // Snapshot mode re-renders every prompt with the template in force, the text the warm-start
     // was rendered with. (When the warm-start rendered another format than snapshot mode, no call
-    // of the warm-started model parsed and every step scored 0.)
-    const { summary, rl } = await train('recipe.yaml', 'snapshot', 'snapshot');
-    expect(summary.stepsCompleted).toBe(24);
+    // of the warm-started model parsed and every step scored 0.) It rises a few steps later than
+    // TITO mode (measured: 0.14 → 0.53 by step 24, 0.21 → 0.81 by step 32), hence 32 steps.
+    const { summary, rl } = await train('recipe.yaml', 'snapshot', 'snapshot', 32);
+    expect(summary.stepsCompleted).toBe(32);
     expect(summary.maxLogprobDiff).toBeLessThanOrEqual(1e-4);
     expectLearned(rl);
   }, 1_200_000);
