@@ -2,7 +2,8 @@
 // router (it serves `/workers`), the embedded trainer for the Megatron worker (same TrainerService).
 import { mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import {
   buildVocabulary,
   CausalLanguageModel,
@@ -100,4 +101,43 @@ training: { steps: 1 }
       model.dispose();
     }
   }, 120_000);
+
+  it("runs the Megatron worker's slime checks and names the flag slime would reject", async () => {
+    const directory = await mkdtemp(join(tmpdir(), 'dressage-dry-run-slime-'));
+    const workerDirectory = join(dirname(fileURLToPath(import.meta.url)), '../../../megatron-worker');
+    const args = [
+      ...['--actor-num-gpus-per-node', '8', '--rollout-num-gpus', '8', '--hf-checkpoint', '/models/m'],
+      ...['--num-layers', '2', '--hidden-size', '8', '--num-attention-heads', '2', '--num-rollout', '3'],
+      ...['--sglang-router-ip', '127.0.0.1', '--sglang-router-port', '9'],
+    ];
+    const recipePath = join(directory, 'recipe.yaml');
+    await writeFile(
+      recipePath,
+      `name: dry
+output_dir: ${join(directory, 'run')}
+data: { path: prompts.jsonl }
+engine: { kind: sglang, router_url: "http://127.0.0.1:9" }
+trainer:
+  kind: grpc
+  address: 127.0.0.1:9
+  slime_check: { python: /usr/bin/python3, worker_dir: ${workerDirectory}, args: "${args.join(' ')}" }
+training: { steps: 1 }
+`,
+    );
+    const checks = await dryRun(await loadRecipe(recipePath), { timeoutMs: 5_000 });
+    const slime = Object.fromEntries(
+      checks
+        .filter((item) => item.name.startsWith('slime:') || item.name.startsWith('engine: owned'))
+        .map((item) => [item.name, item]),
+    );
+    expect(Object.keys(slime)).toEqual([
+      'slime: importable',
+      'slime: arguments',
+      'slime: GPUs',
+      'engine: owned by slime',
+    ]);
+    expect(slime['slime: arguments']).toMatchObject({ ok: false, detail: 'missing --rollout-batch-size' });
+    expect(slime['slime: GPUs']?.detail).toContain('16 GPUs (8 for Megatron, 8 for');
+    expect(slime['engine: owned by slime']?.detail).toMatch(/router http:\/\/127.0.0.1:9 unreachable/);
+  }, 60_000);
 });

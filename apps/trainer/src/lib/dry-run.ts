@@ -1,4 +1,6 @@
+import { execFile } from 'node:child_process';
 import { access } from 'node:fs/promises';
+import { promisify } from 'node:util';
 import { DressageError, HealthStatus } from '@dressage/protocol';
 import { createProxyConfig, loadPromptRendering } from '@dressage/proxy';
 import { PromptDataSource } from '@dressage/schedulers';
@@ -37,8 +39,9 @@ async function check(name: string, checks: DeploymentCheck[], run: () => Promise
 /**
  * Checks a cluster deployment before any GPU time is spent: the prompt file, the tokenizer, the proxy
  * (health, integration capabilities, token build mode), the SGLang router and each worker (health,
- * weight version), and the trainer (reachable, serving, model limits against the recipe). Returns
- * every check; none of them changes state anywhere.
+ * weight version), the trainer (reachable, serving, model limits against the recipe) and, with
+ * `trainer.slime_check`, the Megatron worker's slime launch. Returns every check; none of them
+ * changes state anywhere.
  */
 export async function dryRun(
   loaded: LoadedRecipe,
@@ -154,8 +157,54 @@ export async function dryRun(
     } finally {
       client.close();
     }
+    if (recipe.trainer.slime_check !== undefined) {
+      const routerUrl = recipe.engine.kind === 'sglang' ? recipe.engine.router_url : undefined;
+      const workerDirectory = loaded.resolvePath(recipe.trainer.slime_check.worker_dir);
+      checks.push(...(await slimeChecks(recipe.trainer.slime_check, workerDirectory, routerUrl, timeoutMs)));
+    }
   }
   return checks;
+}
+
+/**
+ * The Megatron worker's own dry run (`python -m dressage_megatron_worker --dry-run`): one JSON
+ * check per line, which it prints before exiting 1 when any failed.
+ */
+async function slimeChecks(
+  check: { python: string; worker_dir: string; args: string[] },
+  workerDirectory: string,
+  routerUrl: string | undefined,
+  timeoutMs: number,
+): Promise<DeploymentCheck[]> {
+  const router = routerUrl === undefined ? [] : ['--router-url', routerUrl];
+  const command = [
+    check.python,
+    '-m',
+    'dressage_megatron_worker',
+    '--dry-run',
+    ...router,
+    '--',
+    ...check.args,
+  ];
+  let stdout: string;
+  try {
+    ({ stdout } = await promisify(execFile)(command[0] as string, command.slice(1), {
+      cwd: workerDirectory,
+      timeout: timeoutMs * 6,
+    }));
+  } catch (error) {
+    const failed = error as { stdout?: string; stderr?: string; message: string };
+    if (!failed.stdout?.trim()) {
+      return [
+        { name: 'slime: dry run', ok: false, detail: (failed.stderr?.trim() || failed.message).slice(-400) },
+      ];
+    }
+    stdout = failed.stdout;
+  }
+  return stdout
+    .split('\n')
+    .filter((line) => line.startsWith('{'))
+    .map((line) => JSON.parse(line) as DeploymentCheck);
 }
 
 /** Renders checks as aligned lines, `ok` / `FAIL` first. */

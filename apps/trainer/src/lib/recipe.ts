@@ -74,6 +74,19 @@ export const trainerSchema = z.discriminatedUnion('kind', [
     kind: z.literal('grpc'),
     address: z.string().min(1),
     deadline_seconds: z.number().positive().default(3600),
+    /**
+     * The Megatron worker's launch, for `--dry-run`: runs `python -m dressage_megatron_worker
+     * --dry-run -- args` in `worker_dir` (slime importable, slime's own argument parsing, GPUs,
+     * engine ownership). Run the dry run where the worker starts.
+     */
+    slime_check: z
+      .strictObject({
+        python: z.string().min(1).default('python3'),
+        worker_dir: z.string().min(1),
+        /** The flags after the worker's `--`, separated by whitespace (no shell quoting). */
+        args: z.string().transform((flags) => flags.split(/\s+/).filter((flag) => flag.length > 0)),
+      })
+      .optional(),
   }),
 ]);
 
