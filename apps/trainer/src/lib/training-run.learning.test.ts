@@ -1,5 +1,5 @@
-// The shipped weather recipe, shortened to its first 24 RL steps in sync and fully-async mode and
-// its first 32 in snapshot mode: the reward must rise because RL teaches the warm-started model to
+// The shipped weather recipe, shortened to its first 24 RL steps in sync mode, its first 32 in
+// snapshot mode and its first 40 in fully-async mode: the reward must rise because RL teaches the warm-started model to
 // call its tool. This is the end-to-end learning check; it takes a few minutes of CPU (the 200-step
 // warm-start dominates, and the runs share it through the warm-start cache: snapshot mode renders
 // the same template as TITO, so its warm-start batches are the same token for token).
@@ -89,8 +89,11 @@ describe('the shipped weather recipe', () => {
   }, 1_200_000);
 
   it('learns as well in fully-async mode, losing no request to preemption', async () => {
-    const { summary, rl } = await train('fully-async.yaml', 'fully-async');
-    expect(summary.stepsCompleted).toBe(24);
+    // Fully-async learns from feedback one update late and rises later than sync with the Qwen3
+    // template (measured, seed 7: 10-step means 0.17, 0.27, 0.63, 0.75; one CI run was at 0.46 over
+    // steps 22-24), hence 40 steps.
+    const { summary, rl } = await train('fully-async.yaml', 'fully-async', 'tito', 40);
+    expect(summary.stepsCompleted).toBe(40);
     // Rollouts overlap training: most trained tokens come from the weights before the trainer's.
     expect(summary.meanVersionGap).toBeGreaterThan(0.3);
     // Parity holds on the tokens of the trainer's own weights; older tokens are the off-policy gap.
