@@ -26,6 +26,7 @@ export {
   defaultCapabilities,
   knownBackends,
 } from './blackbox/adapter.js';
+export { normalizeRouter } from './blackbox/binding.js';
 export {
   anthropicRequestToChat,
   chatToAnthropicResponse,
@@ -37,6 +38,8 @@ export {
   blackboxConfigFromEnv,
   defaultBlackboxConfig,
 } from './blackbox/config.js';
+export { fingerprintOf } from './blackbox/fingerprint.js';
+export { BlackboxHttpError } from './blackbox/http-error.js';
 export {
   invalidatingErrors,
   type ProxyIncident,
@@ -44,18 +47,32 @@ export {
   type RolloutLlmProxyOptions,
   syntheticEmptyCompletion,
 } from './blackbox/llm-proxy.js';
+export type {
+  AbortBody,
+  BindingInfo,
+  CancelBody,
+  ConfigBody,
+  ExecuteCommandBody,
+  HealthBody,
+  MessagesAcceptedBody,
+  MessagesBody,
+  PauseBody,
+  PauseStateBody,
+  RegisterBody,
+  ResumeBody,
+  ServerStatus,
+  SessionBody,
+  SessionCounts,
+  SessionState,
+  StatusBody,
+  TurnBackend,
+  TurnBody,
+  TurnError,
+  TurnStatus,
+} from './blackbox/responses.js';
+export { blackboxServerVersion } from './blackbox/routes.js';
 export { type BlackboxMessage, idPattern, type ProxyOptions, type TurnUsage } from './blackbox/schemas.js';
-export {
-  BlackboxHttpError,
-  BlackboxServer,
-  type BlackboxServerOptions,
-  blackboxServerVersion,
-  fingerprintOf,
-  normalizeRouter,
-  type ServerStatus,
-  type SessionState,
-  type TurnStatus,
-} from './blackbox/server.js';
+export { BlackboxServer, type BlackboxServerOptions } from './blackbox/server.js';
 export {
   BlackboxCallError,
   BlackboxClient,

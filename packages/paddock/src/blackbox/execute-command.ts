@@ -1,0 +1,76 @@
+import { runProcessGroup } from '../sandbox/process-group.js';
+import { BlackboxHttpError, parseBody } from './http-error.js';
+import type { ExecuteCommandBody } from './responses.js';
+import { executeCommandRequestSchema } from './schemas.js';
+import { isTerminal, type Session } from './turns.js';
+
+/** What `execute_cmd` needs from the server. */
+export interface ExecuteCommandContext {
+  /** Commands run only inside a sandbox: outside one they would run as the server user on the host. */
+  insideSandbox: boolean;
+  /** Seconds a command may run when the request names no timeout. */
+  defaultTimeout: number;
+  /** Where commands run (the agent's working directory). */
+  workDir: string;
+  /** The bound session (throws the API's 404/409 for another id). */
+  session(): Session;
+}
+
+/**
+ * `POST /v1/sessions/{id}/execute_cmd`: runs one shell command in the agent's working directory
+ * between turns (for reward computation), never while a turn runs or on an aborted session. A
+ * desynced session still answers when its last turn hit the context or step limit, so the
+ * rollout's work can be harvested.
+ */
+export async function executeCommand(
+  body: unknown,
+  context: ExecuteCommandContext,
+): Promise<ExecuteCommandBody> {
+  const request = parseBody(executeCommandRequestSchema, body, 'execute_cmd request');
+  if (/[\n\r\0]/.test(request.cmd)) {
+    throw new BlackboxHttpError(400, 'request_error', 'cmd must be a single line', {
+      errors: [{ path: 'cmd', message: 'newline, carriage return or NUL' }],
+    });
+  }
+  if (!context.insideSandbox) {
+    throw new BlackboxHttpError(
+      403,
+      'forbidden',
+      'execute_cmd runs commands only when the server runs inside a sandbox (BBS_INSIDE_SANDBOX=1): here they would run as the server user on the host',
+    );
+  }
+  const session = context.session();
+  const latestId = session.order.at(-1);
+  const latest = latestId === undefined ? undefined : session.turns.get(latestId);
+  if (latest && !isTerminal(latest.status)) {
+    throw new BlackboxHttpError(409, 'conflict', 'A turn is in progress', { active_turn_id: latest.id });
+  }
+  if (session.state === 'aborted') throw new BlackboxHttpError(409, 'session_aborted', 'Session was aborted');
+  if (session.state === 'desynced') {
+    const harvesting =
+      latest?.error && ['context_overflow', 'max_steps_exceeded'].includes(latest.error.error);
+    if (!harvesting) throw new BlackboxHttpError(409, 'session_desynced', 'Session is desynced');
+  }
+  const timeout = request.timeout ?? context.defaultTimeout;
+  let result: Awaited<ReturnType<typeof runProcessGroup>>;
+  try {
+    result = await runProcessGroup(['/bin/sh', '-lc', request.cmd], {
+      cwd: context.workDir,
+      timeoutMs: timeout * 1000,
+    });
+  } catch (error) {
+    throw new BlackboxHttpError(502, 'backend_error', `Failed to spawn the command: ${String(error)}`);
+  }
+  return {
+    session_id: session.id,
+    instance_id: session.instanceId,
+    cmd: request.cmd,
+    stdout: result.stdout,
+    stderr: result.stderr,
+    returncode: result.timedOut ? -9 : result.returncode,
+    timed_out: result.timedOut,
+    duration_seconds: result.durationSeconds,
+    started_at: result.startedAt.toISOString(),
+    finished_at: result.finishedAt.toISOString(),
+  };
+}
