@@ -2,6 +2,7 @@ import { existsSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
+import { DressageError } from '@dressage/protocol';
 import { runProcessGroup } from '../sandbox/process-group.js';
 
 /** An agent CLI published on npm. */
@@ -44,9 +45,10 @@ export async function ensureAgentInstalled(agent: AgentPackage, cacheDir = agent
     { cwd: dir, timeoutMs: 15 * 60_000 },
   );
   if (result.returncode !== 0 || !existsSync(bin)) {
-    throw new Error(
-      `npm install ${agent.name}@${agent.version} failed: ${(result.stderr || result.stdout).slice(-1000)}`,
-    );
+    throw new DressageError({
+      code: 'unavailable',
+      message: `npm install ${agent.name}@${agent.version} failed: ${(result.stderr || result.stdout).slice(-1000)}`,
+    });
   }
   return bin;
 }

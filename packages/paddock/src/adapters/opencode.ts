@@ -1,6 +1,6 @@
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { issuesFromZodError } from '@dressage/protocol';
+import { DressageError, issuesFromZodError } from '@dressage/protocol';
 import { z } from 'zod';
 import {
   type AdapterContext,
@@ -171,11 +171,18 @@ export class OpencodeAdapter implements BlackboxAdapter {
     });
     const deadline = Date.now() + 60_000;
     while (Date.now() < deadline) {
-      if (!this.process.running) throw new Error(`opencode exited during startup: ${this.process.tail}`);
+      if (!this.process.running)
+        throw new DressageError({
+          code: 'unavailable',
+          message: `opencode exited during startup: ${this.process.tail}`,
+        });
       if (await this.health()) return;
       await new Promise((resolve) => setTimeout(resolve, 200));
     }
-    throw new Error(`opencode did not become healthy: ${this.process.tail}`);
+    throw new DressageError({
+      code: 'deadline_exceeded',
+      message: `opencode did not become healthy: ${this.process.tail}`,
+    });
   }
 
   async health(): Promise<boolean> {
@@ -198,7 +205,11 @@ export class OpencodeAdapter implements BlackboxAdapter {
     });
     const text = await response.text();
     if (!response.ok)
-      throw new Error(`opencode ${method} ${path} answered ${response.status}: ${text.slice(0, 500)}`);
+      throw new DressageError({
+        code: 'unavailable',
+        message: `opencode ${method} ${path} answered ${response.status}: ${text.slice(0, 500)}`,
+        details: { status: response.status },
+      });
     return text === '' ? null : JSON.parse(text);
   }
 

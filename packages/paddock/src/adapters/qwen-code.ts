@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { issuesFromZodError } from '@dressage/protocol';
+import { DressageError, issuesFromZodError } from '@dressage/protocol';
 import { z } from 'zod';
 import {
   type AdapterContext,
@@ -122,7 +122,12 @@ export class QwenCodeAdapter implements BlackboxAdapter {
       model: { name: this.options.model_id },
     };
     await writeFile(join(settingsDir, 'settings.json'), JSON.stringify(settings, null, 2));
-    if (!(await this.health())) throw new Error(`qwen-code cannot run: ${this.command} --version failed`);
+    if (!(await this.health())) {
+      throw new DressageError({
+        code: 'unavailable',
+        message: `qwen-code cannot run: ${this.command} --version failed`,
+      });
+    }
   }
 
   async health(): Promise<boolean> {
@@ -169,13 +174,16 @@ export class QwenCodeAdapter implements BlackboxAdapter {
         signal: this.current.signal,
       });
       this.turns += 1;
-      if (result.aborted) throw new Error('qwen-code run was aborted');
+      if (result.aborted)
+        throw new DressageError({ code: 'cancelled', message: 'qwen-code run was aborted' });
       await context.drainModelRequests();
       const { outputs, result: final } = qwenStreamToChat(result.stdout);
       if (result.returncode !== 0 && outputs.length === 0) {
-        throw new Error(
-          `qwen-code exited with ${result.returncode}: ${(result.stderr || result.stdout).slice(-800)}`,
-        );
+        throw new DressageError({
+          code: 'unavailable',
+          message: `qwen-code exited with ${result.returncode}: ${(result.stderr || result.stdout).slice(-800)}`,
+          details: { returncode: result.returncode },
+        });
       }
       if (outputs.length === 0 && final !== null) outputs.push({ role: 'assistant', content: final });
       return { outputs, backendSessionId: this.sessionId };

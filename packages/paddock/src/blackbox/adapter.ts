@@ -1,3 +1,4 @@
+import { DressageError } from '@dressage/protocol';
 import type { BlackboxMessage, ProxyOptions } from './schemas.js';
 
 /** What the server tells an agent adapter at registration. */
@@ -87,13 +88,14 @@ export interface BlackboxAdapter {
 export type AdapterFactory = (options: Record<string, unknown>) => BlackboxAdapter;
 
 /** Bad backend options or an agent protocol problem: the register call answers 400. */
-export class AdapterOptionsError extends Error {
-  constructor(
-    message: string,
-    readonly errors: unknown[] = [],
-  ) {
-    super(message);
+export class AdapterOptionsError extends DressageError {
+  /** The invalid fields, as the register call's 400 lists them. */
+  readonly errors: unknown[];
+
+  constructor(message: string, errors: unknown[] = []) {
+    super({ code: 'invalid_argument', message, details: { errors } });
     this.name = 'AdapterOptionsError';
+    this.errors = errors;
   }
 }
 

@@ -1,4 +1,4 @@
-import { readSecret } from '@dressage/protocol';
+import { DressageError, readSecret } from '@dressage/protocol';
 
 /** Settings of a BlackboxServer. Durations are in seconds, as on the wire. */
 export interface BlackboxServerConfig {
@@ -47,7 +47,13 @@ function number(env: NodeJS.ProcessEnv, key: string, fallback: number): number {
   const raw = env[key];
   if (raw === undefined || raw === '') return fallback;
   const value = Number(raw);
-  if (!Number.isFinite(value)) throw new Error(`${key}=${raw} is not a number`);
+  if (!Number.isFinite(value)) {
+    throw new DressageError({
+      code: 'invalid_argument',
+      message: `${key}=${raw} is not a number`,
+      details: { key },
+    });
+  }
   return value;
 }
 

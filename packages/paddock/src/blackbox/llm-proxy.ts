@@ -6,7 +6,7 @@ import {
   type ServerResponse,
 } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { bearerMatches, secretsEqual } from '@dressage/protocol';
+import { bearerMatches, DressageError, secretsEqual } from '@dressage/protocol';
 import {
   anthropicErrorBody,
   anthropicRequestToChat,
@@ -295,7 +295,13 @@ export class RolloutLlmProxy {
     } catch {
       // Not JSON: keep the text.
     }
-    if (!response.ok) throw new Error(`upstream ${path} answered ${response.status}: ${text.slice(0, 300)}`);
+    if (!response.ok) {
+      throw new DressageError({
+        code: 'unavailable',
+        message: `upstream ${path} answered ${response.status}: ${text.slice(0, 300)}`,
+        details: { status: response.status },
+      });
+    }
     return parsed;
   }
 

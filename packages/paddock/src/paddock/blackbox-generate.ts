@@ -1,6 +1,7 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { expandSegmentsToSamples, markAbortedNoGrad, type SegmentInput } from '@dressage/multi-segment';
-import { blackboxExecuteCommandsSchema, type Sample } from '@dressage/protocol';
+import { blackboxExecuteCommandsSchema, DressageError, type Sample } from '@dressage/protocol';
+import { codeOfStatus } from '../blackbox/http-error.js';
 import type { SandboxLease, SandboxProvider } from '../sandbox/types.js';
 
 type Json = Record<string, unknown>;
@@ -15,15 +16,22 @@ export interface TrajectoryProxy {
 }
 
 /** An HTTP error answered by a BlackboxServer, with its error envelope. */
-export class BlackboxCallError extends Error {
-  constructor(
-    readonly status: number,
-    readonly body: Json,
-  ) {
-    super(
-      `BlackboxServer answered ${status}: ${String(body.error ?? '')} ${String(body.message ?? '')}`.trim(),
-    );
+export class BlackboxCallError extends DressageError {
+  /** The HTTP status the BlackboxServer answered. */
+  readonly status: number;
+  /** The error envelope it answered. */
+  readonly body: Json;
+
+  constructor(status: number, body: Json) {
+    super({
+      message:
+        `BlackboxServer answered ${status}: ${String(body.error ?? '')} ${String(body.message ?? '')}`.trim(),
+      code: codeOfStatus(status),
+      details: { status },
+    });
     this.name = 'BlackboxCallError';
+    this.status = status;
+    this.body = body;
   }
   get error(): string {
     return String(this.body.error ?? '');

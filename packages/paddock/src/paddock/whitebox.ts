@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { expandSegmentsToSamples, markAbortedNoGrad, type SegmentInput } from '@dressage/multi-segment';
-import type { Sample } from '@dressage/protocol';
+import { DressageError, type Sample } from '@dressage/protocol';
 import { shellJoin } from '../sandbox/local-bwrap-provider.js';
 import type { CommandResult, SandboxLease, SandboxProvider } from '../sandbox/types.js';
 import type { TrajectoryProxy } from './blackbox-generate.js';
@@ -20,7 +20,8 @@ export class WhiteboxToolPaddock {
   async toolCall(toolId: string, args: Json): Promise<[string, Json]> {
     if (toolId === 'shell.exec') {
       const command = args.cmd ?? args.command;
-      if (command === undefined) throw new Error('shell.exec needs cmd or command');
+      if (command === undefined)
+        throw new DressageError({ code: 'invalid_argument', message: 'shell.exec needs cmd or command' });
       const line = Array.isArray(command) ? shellJoin(command.map(String)) : String(command);
       const result: CommandResult = await this.provider.runCommand(this.lease, line, {
         cwd: typeof args.cwd === 'string' ? args.cwd : undefined,
@@ -47,7 +48,7 @@ export class WhiteboxToolPaddock {
         { path, chars: content.length, encoding: args.encoding ?? 'utf-8', append: args.append === true },
       ];
     }
-    throw new Error(`unknown whitebox tool ${toolId}`);
+    throw new DressageError({ code: 'not_found', message: `unknown whitebox tool ${toolId}` });
   }
 }
 
@@ -114,13 +115,21 @@ export abstract class PaddockWhiteboxAgent extends WhiteboxAgent {
   private toolPaddock: WhiteboxToolPaddock | null = null;
 
   protected get tools(): WhiteboxToolPaddock {
-    if (!this.toolPaddock) throw new Error('the sandbox is not ready: tools are available inside run()');
+    if (!this.toolPaddock)
+      throw new DressageError({
+        code: 'failed_precondition',
+        message: 'the sandbox is not ready: tools are available inside run()',
+      });
     return this.toolPaddock;
   }
 
   override async setup(_sample: Sample, context: WhiteboxRunContext): Promise<void> {
     const provider = this.options.provider;
-    if (!provider) throw new Error('PaddockWhiteboxAgent needs options.provider');
+    if (!provider)
+      throw new DressageError({
+        code: 'invalid_argument',
+        message: 'PaddockWhiteboxAgent needs options.provider',
+      });
     this.lease = await provider.create({
       trajectoryId: context.sessionId,
       metadata: { paddock_mode: 'whitebox' },
@@ -175,9 +184,11 @@ export function makeGenerate(AgentClass: WhiteboxAgentClass, options: WhiteboxGe
         });
         const parsed = (await response.json()) as Json;
         if (!response.ok)
-          throw new Error(
-            `model request failed with ${response.status}: ${JSON.stringify(parsed).slice(0, 300)}`,
-          );
+          throw new DressageError({
+            code: 'unavailable',
+            message: `model request failed with ${response.status}: ${JSON.stringify(parsed).slice(0, 300)}`,
+            details: { status: response.status },
+          });
         return parsed;
       },
     };
@@ -230,7 +241,11 @@ export function httpTrajectoryProxy(baseUrl: string): TrajectoryProxy {
     });
     const parsed = (await response.json()) as Json;
     if (!response.ok)
-      throw new Error(`${path} answered ${response.status}: ${JSON.stringify(parsed).slice(0, 300)}`);
+      throw new DressageError({
+        code: 'unavailable',
+        message: `${path} answered ${response.status}: ${JSON.stringify(parsed).slice(0, 300)}`,
+        details: { status: response.status },
+      });
     return parsed;
   };
   return {

@@ -1,4 +1,5 @@
 import { createServer } from 'node:net';
+import { DressageError } from '@dressage/protocol';
 
 function free(port: number, host: string): Promise<boolean> {
   return new Promise((resolve) => {
@@ -30,5 +31,8 @@ export async function findFreePortRange(
     for (let offset = 0; offset < count && ok; offset++) ok = await free(base + offset, host);
     if (ok) return base;
   }
-  throw new Error(`no ${count} consecutive free ports between ${from} and ${to} on ${host}`);
+  throw new DressageError({
+    code: 'resource_exhausted',
+    message: `no ${count} consecutive free ports between ${from} and ${to} on ${host}`,
+  });
 }

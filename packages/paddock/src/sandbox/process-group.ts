@@ -1,4 +1,5 @@
 import { type ChildProcess, spawn } from 'node:child_process';
+import { DressageError } from '@dressage/protocol';
 
 /** Options of {@link runProcessGroup}. */
 export interface ProcessGroupOptions {
@@ -69,7 +70,10 @@ export function runProcessGroup(
   options: ProcessGroupOptions = {},
 ): Promise<ProcessGroupResult> {
   const [command, ...args] = argv;
-  if (command === undefined) return Promise.reject(new Error('runProcessGroup: empty argv'));
+  if (command === undefined)
+    return Promise.reject(
+      new DressageError({ code: 'invalid_argument', message: 'runProcessGroup: empty argv' }),
+    );
   const limit = options.outputLimitBytes ?? 8 * 1024 * 1024;
   const startedAt = new Date();
   return new Promise((resolve, reject) => {

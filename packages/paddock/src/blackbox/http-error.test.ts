@@ -1,0 +1,36 @@
+import { DressageError } from '@dressage/protocol';
+import { describe, expect, it } from 'vitest';
+import { BlackboxCallError } from '../paddock/blackbox-generate.js';
+import { AdapterOptionsError } from './adapter.js';
+import { BlackboxHttpError } from './http-error.js';
+
+describe('paddock errors', () => {
+  it('are DressageErrors with a code that matches the status they answer', () => {
+    const conflict = new BlackboxHttpError(409, 'session_desynced', 'Session is desynced', { turn_id: 't' });
+    const timeout = new BlackboxHttpError(504, 'backend_timeout', 'Backend did not finish');
+    expect(DressageError.isInstance(conflict)).toBe(true);
+    expect([conflict.code, conflict.httpStatus, conflict.error, conflict.details]).toEqual([
+      'failed_precondition',
+      409,
+      'session_desynced',
+      { turn_id: 't' },
+    ]);
+    expect([timeout.code, timeout.httpStatus, timeout.isRetryable]).toEqual(['deadline_exceeded', 504, true]);
+  });
+
+  it('code adapter option problems and BlackboxServer answers', () => {
+    const options = new AdapterOptionsError('model is required', [{ path: 'model' }]);
+    expect([DressageError.isInstance(options), options.code, options.errors]).toEqual([
+      true,
+      'invalid_argument',
+      [{ path: 'model' }],
+    ]);
+    const call = new BlackboxCallError(503, { error: 'backend_unavailable', message: 'down' });
+    expect([DressageError.isInstance(call), call.code, call.error, call.isRetryable]).toEqual([
+      true,
+      'unavailable',
+      'backend_unavailable',
+      true,
+    ]);
+  });
+});
