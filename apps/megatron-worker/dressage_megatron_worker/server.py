@@ -69,7 +69,27 @@ def _slime_args(argv: Sequence[str]) -> Any:
         sys.argv = saved
 
 
-def build_actor(kind: str, verify: str | None, slime_argv: Sequence[str]) -> TrainingActor:
+def build_actor(kind: str, verify: str | None, slime_argv: Sequence[str], options: Any = None) -> TrainingActor:
+    if kind == "torch":
+        from .torch_actor import TorchActor, TorchSettings
+
+        if not options.model:
+            raise WorkerError(grpc.StatusCode.INVALID_ARGUMENT, "--actor torch needs --model (an embedded checkpoint)")
+        return TorchActor(
+            TorchSettings(
+                model_path=options.model,
+                processes=options.processes,
+                threads=options.threads,
+                temperature=options.temperature,
+                learning_rate=options.learning_rate,
+                max_learning_rate=options.max_learning_rate,
+                max_gradient_norm=options.max_gradient_norm,
+                max_tokens_per_micro_batch=options.max_tokens_per_micro_batch,
+                engine_urls=tuple(options.engine_url),
+                weights_directory=options.weights_dir,
+                abort_all_requests=options.abort_all_requests,
+            )
+        )
     if kind == "sink":
         return SinkActor()
     if kind == "recording":
@@ -91,7 +111,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dressage_megatron_worker", description=__doc__)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=50051, help="0 picks a free port")
-    parser.add_argument("--actor", choices=("slime", "recording", "sink"), default="slime")
+    parser.add_argument("--actor", choices=("slime", "torch", "recording", "sink"), default="slime")
+    torch_options = parser.add_argument_group("--actor torch", "trains the embedded model with PyTorch")
+    torch_options.add_argument("--model", default=None, help="the embedded checkpoint to start from")
+    torch_options.add_argument("--processes", type=int, default=1, help="data-parallel processes (gloo)")
+    torch_options.add_argument("--threads", type=int, default=0, help="torch threads per process (0: torch's default)")
+    torch_options.add_argument("--temperature", type=float, default=1.0, help="the rollout sampling temperature")
+    torch_options.add_argument("--learning-rate", type=float, default=1e-3, help="when a batch's LossConfig has none")
+    torch_options.add_argument("--max-learning-rate", type=float, default=1.0)
+    torch_options.add_argument("--max-gradient-norm", type=float, default=1.0, help="global norm clip; 0 disables")
+    torch_options.add_argument("--max-tokens-per-micro-batch", type=int, default=4096)
+    torch_options.add_argument("--engine-url", action="append", default=[], help="an engine UpdateWeights publishes to")
+    torch_options.add_argument("--weights-dir", default=None, help="where published weights go (default: a temporary folder)")
+    torch_options.add_argument("--abort-all-requests", action="store_true", help="engines abort running requests on update")
     parser.add_argument("--model-name", default="")
     parser.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES)
     parser.add_argument("--max-batch-tokens", type=int, default=2**31 - 1)
@@ -111,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return dry_run(slime_argv, options.router_url)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
-        actor = build_actor(options.actor, options.verify, slime_argv)
+        actor = build_actor(options.actor, options.verify, slime_argv, options)
     except WorkerError as error:
         # A launch slime cannot serve (colocated engines, a router listing engines slime does not
         # update, ...): say why and exit, rather than a traceback.

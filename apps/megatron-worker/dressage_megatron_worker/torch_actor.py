@@ -1,0 +1,609 @@
+"""Trains the embedded model with PyTorch behind TrainerService, on one process or several
+(`torch.distributed`: gloo on CPU, nccl on GPU). The batch takes the same path as with the slime
+actor — `to_rollout_data`, slime's DP schedule, `rank_payloads` — then each rank runs its
+micro-batches forward and backward, gradients are summed across ranks (each rank's loss is its
+share of the step's loss, so the sum is the single-process gradient), clipped by global norm, and
+every rank applies the same Adam step. Rank 0 serves gRPC and drives the others."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import math
+import multiprocessing
+import os
+import re
+import shutil
+import tempfile
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from .actors import TrainResult
+from .dp_schedule import build_dp_schedule
+from .embedded_checkpoint import (
+    Checkpoint,
+    TrainerState,
+    read_checkpoint,
+    read_trainer_state,
+    write_checkpoint,
+    write_trainer_state,
+)
+from .embedded_model import EmbeddedModel
+from .errors import WorkerError, invalid
+from .packed_batch import PackedBatch
+from .policy_loss import LossOptions, policy_loss, reducer_weights, resolve_options, sft_loss
+from .rank_payloads import rank_payloads
+from .rollout_data import split_per_sample, to_rollout_data
+
+LOGGER = logging.getLogger("dressage_megatron_worker.torch")
+# LossConfig fields the policy loss reads (proto names).
+LOSS_FIELDS = tuple(LossOptions.__dataclass_fields__)
+BETAS = (0.9, 0.999)
+EPSILON = 1e-8
+# Summed across ranks; every metric of a step is additive (weights carry the normalizers).
+ADDITIVE_METRICS = (
+    "loss",
+    "pg_loss",
+    "pg_clipfrac",
+    "ppo_kl",
+    "entropy_loss",
+    "kl_loss",
+    "tis",
+    "tis_clipfrac",
+    "tis_abs",
+    "ois",
+    "sft_loss",
+)
+
+
+def next_weight_version(version: str) -> str:
+    """A trailing number is incremented (`v7` → `v8`), anything else starts at `1` (as the
+    embedded trainer numbers them)."""
+    match = re.fullmatch(r"(.*?)(\d+)", version)
+    return "1" if match is None else f"{match.group(1)}{int(match.group(2)) + 1}"
+
+
+@dataclass(frozen=True)
+class TorchSettings:
+    model_path: str
+    processes: int = 1
+    threads: int = 0
+    temperature: float = 1.0
+    learning_rate: float = 1e-3
+    max_learning_rate: float = 1.0
+    max_gradient_norm: float = 1.0
+    max_tokens_per_micro_batch: int = 4096
+    engine_urls: tuple[str, ...] = ()
+    weights_directory: str | None = None
+    abort_all_requests: bool = False
+
+
+def check_batch_values(batch: PackedBatch) -> None:
+    """NaN or ±Infinity where training reads numbers is refused, naming sample, rollout and field
+    (`checkTrainBatchValues` of the TypeScript side)."""
+    for field in ("rewards", "raw_rewards", "rollout_mask_sums"):
+        values = getattr(batch, field)
+        bad = ~np.isfinite(values)
+        if np.any(bad):
+            sample = int(np.argmax(bad))
+            raise invalid(
+                f"train batch: sample {sample} (rollout_id {int(batch.rollout_ids[sample])}) has {field} = "
+                f"{values[sample]}; rewards, advantages, loss denominators and logprobs must be finite"
+            )
+    for field in ("rollout_log_probs", "teacher_log_probs"):
+        values = getattr(batch, field)
+        if values is None:
+            continue
+        bad = ~np.isfinite(values)
+        if np.any(bad):
+            index = int(np.argmax(bad))
+            ends = np.cumsum(batch.response_lengths, dtype=np.int64)
+            sample = int(np.searchsorted(ends, index, side="right"))
+            token = index - int(ends[sample] - batch.response_lengths[sample])
+            raise invalid(
+                f"train batch: sample {sample} (rollout_id {int(batch.rollout_ids[sample])}) has {field}[{token}] "
+                f"(response token {token} of the sample) = {values[index]}; rewards, advantages, loss "
+                "denominators and logprobs must be finite"
+            )
+
+
+class RankTrainer:
+    """One rank's model, reference weights and Adam. Every rank holds identical weights."""
+
+    def __init__(self, settings: TorchSettings, rank: int = 0, world: int = 1) -> None:
+        self.settings = settings
+        self.rank, self.world = rank, world
+        checkpoint = read_checkpoint(settings.model_path)
+        self.model = EmbeddedModel(checkpoint.config, checkpoint.vocabulary, checkpoint.weights)
+        self.weight_version = checkpoint.weight_version
+        # The KL loss's reference: the weights the trainer started from (slime's --ref-load).
+        self.reference = {name: tensor.detach().clone() for name, tensor in self.model.parameters.items()}
+        self.optimizer = self._adam(settings.learning_rate)
+
+    def _adam(self, learning_rate: float) -> torch.optim.Adam:
+        return torch.optim.Adam(list(self.model.parameters.values()), lr=learning_rate, betas=BETAS, eps=EPSILON)
+
+    @property
+    def learning_rate(self) -> float:
+        return float(self.optimizer.param_groups[0]["lr"])
+
+    # --- one step -------------------------------------------------------------------------------
+
+    def train(self, payload: dict[str, Any], job: dict[str, Any]) -> dict[str, float]:
+        """Runs this rank's share of every step of the batch; returns the summed metrics."""
+        options: LossOptions = job["options"]
+        sft = job["loss_type"] == "sft_loss"
+        for group in self.optimizer.param_groups:
+            group["lr"] = job["learning_rate"]
+        micro_batches = payload["micro_batch_indices"]
+        steps = payload["num_microbatches"]
+        per_step = []
+        start = 0
+        for count in steps:
+            per_step.append(micro_batches[start : start + count])
+            start += count
+        # slime reuses the current logprobs as the old ones only when the rollout trains in one
+        # step; with more, the old logprobs are those of the weights before the first step.
+        old: dict[int, torch.Tensor] | None = None
+        if len(per_step) > 1 and not sft and not options.use_rollout_logprobs:
+            old = {}
+            with torch.no_grad():
+                for indices in micro_batches:
+                    prepared = self._prepare(payload, indices, job, 0)
+                    if prepared is not None:
+                        old[id(indices)] = self._log_probs(prepared, self.model.parameters)[0]
+        totals: dict[str, float] = {}
+        applied = 0
+        parity_sum, parity_max, parity_count = 0.0, 0.0, 0.0
+        for step, group in enumerate(per_step):
+            self.optimizer.zero_grad(set_to_none=False)
+            sums = dict.fromkeys(ADDITIVE_METRICS, 0.0)
+            for indices in group:
+                prepared = self._prepare(payload, indices, job, step)
+                if prepared is None:
+                    continue
+                log_probs, entropy = self._log_probs(prepared, self.model.parameters, with_entropy=not sft)
+                if sft:
+                    loss, metrics = sft_loss(prepared["weights"], log_probs)
+                else:
+                    ref = None
+                    if options.use_kl_loss:
+                        with torch.no_grad():
+                            ref = self._log_probs(prepared, self.reference)[0]
+                    loss, metrics = policy_loss(
+                        options,
+                        prepared["weights"],
+                        log_probs,
+                        prepared["advantages"],
+                        old_log_probs=None if old is None else old[id(indices)],
+                        rollout_log_probs=prepared["rollout"],
+                        entropy=entropy if options.entropy_coef != 0 else (None if entropy is None else entropy.detach()),
+                        ref_log_probs=ref,
+                    )
+                    if prepared["rollout"] is not None and step == 0:
+                        before = log_probs.detach() if old is None else old[id(indices)]
+                        difference = (before - prepared["rollout"]).abs()
+                        parity_sum += float(difference.sum())
+                        parity_max = max(parity_max, float(difference.max()))
+                        parity_count += float(difference.numel())
+                loss.backward()
+                for name, value in metrics.items():
+                    if name in sums:
+                        sums[name] += float(value)
+            applied += self._apply(sums)
+            for name, value in sums.items():
+                totals[name] = totals.get(name, 0.0) + value / len(per_step)
+        if self.world > 1:
+            reduced = torch.tensor([parity_sum, parity_count], dtype=torch.float64)
+            dist.all_reduce(reduced)
+            parity_sum, parity_count = float(reduced[0]), float(reduced[1])
+            maximum = torch.tensor([parity_max], dtype=torch.float64)
+            dist.all_reduce(maximum, op=dist.ReduceOp.MAX)
+            parity_max = float(maximum[0])
+        result = {name: value for name, value in totals.items() if name in job["reported"]}
+        result["optimizer_steps"] = float(applied)
+        result["grad_norm"] = self._last_norm
+        if self._skipped:
+            result["nonfinite_step_skipped"] = float(self._skipped)
+        if parity_count > 0:
+            result["train_rollout_logprob_abs_diff"] = parity_sum / parity_count
+            result["train_rollout_logprob_abs_diff_max"] = parity_max
+        return result
+
+    _last_norm = 0.0
+    _skipped = 0
+
+    def _apply(self, sums: dict[str, float]) -> int:
+        """Sums gradients and metrics across ranks, clips, and steps unless anything is non-finite."""
+        parameters = list(self.model.parameters.values())
+        if self.world > 1:
+            flat = torch.cat([parameter.grad.reshape(-1) for parameter in parameters])
+            dist.all_reduce(flat)
+            offset = 0
+            for parameter in parameters:
+                size = parameter.numel()
+                parameter.grad.copy_(flat[offset : offset + size].view_as(parameter))
+                offset += size
+            values = torch.tensor([sums[name] for name in ADDITIVE_METRICS], dtype=torch.float64)
+            dist.all_reduce(values)
+            for index, name in enumerate(ADDITIVE_METRICS):
+                sums[name] = float(values[index])
+        squares = torch.stack([parameter.grad.double().pow(2).sum() for parameter in parameters]).sum()
+        norm = float(torch.sqrt(squares))
+        self._last_norm = norm
+        # A NaN or infinite loss or gradient would turn every weight and Adam's moments into NaN:
+        # the step is skipped on every rank alike (they all see the same sums).
+        if not (math.isfinite(norm) and math.isfinite(sums["loss"])):
+            self._skipped += 1
+            LOGGER.warning("step skipped: loss %s and gradient norm %s are not both finite", sums["loss"], norm)
+            return 0
+        limit = self.settings.max_gradient_norm
+        if limit > 0 and norm > limit:
+            scale = limit / (norm + 1e-6)
+            for parameter in parameters:
+                parameter.grad.mul_(scale)
+        self.optimizer.step()
+        return 1
+
+    def _prepare(self, payload: dict[str, Any], indices: list[int], job: dict[str, Any], step: int) -> dict[str, Any] | None:
+        """A micro-batch in padded form, restricted to trainable tokens: row r, position p − 1
+        predicts token p; response token j of a sample sits at p = total − response + j."""
+        rows = [i for i in indices if int(payload["trainable"][i]) > 0]
+        if not rows:
+            return None
+        lengths = [int(payload["tokens"][i].numel()) for i in rows]
+        length = max(lengths) - 1
+        slots = np.zeros((len(rows), length), dtype=np.int64)
+        targets = []
+        flat = []
+        advantages, rollout, weights = [], [], []
+        has_rollout = "rollout_log_probs" in payload
+        for row, index in enumerate(rows):
+            tokens = payload["tokens"][index].numpy()
+            total, response = lengths[row], int(payload["response_lengths"][index])
+            slots[row, : total - 1] = self.model.slots_of(tokens[:-1])
+            mask = payload["loss_masks"][index].numpy().astype(bool)
+            positions = np.nonzero(mask)[0] + (total - response) - 1
+            flat.append(row * length + positions)
+            targets.append(self.model.output_classes_of(tokens[positions + 1]))
+            advantages.append(np.full(positions.size, float(payload["rewards"][index])))
+            weights.append(payload["weights"][index][mask])
+            if has_rollout:
+                rollout.append(payload["rollout_log_probs"][index].numpy()[mask])
+        dtype = torch.float32
+        return {
+            "slots": torch.from_numpy(slots),
+            "flat": torch.from_numpy(np.concatenate(flat)),
+            "targets": torch.from_numpy(np.concatenate(targets)),
+            "advantages": torch.tensor(np.concatenate(advantages), dtype=dtype),
+            "weights": torch.tensor(np.concatenate(weights), dtype=dtype),
+            "rollout": torch.tensor(np.concatenate(rollout), dtype=dtype) if has_rollout else None,
+        }
+
+    def _log_probs(
+        self, prepared: dict[str, Any], params: dict[str, torch.Tensor], with_entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        logits = self.model.logits(prepared["slots"], params)
+        logits = logits.reshape(-1, logits.shape[-1])[prepared["flat"]]
+        if self.settings.temperature != 1:
+            logits = logits / self.settings.temperature
+        log_softmax = torch.log_softmax(logits, dim=-1)
+        picked = torch.gather(log_softmax, 1, prepared["targets"][:, None])[:, 0]
+        entropy = -(log_softmax.exp() * log_softmax).sum(-1) if with_entropy else None
+        return picked, entropy
+
+    # --- weights --------------------------------------------------------------------------------
+
+    def load(self, path: str) -> tuple[Checkpoint, TrainerState | None]:
+        checkpoint = read_checkpoint(path)
+        shape = {key: value for key, value in checkpoint.config.items() if key != "seed"}
+        own = {key: value for key, value in self.model.config.items() if key != "seed"}
+        if shape != own or not np.array_equal(checkpoint.vocabulary, self.model.vocabulary):
+            what = "shape" if shape != own else "vocabulary"
+            raise WorkerError(
+                grpc.StatusCode.FAILED_PRECONDITION, f"the checkpoint in {path} is for a different model ({what} differs)"
+            )
+        state = read_trainer_state(path, self.model.specs)
+        self.model.set_weights(checkpoint.weights)
+        self.optimizer = self._adam(state.learning_rate if state is not None else self.settings.learning_rate)
+        if state is not None and state.first_moments is not None:
+            for (name, _), first, second in zip(self.model.specs, state.first_moments, state.second_moments or []):
+                parameter = self.model.parameters[name]
+                self.optimizer.state[parameter] = {
+                    "step": torch.tensor(float(state.iterations)),
+                    "exp_avg": torch.from_numpy(np.array(first, dtype=np.float32)),
+                    "exp_avg_sq": torch.from_numpy(np.array(second, dtype=np.float32)),
+                }
+        return checkpoint, state
+
+    def trainer_state(self, train_steps: int, rollout_id: int, weight_version: str) -> TrainerState:
+        state = TrainerState(train_steps, rollout_id, weight_version, self.learning_rate)
+        slots = [self.optimizer.state.get(self.model.parameters[name]) for name, _ in self.model.specs]
+        if all(slot for slot in slots):
+            iterations = int(float(slots[0]["step"]))
+            state.iterations = iterations
+            state.beta_powers = (BETAS[0] ** iterations, BETAS[1] ** iterations)
+            state.first_moments = [slot["exp_avg"].numpy() for slot in slots]
+            state.second_moments = [slot["exp_avg_sq"].numpy() for slot in slots]
+        return state
+
+
+def _worker_main(rank: int, world: int, init_method: str, settings: TorchSettings) -> None:
+    """Ranks 1..N-1: follow rank 0's commands until it says stop (or goes away)."""
+    if settings.threads > 0:
+        torch.set_num_threads(settings.threads)
+    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world, timeout=datetime.timedelta(hours=2))
+    trainer = RankTrainer(settings, rank, world)
+    try:
+        while True:
+            command: list[Any] = [None]
+            dist.broadcast_object_list(command, src=0)
+            kind, argument = command[0]
+            if kind == "stop":
+                break
+            if kind == "train":
+                received: list[Any] = [None]
+                dist.scatter_object_list(received, None, src=0)
+                trainer.train(received[0], argument)
+            elif kind == "load":
+                trainer.load(argument)
+    finally:
+        dist.destroy_process_group()
+
+
+class TorchActor:
+    """The TrainingActor of `--actor torch` (see the module doc)."""
+
+    kind = "torch"
+
+    def __init__(self, settings: TorchSettings) -> None:
+        if settings.processes < 1:
+            raise invalid(f"--processes must be at least 1, got {settings.processes}")
+        if not (0 < settings.learning_rate <= settings.max_learning_rate):
+            raise invalid(f"--learning-rate must be in (0, {settings.max_learning_rate}], got {settings.learning_rate}")
+        if settings.temperature < 0 or not math.isfinite(settings.temperature):
+            raise invalid(f"--temperature must be a finite number ≥ 0, got {settings.temperature}")
+        # Greedy sampling reports logprobs at temperature 1 (sampling.ts logprobTemperature).
+        self.settings = TorchSettings(**{**settings.__dict__, "temperature": settings.temperature if settings.temperature >= 1e-5 else 1.0})
+        if settings.threads > 0:
+            torch.set_num_threads(settings.threads)
+        self.data_parallel_size = settings.processes
+        self.backend = f"torch {torch.__version__.split('+')[0]} cpu"
+        self._workers: list[Any] = []
+        self._rendezvous: str | None = None
+        if settings.processes > 1:
+            self._start_ranks()
+        self.rank = RankTrainer(self.settings, 0, settings.processes)
+        self.weight_version = self.rank.weight_version
+        self.train_steps = 0
+        self.rollout_id = 0
+        self._published: str | None = None
+        self._weights_directory = settings.weights_directory
+
+    def _start_ranks(self) -> None:
+        self._rendezvous = tempfile.mkdtemp(prefix="dressage-torch-rendezvous-")
+        init_method = f"file://{os.path.join(self._rendezvous, 'store')}"
+        context = multiprocessing.get_context("spawn")
+        for rank in range(1, self.settings.processes):
+            process = context.Process(
+                target=_worker_main, args=(rank, self.settings.processes, init_method, self.settings), daemon=True
+            )
+            process.start()
+            self._workers.append(process)
+        dist.init_process_group(
+            "gloo", init_method=init_method, rank=0, world_size=self.settings.processes, timeout=datetime.timedelta(hours=2)
+        )
+
+    def close(self) -> None:
+        if self._workers:
+            dist.broadcast_object_list([("stop", None)], src=0)
+            for process in self._workers:
+                process.join(timeout=10)
+                if process.is_alive():
+                    process.terminate()
+            dist.destroy_process_group()
+            self._workers = []
+        if self._rendezvous is not None:
+            shutil.rmtree(self._rendezvous, ignore_errors=True)
+            self._rendezvous = None
+        if self._published is not None and self.settings.weights_directory is None:
+            shutil.rmtree(os.path.dirname(self._published), ignore_errors=True)
+
+    # --- Train ----------------------------------------------------------------------------------
+
+    def _job(self, header: Any) -> dict[str, Any]:
+        loss = header.loss
+        loss_type = loss.loss_type if loss.HasField("loss_type") else "policy_loss"
+        if loss_type not in ("policy_loss", "sft_loss"):
+            raise invalid(f'loss.loss_type: unknown loss type "{loss_type}"; expected policy_loss or sft_loss')
+        learning_rate = loss.learning_rate if loss.HasField("learning_rate") else self.settings.learning_rate
+        if not (learning_rate > 0 and learning_rate <= self.settings.max_learning_rate):
+            raise invalid(
+                f"loss.learning_rate must be a positive number ≤ {self.settings.max_learning_rate}, got {learning_rate}"
+            )
+        options = resolve_options({name: getattr(loss, name) for name in LOSS_FIELDS if loss.HasField(name)})
+        reported = {"loss", "sft_loss"} if loss_type == "sft_loss" else {"loss", "pg_loss", "pg_clipfrac", "ppo_kl", "entropy_loss"}
+        if loss_type == "policy_loss" and options.use_kl_loss:
+            reported.add("kl_loss")
+        if loss_type == "policy_loss" and options.use_tis:
+            reported |= {"tis", "tis_clipfrac", "tis_abs", "ois"}
+        return {"loss_type": loss_type, "learning_rate": float(learning_rate), "options": options, "reported": reported}
+
+    def _check_tokens(self, batch: PackedBatch) -> np.ndarray:
+        """Each sample fits the context, trains no first token, and every trainable token is in the
+        vocabulary (else the model can never produce it: misaligned tokens). Checked here, before
+        any rank starts, so a bad batch never leaves a rank waiting. Returns trainable counts."""
+        model = self.rank.model
+        context = model.config["contextLength"]
+        token_ends = np.cumsum(batch.total_lengths, dtype=np.int64)
+        response_ends = np.cumsum(batch.response_lengths, dtype=np.int64)
+        trainable = np.zeros(batch.sample_count, dtype=np.int64)
+        for sample in range(batch.sample_count):
+            total, response = int(batch.total_lengths[sample]), int(batch.response_lengths[sample])
+            if total - 1 > context:
+                raise invalid(
+                    f"sample {sample} has {total} tokens, but the embedded model reads at most {context + 1} tokens "
+                    f"per sample (context length {context})"
+                )
+            mask = batch.loss_masks[int(response_ends[sample]) - response : int(response_ends[sample])]
+            trainable[sample] = int(mask.sum())
+            if trainable[sample] == 0:
+                continue
+            if response == total and mask[0] == 1:
+                raise invalid(f"sample {sample} trains its first token, which no earlier token predicts")
+            tokens = batch.tokens[int(token_ends[sample]) - total : int(token_ends[sample])]
+            trained = tokens[total - response :][mask.astype(bool)]
+            outside = model.output_classes_of(trained.astype(np.int64)) < 0
+            if np.any(outside):
+                position = total - response + int(np.nonzero(mask)[0][int(np.argmax(outside))])
+                raise invalid(
+                    f"sample {sample}: trainable token {int(tokens[position])} at position {position} is outside "
+                    "the model's vocabulary"
+                )
+        return trainable
+
+    def train(self, rollout_id: int, header: Any, batch: PackedBatch, loss: dict[str, Any]) -> TrainResult:
+        check_batch_values(batch)
+        job = self._job(header)
+        trainable = self._check_tokens(batch)
+        rollout_data = to_rollout_data(batch)
+        global_batch_size = int(header.global_batch_size) or len(set(rollout_data["rollout_ids"]))
+        try:
+            schedule = build_dp_schedule(
+                rollout_data["total_lengths"],
+                rollout_data["rollout_ids"],
+                global_batch_size=global_batch_size,
+                dp_size=self.data_parallel_size,
+                max_tokens_per_micro_batch=self.settings.max_tokens_per_micro_batch,
+            )
+        except ValueError as error:
+            raise invalid(f"the batch cannot be scheduled: {error}") from None
+        payloads = rank_payloads(rollout_data, schedule, self.data_parallel_size, torch)
+        # The exact denominators the batch carries (float64), not the rescaled float32 slime needs.
+        denominators = batch.rollout_mask_sums.astype(np.float64)
+        per_token = job["options"].calculate_per_token_loss
+        kept = sorted(index for partition in schedule.partitions for index in partition)
+        step_of = np.full(batch.sample_count, -1)
+        by_rollout: dict[int, int] = {}
+        for index, rollout in enumerate(rollout_data["rollout_ids"]):
+            by_rollout.setdefault(int(rollout), len(by_rollout))
+        for index in kept:
+            step_of[index] = by_rollout[int(rollout_data["rollout_ids"][index])] // global_batch_size
+        step_tokens = np.bincount(step_of[kept], weights=trainable[kept], minlength=len(schedule.num_microbatches))
+        lengths = batch.response_lengths.astype(np.int64)
+        masks = batch.loss_masks.astype(np.float64)
+        if per_token:
+            normalizers = np.where(step_of >= 0, step_tokens[np.maximum(step_of, 0)], 0.0)
+            per_sample = np.divide(1.0, normalizers, out=np.zeros_like(normalizers), where=normalizers > 0)
+            weights = masks * np.repeat(per_sample, lengths)
+        else:
+            weights = reducer_weights(lengths, masks, denominators, False, global_batch_size, 0.0)
+        weights_per_sample = split_per_sample(weights, lengths)
+        for payload in payloads:
+            partition = payload["partition"]
+            payload["trainable"] = trainable[partition]
+            payload["weights"] = [weights_per_sample[index] for index in partition]
+        if self._workers:
+            dist.broadcast_object_list([("train", job)], src=0)
+            received: list[Any] = [None]
+            dist.scatter_object_list(received, payloads, src=0)
+        metrics = self.rank.train(payloads[0], job)
+        applied = int(metrics.pop("optimizer_steps"))
+        self.train_steps += 1
+        self.rollout_id = rollout_id
+        metrics["tokens"] = float(trainable[kept].sum())
+        metrics["learning_rate"] = job["learning_rate"]
+        metrics["micro_batches"] = float(sum(len(indices) for indices in schedule.micro_batch_indices))
+        return TrainResult(len(kept), int(trainable[kept].sum()), applied, metrics)
+
+    # --- weights --------------------------------------------------------------------------------
+
+    def _finite_weights(self, method: str, what: str) -> dict[str, np.ndarray]:
+        weights = self.rank.model.weights()
+        for name, values in weights.items():
+            bad = ~np.isfinite(values)
+            if np.any(bad):
+                index = int(np.argmax(bad.reshape(-1)))
+                raise WorkerError(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"{method} refused: parameter {name}[{index}] is {values.reshape(-1)[index]}; the trainer does not "
+                    f"{what} while any weight is not finite (load a checkpoint to recover)",
+                )
+        return weights
+
+    def _checkpoint(self, weights: dict[str, np.ndarray], version: str) -> Checkpoint:
+        model = self.rank.model
+        return Checkpoint(model.config, model.vocabulary, weights, version)
+
+    def update_weights(self, weight_version: str, engine_urls: list[str]) -> tuple[str, int]:
+        """Labels the trained weights (`weight_version`, or the next number) and, for each engine,
+        writes them as a checkpoint the engine loads and calls its `/update_weights_from_disk`."""
+        version = weight_version or next_weight_version(self.weight_version)
+        urls = engine_urls or list(self.settings.engine_urls)
+        weights = self._finite_weights("UpdateWeights", "publish them to an engine")
+        if urls:
+            if self._weights_directory is None:
+                self._weights_directory = tempfile.mkdtemp(prefix="dressage-torch-weights-")
+            safe = re.sub(r"[^A-Za-z0-9._-]", "_", version)
+            directory = os.path.join(self._weights_directory, f"weights-{self.train_steps}-{safe}")
+            write_checkpoint(directory, self._checkpoint(weights, version))
+            for url in urls:
+                self._update_engine(url, directory, version)
+            previous, self._published = self._published, directory
+            if previous is not None and previous != directory:
+                shutil.rmtree(previous, ignore_errors=True)
+        self.weight_version = version
+        LOGGER.info("published weight version %s to %d engine(s)", version, len(urls))
+        return version, len(urls)
+
+    def _update_engine(self, url: str, model_path: str, version: str) -> None:
+        body = json.dumps(
+            {"model_path": model_path, "weight_version": version, "abort_all_requests": self.settings.abort_all_requests}
+        ).encode()
+        request = urllib.request.Request(
+            f"{url.rstrip('/')}/update_weights_from_disk", data=body, headers={"content-type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=300) as response:
+                status, text = response.status, response.read().decode("utf-8", "replace")
+        except urllib.error.HTTPError as error:
+            status, text = error.code, error.read().decode("utf-8", "replace")
+        except (urllib.error.URLError, OSError) as error:
+            raise WorkerError(
+                grpc.StatusCode.UNAVAILABLE, f"could not reach the engine at {url} to update its weights: {error}"
+            ) from None
+        try:
+            success = json.loads(text).get("success") is True
+        except (json.JSONDecodeError, AttributeError):
+            success = False
+        if status != 200 or not success:
+            code = grpc.StatusCode.INTERNAL if status >= 500 or status == 200 else grpc.StatusCode.FAILED_PRECONDITION
+            raise WorkerError(code, f"the engine at {url} refused the weights in {model_path} (HTTP {status}): {text[:500]}")
+
+    def save_checkpoint(self, path: str, rollout_id: int) -> tuple[str, int]:
+        if not path:
+            raise invalid("SaveCheckpoint needs a path")
+        weights = self._finite_weights("SaveCheckpoint", "write them")
+        size = write_checkpoint(path, self._checkpoint(weights, self.weight_version))
+        state = self.rank.trainer_state(self.train_steps, rollout_id or self.rollout_id, self.weight_version)
+        size += write_trainer_state(path, state, [name for name, _ in self.rank.model.specs])
+        return path, size
+
+    def load_checkpoint(self, path: str) -> int:
+        if not path:
+            raise invalid("LoadCheckpoint needs a path")
+        checkpoint, state = self.rank.load(path)
+        if self._workers:
+            dist.broadcast_object_list([("load", path)], src=0)
+        self.weight_version = checkpoint.weight_version
+        self.train_steps = state.train_steps if state is not None else 0
+        self.rollout_id = state.rollout_id if state is not None else 0
+        return self.rollout_id

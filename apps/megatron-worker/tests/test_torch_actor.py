@@ -1,0 +1,221 @@
+import http.server
+import json
+import shutil
+import tempfile
+import threading
+import unittest
+
+import grpc
+import numpy as np
+
+from dressage_megatron_worker.embedded_checkpoint import read_checkpoint
+from dressage_megatron_worker.errors import WorkerError
+from dressage_megatron_worker.server import create_server
+from dressage_megatron_worker.service import TrainerService, message_limit_options
+from dressage_megatron_worker.stubs import trainer_pb2, trainer_pb2_grpc
+from dressage_megatron_worker.torch_actor import TorchActor, TorchSettings, next_weight_version
+
+from .torch_fixtures import VOCABULARY, policy_batch, write_tiny_checkpoint
+
+
+def header(**loss) -> trainer_pb2.TrainBatchHeader:
+    return trainer_pb2.TrainBatchHeader(rollout_id=3, loss=trainer_pb2.LossConfig(**loss))
+
+
+def batch_chunks(batch, **fields) -> list:
+    stream = [
+        trainer_pb2.TrainChunk(
+            header=trainer_pb2.TrainBatchHeader(
+                sample_count=batch.sample_count, token_count=int(batch.tokens.size), **fields
+            )
+        )
+    ]
+    block = trainer_pb2.SampleBlock(sample_count=batch.sample_count)
+    for name in ("tokens", "total_lengths", "response_lengths", "loss_masks", "rollout_log_probs", "rollout_ids",
+                 "rewards", "raw_rewards", "rollout_mask_sums", "truncated", "sample_indices"):
+        setattr(block, name, getattr(batch, name).tobytes())
+    stream.append(trainer_pb2.TrainChunk(samples=block))
+    return stream
+
+
+class EngineRecorder(http.server.BaseHTTPRequestHandler):
+    """An engine's /update_weights_from_disk: loads the checkpoint it is given, as the engine does."""
+
+    received: list = []
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        checkpoint = read_checkpoint(body["model_path"])
+        self.received.append((body, checkpoint))
+        answer = json.dumps({"success": True}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+class TorchActorTest(unittest.TestCase):
+    def setUp(self) -> None:
+        self.directory = write_tiny_checkpoint()
+        self.addCleanup(shutil.rmtree, self.directory, True)
+
+    def actor(self, **settings) -> TorchActor:
+        actor = TorchActor(TorchSettings(model_path=self.directory, **settings))
+        self.addCleanup(actor.close)
+        return actor
+
+    def serve(self, actor: TorchActor) -> trainer_pb2_grpc.TrainerServiceStub:
+        server, port = create_server(TrainerService(actor, model_name="tiny"))
+        self.addCleanup(server.stop, None)
+        channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=message_limit_options())
+        self.addCleanup(channel.close)
+        return trainer_pb2_grpc.TrainerServiceStub(channel)
+
+    def test_train_over_grpc_updates_the_weights_and_reports_the_loss(self) -> None:
+        actor = self.actor()
+        stub = self.serve(actor)
+        info = stub.GetInfo(trainer_pb2.GetInfoRequest())
+        self.assertEqual((info.trainer_kind, info.data_parallel_size, info.weight_version), ("torch", 1, "0"))
+        before = actor.rank.model.weights()
+        batch = policy_batch()
+        loss = trainer_pb2.LossConfig(use_tis=True, learning_rate=0.01, eps_clip_high=0.28)
+        response = stub.Train(iter(batch_chunks(batch, rollout_id=4, loss=loss)))
+        self.assertEqual((response.rollout_id, response.samples_trained, response.optimizer_steps), (4, 8, 1))
+        self.assertEqual(response.tokens_trained, int(batch.loss_masks.sum()))
+        for name in ("loss", "pg_loss", "pg_clipfrac", "ppo_kl", "entropy_loss", "tis", "ois", "grad_norm",
+                     "train_rollout_logprob_abs_diff", "train_rollout_logprob_abs_diff_max"):
+            self.assertIn(name, response.metrics)
+        # Old logprobs are the current ones: the ratio is 1 and nothing clips.
+        self.assertEqual(response.metrics["pg_clipfrac"], 0.0)
+        after = actor.rank.model.weights()
+        self.assertTrue(any(not np.array_equal(before[name], after[name]) for name in before))
+        self.assertEqual(stub.Health(trainer_pb2.HealthRequest()).status, trainer_pb2.HealthResponse.STATUS_SERVING)
+
+    def test_the_parity_metric_is_the_distance_to_the_rollout_logprobs(self) -> None:
+        actor = self.actor()
+        batch = policy_batch()
+        # Rollout logprobs from the model itself (what an engine with these weights reports).
+        ends = np.cumsum(batch.total_lengths)
+        sequences = [batch.tokens[end - total : end] for end, total in zip(ends, batch.total_lengths)]
+        own = actor.rank.model.sequence_logprobs(sequences)
+        batch.rollout_log_probs = np.concatenate(
+            [values[len(values) - response :] for values, response in zip(own, batch.response_lengths)]
+        ).astype(np.float32)
+        result = actor.train(1, header(), batch, {})
+        self.assertLess(result.metrics["train_rollout_logprob_abs_diff_max"], 1e-5)
+        batch.rollout_log_probs = batch.rollout_log_probs - 0.5
+        self.assertAlmostEqual(actor.train(2, header(), batch, {}).metrics["train_rollout_logprob_abs_diff"], 0.5, delta=0.05)
+
+    def test_non_finite_inputs_are_refused_naming_the_field(self) -> None:
+        stub = self.serve(self.actor())
+        for field, index, value, expected in [
+            ("rewards", 2, np.nan, "sample 2 (rollout_id 2) has rewards = nan"),
+            ("rollout_mask_sums", 1, np.inf, "sample 1 (rollout_id 1) has rollout_mask_sums = inf"),
+            ("rollout_log_probs", 4, -np.inf, "rollout_log_probs[4]"),
+        ]:
+            batch = policy_batch()
+            getattr(batch, field)[index] = value
+            with self.subTest(field), self.assertRaises(grpc.RpcError) as caught:
+                stub.Train(iter(batch_chunks(batch)))
+            self.assertEqual(caught.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn(expected, caught.exception.details())
+
+    def test_a_non_finite_step_is_skipped_and_nan_weights_are_never_published(self) -> None:
+        actor = self.actor()
+        # One NaN weight (as a diverged run would leave) makes the loss NaN: the step is skipped,
+        # no other weight and no Adam moment moves, and the weights are never published or saved.
+        actor.rank.model.parameters["output.bias"].data[3] = float("nan")
+        before = actor.rank.model.weights()
+        result = actor.train(1, header(learning_rate=0.01), policy_batch(), {})
+        self.assertEqual((result.optimizer_steps, result.metrics["nonfinite_step_skipped"]), (0, 1.0))
+        after = actor.rank.model.weights()
+        self.assertTrue(all(np.array_equal(before[name], after[name], equal_nan=True) for name in before))
+        self.assertEqual(actor.rank.optimizer.state, {})
+        for call in (lambda: actor.update_weights("", ["http://127.0.0.1:9"]), lambda: actor.save_checkpoint(self.directory + "-saved", 1)):
+            with self.assertRaises(WorkerError) as caught:
+                call()
+            self.assertEqual(caught.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
+            self.assertIn("output.bias[3] is nan", caught.exception.message)
+
+    def test_bad_batches_are_refused_before_training(self) -> None:
+        actor = self.actor()
+        batch = policy_batch()
+        batch.tokens[int(batch.total_lengths[0]) - 1] = 4  # the first sample's last token: not in the vocabulary
+        with self.assertRaises(WorkerError) as caught:
+            actor.train(1, header(), batch, {})
+        self.assertIn("trainable token 4", caught.exception.message)
+        with self.assertRaises(WorkerError) as caught:
+            actor.train(1, header(loss_type="dpo"), policy_batch(), {})
+        self.assertIn("loss.loss_type", caught.exception.message)
+        with self.assertRaises(WorkerError) as caught:
+            actor.train(1, header(learning_rate=3.0), policy_batch(), {})
+        self.assertIn("loss.learning_rate", caught.exception.message)
+
+    def test_update_weights_publishes_a_checkpoint_the_engine_loads(self) -> None:
+        EngineRecorder.received = []
+        engine = http.server.ThreadingHTTPServer(("127.0.0.1", 0), EngineRecorder)
+        threading.Thread(target=engine.serve_forever, daemon=True).start()
+        self.addCleanup(engine.shutdown)
+        url = f"http://127.0.0.1:{engine.server_address[1]}"
+        actor = self.actor(engine_urls=(url,))
+        stub = self.serve(actor)
+        stub.Train(iter(batch_chunks(policy_batch(), loss=trainer_pb2.LossConfig(learning_rate=0.01))))
+        response = stub.UpdateWeights(trainer_pb2.UpdateWeightsRequest())
+        self.assertEqual((response.weight_version, response.engines_updated), ("1", 1))
+        body, checkpoint = EngineRecorder.received[-1]
+        self.assertEqual((body["weight_version"], checkpoint.weight_version), ("1", "1"))
+        trained = actor.rank.model.weights()
+        self.assertTrue(all(np.array_equal(checkpoint.weights[name], trained[name]) for name in trained))
+        self.assertEqual(stub.UpdateWeights(trainer_pb2.UpdateWeightsRequest(weight_version="v7")).weight_version, "v7")
+        self.assertEqual(next_weight_version("v7"), "v8")
+        self.assertEqual(next_weight_version("default"), "1")
+
+    def test_a_checkpoint_restores_weights_and_adam(self) -> None:
+        saved = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, saved, True)
+        first = self.actor()
+        batch = policy_batch()
+        first.train(1, header(learning_rate=0.01), batch, {})
+        first.save_checkpoint(saved, 1)
+        first.train(2, header(learning_rate=0.01), batch, {})
+        second = self.actor()
+        self.assertEqual(second.load_checkpoint(saved), 1)
+        second.train(2, header(learning_rate=0.01), batch, {})
+        one, two = first.rank.model.weights(), second.rank.model.weights()
+        # Same moments and step count: the resumed step is the step that was not interrupted.
+        for name in one:
+            np.testing.assert_allclose(one[name], two[name], rtol=0, atol=1e-6)
+        with self.assertRaises(WorkerError) as caught:
+            second.load_checkpoint(write_tiny_checkpoint(modelDimension=8, feedForwardDimension=16))
+        self.assertEqual(caught.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
+
+    def test_the_supervised_loss_lowers_the_negative_log_likelihood(self) -> None:
+        actor = self.actor()
+        batch = policy_batch()
+        losses = [actor.train(step, header(loss_type="sft_loss", learning_rate=0.01), batch, {}).metrics["sft_loss"] for step in range(5)]
+        self.assertLess(losses[-1], losses[0])
+
+    def test_data_parallel_two_processes_match_one(self) -> None:
+        batch = policy_batch(samples=12, seed=4)
+        results = []
+        for processes in (1, 2):
+            actor = self.actor(processes=processes, threads=1, max_tokens_per_micro_batch=24)
+            metrics = [actor.train(step, header(learning_rate=0.01, use_tis=True), batch, {}).metrics for step in range(2)]
+            per_token = actor.train(3, header(learning_rate=0.01, calculate_per_token_loss=True), batch, {}).metrics
+            results.append((actor.rank.model.weights(), metrics, per_token))
+            actor.close()
+        (one, metrics_one, token_one), (two, metrics_two, token_two) = results
+        self.assertGreater(metrics_two[0]["micro_batches"], 2)
+        for name in one:
+            np.testing.assert_allclose(two[name], one[name], rtol=0, atol=2e-6, err_msg=name)
+        for name in ("loss", "pg_loss", "tis", "grad_norm", "train_rollout_logprob_abs_diff_max"):
+            self.assertAlmostEqual(metrics_two[0][name], metrics_one[0][name], places=5, msg=name)
+        self.assertAlmostEqual(token_two["loss"], token_one["loss"], places=5)
+
+
+if __name__ == "__main__":
+    unittest.main()
