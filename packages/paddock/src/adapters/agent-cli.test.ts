@@ -88,7 +88,9 @@ describe.each(agents)('%s in a bubblewrap slot', (type, agent, options) => {
 
   it('runs a tool-using task; the trajectory masks tool results and trains model tokens', async (context) => {
     if (skipReason !== null) context.skip();
-    const lease = await pool.acquire(`traj-${type}`);
+    const session = `bbs-${type}`;
+    // The slot's upstream records under this session only.
+    const lease = await pool.acquire(`traj-${type}`, { sessionId: session });
     const call = async (method: string, path: string, body?: unknown) => {
       const response = await fetch(`${lease.sandboxUrl}${path}`, {
         method,
@@ -97,7 +99,6 @@ describe.each(agents)('%s in a bubblewrap slot', (type, agent, options) => {
       });
       return { status: response.status, body: (await response.json()) as Json };
     };
-    const session = `bbs-${type}`;
     const registered = await call('POST', '/v1/rollout/register', {
       blackbox_type: type,
       router: model.url,

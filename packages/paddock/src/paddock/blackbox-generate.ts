@@ -200,6 +200,7 @@ export function createBlackboxGenerate(options: BlackboxGenerateOptions) {
     try {
       lease = await options.provider.create({
         trajectoryId: sessionId,
+        sessionId,
         services: [{ name: 'blackbox', port: 31000, healthPath: '/health' }],
         metadata: { paddock_mode: 'blackbox' },
       });

@@ -6,6 +6,7 @@ import { LocalBwrapPool, type PoolMode } from './local-bwrap-pool.js';
 const usage = `Usage: dressage-local-bwrap <start|status|stop> [options]
   start   --slots N --base-dir DIR --mode blackbox|command_only --base-port P
           [--upstream http://HOST:PORT]  the recording proxy blackbox slots may reach
+          [--upstream-api-key-file FILE] its key (or DRESSAGE_LOCAL_BWRAP_UPSTREAM_API_KEY)
           [--unshare-net | --host-net]   own network namespace per slot (default in blackbox mode)
   status  --base-dir DIR      prints the pool's pool.json (exit 1 when no live pool)
   stop    --base-dir DIR      stops the pool started there (SIGTERM, then waits)`;
@@ -44,6 +45,7 @@ export async function runLocalBwrapCli(argv: readonly string[]): Promise<number>
       'unshare-net': { type: 'boolean' },
       'host-net': { type: 'boolean' },
       upstream: { type: 'string' },
+      'upstream-api-key-file': { type: 'string' },
       help: { type: 'boolean' },
     },
   });
@@ -76,6 +78,11 @@ export async function runLocalBwrapCli(argv: readonly string[]): Promise<number>
   }
   if (command === 'start') {
     const mode = (values.mode ?? process.env.DRESSAGE_LOCAL_BWRAP_POOL_MODE ?? 'blackbox') as PoolMode;
+    const keyFile = values['upstream-api-key-file'];
+    const upstreamApiKey =
+      keyFile === undefined
+        ? process.env.DRESSAGE_LOCAL_BWRAP_UPSTREAM_API_KEY || undefined
+        : (await readFile(keyFile, 'utf8')).trim();
     const pool = new LocalBwrapPool({
       slots: Number(values.slots ?? process.env.DRESSAGE_LOCAL_BWRAP_TOTAL_SERVERS ?? 4),
       baseDir,
@@ -83,6 +90,7 @@ export async function runLocalBwrapCli(argv: readonly string[]): Promise<number>
       basePort: Number(values['base-port'] ?? process.env.DRESSAGE_LOCAL_BWRAP_BASE_PORT ?? 31000),
       unshareNet: values['host-net'] ? false : values['unshare-net'],
       upstreamUrl: values.upstream ?? process.env.DRESSAGE_LOCAL_BWRAP_UPSTREAM_URL,
+      upstreamApiKey,
     });
     await pool.start();
     console.log(JSON.stringify(pool.status()));

@@ -16,7 +16,8 @@ import {
 } from './bwrap-command.js';
 import { killProcessGroup, type ProcessGroupResult, runProcessGroup } from './process-group.js';
 import { type LimitSupport, type ResourceLimits, SlotCgroups } from './resource-limits.js';
-import { type SocketPipe, startSocketPipe } from './socket-pipe.js';
+import { startSocketPipe } from './socket-pipe.js';
+import { startUpstreamGate } from './upstream-gate.js';
 
 /** Lifecycle states of a pool slot. */
 export type SlotState =
@@ -66,8 +67,15 @@ export interface LocalBwrapPoolOptions {
    * The recording proxy (`http://host:port`, plain HTTP) that network-isolated blackbox slots may reach: each
    * slot's LLM proxy sends its model requests through a unix socket whose host end connects only
    * here, whatever `router` a registration names. Without it such slots have no way out at all.
+   * The host end passes only the model routes (`POST /v1/chat/completions`, `GET /v1/models`),
+   * pinned to the session of the slot's lease; everything else is refused with 403.
    */
   upstreamUrl?: string;
+  /**
+   * The recording proxy's key: the host end of each slot's upstream socket adds it to the requests
+   * it lets through, so that the key never enters a sandbox.
+   */
+  upstreamApiKey?: string;
   /** Read-only binds. Default: the system dirs, plus the install root of the server in blackbox mode. */
   readOnlyMounts?: readonly string[];
   /** Added to the read-only binds (agent CLI installs, datasets). */
@@ -101,6 +109,11 @@ export interface LocalBwrapPoolOptions {
 export interface PoolLease {
   leaseId: string;
   trajectoryId: string;
+  /**
+   * The recording-proxy session the slot's model calls are recorded under (blackbox mode pins the
+   * slot's upstream to it). The trajectory id unless the acquire named another.
+   */
+  sessionId: string;
   slotId: number;
   port: number;
   sandboxUrl: string;
@@ -146,7 +159,7 @@ interface Slot {
   /** Bearer token of the running server; a new one at every server start. */
   token: string | null;
   /** The host ends of a network-isolated slot: the server's port and the upstream socket. */
-  pipes: SocketPipe[];
+  pipes: { close(): Promise<void> }[];
   running: Set<ChildProcess>;
   error: string | null;
   failures: number;
@@ -323,9 +336,10 @@ export class LocalBwrapPool {
 
   /**
    * Leases a slot to `trajectoryId`, waiting for one to free up. Calling it again for the same
-   * trajectory returns the same lease.
+   * trajectory returns the same lease. `sessionId` is the recording-proxy session the slot's model
+   * calls may use (default: the trajectory id).
    */
-  async acquire(trajectoryId: string): Promise<PoolLease> {
+  async acquire(trajectoryId: string, options: { sessionId?: string } = {}): Promise<PoolLease> {
     if (this.stopped)
       throw new DressageError({ code: 'unavailable', message: 'the sandbox pool is stopped' });
     if (!this.started) await this.start();
@@ -333,12 +347,14 @@ export class LocalBwrapPool {
     if (existing) return existing;
     const pending = this.pendingAcquires.get(trajectoryId);
     if (pending) return pending;
-    const attempt = this.acquireSlot(trajectoryId).finally(() => this.pendingAcquires.delete(trajectoryId));
+    const attempt = this.acquireSlot(trajectoryId, options.sessionId ?? trajectoryId).finally(() =>
+      this.pendingAcquires.delete(trajectoryId),
+    );
     this.pendingAcquires.set(trajectoryId, attempt);
     return attempt;
   }
 
-  private async acquireSlot(trajectoryId: string): Promise<PoolLease> {
+  private async acquireSlot(trajectoryId: string, sessionId: string): Promise<PoolLease> {
     const deadline = Date.now() + (this.options.acquireTimeoutSeconds ?? 1800) * 1000;
     while (true) {
       if (this.stopped)
@@ -357,7 +373,7 @@ export class LocalBwrapPool {
             throw error;
           }
         }
-        const lease = this.makeLease(slot, trajectoryId);
+        const lease = this.makeLease(slot, trajectoryId, sessionId);
         slot.state = 'leased';
         slot.lease = lease;
         this.leases.set(trajectoryId, lease);
@@ -382,7 +398,7 @@ export class LocalBwrapPool {
     }
   }
 
-  private makeLease(slot: Slot, trajectoryId: string): PoolLease {
+  private makeLease(slot: Slot, trajectoryId: string, sessionId: string): PoolLease {
     const port = this.portOf(slot);
     const ttl = (this.options.leaseTtlSeconds ?? 2100) * 1000;
     const now = Date.now();
@@ -392,6 +408,7 @@ export class LocalBwrapPool {
       headers: slot.token === null ? {} : { authorization: `Bearer ${slot.token}` },
       leaseId: `lease-${String(process.pid).padStart(12, '0').slice(-12)}-${slotLabel}-gen${slot.generation}-${trajectoryLabel}-${randomBytes(4).toString('hex')}`,
       trajectoryId,
+      sessionId,
       slotId: slot.id,
       port,
       sandboxUrl: `http://${this.options.advertiseHost ?? '127.0.0.1'}:${port}`,
@@ -606,10 +623,13 @@ export class LocalBwrapPool {
       network.BBS_SOCKET = `${sandboxPaths.network}/server/server.sock`;
       if (this.upstream !== null) {
         slot.pipes.push(
-          await startSocketPipe({
+          await startUpstreamGate({
             listen: { path: sockets.upstream },
             target: this.upstream,
             owner: identity,
+            // Asked per request: the slot serves one lease after another.
+            sessionOf: () => slot.lease?.sessionId ?? null,
+            apiKey: this.options.upstreamApiKey,
           }),
         );
         network.BBS_UPSTREAM_SOCKET = `${sandboxPaths.network}/upstream.sock`;

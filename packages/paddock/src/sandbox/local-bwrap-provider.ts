@@ -119,7 +119,7 @@ export class LocalBwrapProvider implements SandboxProvider {
         message: 'a blackbox paddock needs a blackbox pool, but this pool runs in command_only mode',
       });
     }
-    const lease = await this.pool.acquire(spec.trajectoryId);
+    const lease = await this.pool.acquire(spec.trajectoryId, { sessionId: spec.sessionId });
     this.specs.set(spec.trajectoryId, spec);
     return this.toSandboxLease(lease, spec);
   }
@@ -144,6 +144,7 @@ export class LocalBwrapProvider implements SandboxProvider {
         sandbox_url: lease.sandboxUrl,
         generation: lease.generation,
         pool_mode: lease.poolMode,
+        session_id: lease.sessionId,
         status: 'ready',
       },
     };

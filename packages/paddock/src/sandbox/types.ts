@@ -10,6 +10,11 @@ export interface SandboxServiceSpec {
 export interface SandboxSpec {
   /** The trajectory the sandbox serves; acquire and release are idempotent per id. */
   trajectoryId: string;
+  /**
+   * The recording-proxy session the sandbox's model calls are recorded under; a blackbox pool lets
+   * the sandbox use no other. Default: the trajectory id.
+   */
+  sessionId?: string;
   envType?: string | null;
   envArgs?: Record<string, unknown>;
   services?: readonly SandboxServiceSpec[];
