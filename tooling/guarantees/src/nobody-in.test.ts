@@ -195,6 +195,9 @@ describe('nobody in: the standalone dressage-blackbox-server', () => {
 });
 
 describe.runIf(bwrapAvailable)('nobody in: blackbox pool slots in real bubblewrap', () => {
+  const proxyKey = 'pool-proxy-key-0123456789';
+  const host = (path: string, body?: unknown, headers: Record<string, string> = {}) =>
+    call(proxy.url, path, body, { authorization: `Bearer ${proxyKey}`, ...headers });
   let provider: LocalBwrapProvider;
   let engine: EngineStub;
   let proxy: ProxyProcess;
@@ -204,7 +207,10 @@ describe.runIf(bwrapAvailable)('nobody in: blackbox pool slots in real bubblewra
   beforeAll(async () => {
     // The host's real services: an engine and the recording proxy in front of it, on loopback.
     engine = await startQwenEngineStub();
-    proxy = await startProxyProcess(engine.url, ['--store-dir', 'none']);
+    // With a key: the pool adds it on the host side of each slot's socket, so no sandbox holds it.
+    const keyFile = join(scratch.path, 'pool-proxy-key');
+    writeFileSync(keyFile, `${proxyKey}\n`, { mode: 0o600 });
+    proxy = await startProxyProcess(engine.url, ['--store-dir', 'none', '--api-key-file', keyFile]);
     // A stand-in agent CLI (the qwen_code adapter's executable): one model call to the endpoint and
     // key its adapter gives it, the reply printed as qwen's stream-json result.
     const agentDirectory = join(scratch.path, 'agent');
@@ -230,12 +236,17 @@ if (process.argv.includes('--version')) { console.log('0.0.0'); process.exit(0);
       baseDir: join(scratch.path, 'pool'),
       basePort: await findFreePortRange(2),
       upstreamUrl: proxy.url,
+      upstreamApiKey: proxyKey,
       healthIntervalSeconds: 0,
       extraReadOnlyMounts: [agentDirectory],
       env: { DRESSAGE_QWEN_CODE_BIN: join(agentDirectory, 'qwen') },
     });
     await provider.pool.start();
-    slotA = await provider.create({ trajectoryId: 'slot-a', metadata: { paddock_mode: 'blackbox' } });
+    slotA = await provider.create({
+      trajectoryId: 'slot-a',
+      sessionId: 'nobody-in-slot-a',
+      metadata: { paddock_mode: 'blackbox' },
+    });
     slotB = await provider.create({ trajectoryId: 'slot-b', metadata: { paddock_mode: 'blackbox' } });
   }, 120_000);
   afterAll(async () => {
@@ -273,11 +284,72 @@ if (process.argv.includes('--version')) { console.log('0.0.0'); process.exit(0);
     // One model step, answered by the engine behind the recording proxy.
     expect(turn.body.usage).toMatchObject({ steps: 1, output_tokens: 2 });
     // The recording proxy on the host holds the call, with a trainable response.
-    expect((await call(proxy.url, '/session/finalize', { session_id: session })).status).toBe(200);
-    const read = await call(proxy.url, '/trajectory/read', { trajectory_id: session });
+    expect((await host('/session/finalize', { session_id: session })).status).toBe(200);
+    const read = await host('/trajectory/read', { trajectory_id: session });
     const data = read.body.data as Array<{ full_loss_mask: number[] }>;
     expect(data.length).toBeGreaterThan(0);
     expect(data[0]?.full_loss_mask.some((bit) => bit === 1)).toBe(true);
+  });
+
+  it("an agent on its slot's upstream socket gets model calls under its own session, and nothing else", async () => {
+    // Another rollout's session, recorded on the host.
+    const chat = { model: 'policy', messages: [{ role: 'user', content: 'hello' }] };
+    const victim = 'nobody-in-victim';
+    expect((await host('/v1/chat/completions', chat, { 'x-session-id': victim })).status).toBe(200);
+    // From inside slot B (its lease's session is its trajectory id, `slot-b`), straight at the
+    // socket: the trainer's routes, another session's id, then a model call of its own.
+    const attempts = [
+      ['POST', '/trajectory/read', { trajectory_id: victim }, {}],
+      ['POST', '/session/finalize', { session_id: victim }, {}],
+      ['POST', '/session/discard', { session_id: victim }, {}],
+      ['GET', '/trajectory/stats', null, {}],
+      ['POST', '/v1/rollout/pause', { reason: 'agent' }, {}],
+      ['POST', '/v1/chat/completions', chat, { 'x-session-id': victim }],
+      ['POST', '/v1/chat/completions', { ...chat, session_id: victim }, {}],
+    ];
+    const attack = `
+      import { request } from 'node:http';
+      const out = [];
+      for (const [method, path, body, headers] of ${JSON.stringify(attempts)}) {
+        out.push(await new Promise((resolve) => {
+          const sent = request({ socketPath: '/workspace_sandbox/network/upstream.sock', method, path,
+            headers: { 'content-type': 'application/json', ...headers } }, (response) => {
+            let text = '';
+            response.on('data', (chunk) => { text += chunk; });
+            response.on('end', () => resolve([response.statusCode, JSON.parse(text)]));
+          });
+          sent.on('error', (error) => resolve([0, error.code]));
+          sent.end(body === null ? undefined : JSON.stringify(body));
+        }));
+      }
+      console.log(JSON.stringify(out));`;
+    const fromB = await provider.runCommand(slotB, ['node', '--input-type=module', '-e', attack], {
+      timeoutSeconds: 60,
+    });
+    expect(fromB.returncode, fromB.stderr).toBe(0);
+    const answers = JSON.parse(fromB.stdout.trim().split('\n').at(-1) as string) as [
+      number,
+      { error?: { code: string; message: string }; choices?: unknown[] },
+    ][];
+    for (const [status, body] of answers.slice(0, 5)) {
+      expect(status, JSON.stringify(body)).toBe(403);
+      expect(body.error?.code).toBe('route_not_allowed');
+    }
+    const [foreignHeader, ownCall] = answers.slice(5) as [(typeof answers)[0], (typeof answers)[0]];
+    expect(foreignHeader[0]).toBe(403);
+    expect(foreignHeader[1].error).toMatchObject({ code: 'session_not_allowed' });
+    expect(foreignHeader[1].error?.message).toContain(victim);
+    // The model call of its own works, and the proxy recorded it under the slot's session.
+    expect(ownCall[0], JSON.stringify(ownCall[1])).toBe(200);
+    expect(ownCall[1].choices).toHaveLength(1);
+    expect((await host('/session/finalize', { session_id: 'slot-b' })).status).toBe(200);
+    const own = await host('/trajectory/read', { trajectory_id: 'slot-b' });
+    expect(own.body.data as unknown[]).toHaveLength(1);
+    // The victim's session holds its one call still, unread, unfinalized and unpaused.
+    expect((await host('/v1/rollout/pause_state')).body).toMatchObject({ paused: false });
+    expect((await host('/session/finalize', { session_id: victim })).status).toBe(200);
+    const read = await host('/trajectory/read', { trajectory_id: victim });
+    expect(read.body.data as unknown[]).toHaveLength(1);
   });
 
   it('a command in slot B reaches no host service, nor slot A, and reads nothing of A', async () => {
