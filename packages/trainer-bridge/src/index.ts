@@ -1,15 +1,9 @@
 // Public surface of @dressage/trainer-bridge: reward post-processing, conversion of samples into
-// slime's train_data (plain or packed), the TrainerService gRPC client and server, and the policy loss.
+// slime's train_data (plain or packed), the TrainerService gRPC client and server, and the policy
+// loss's options and float64 reference. Nothing here loads TensorFlow.js: the policy loss on tensors
+// and backend selection are in `@dressage/trainer-bridge/tfjs`, so the cluster path (gRPC client,
+// conversion) starts without the tfjs backends.
 
-export {
-  type BackendCandidate,
-  backendCandidates,
-  nativeAddonPresent,
-  nativeBackendPackages,
-  type SelectBackendOptions,
-  type SelectedBackend,
-  selectBackend,
-} from './backend.js';
 export {
   assignRolloutIds,
   type ConvertOptions,
@@ -31,17 +25,6 @@ export {
   messageLimitOptions,
   widenServerFlowControlWindow,
 } from './grpc-limits.js';
-export {
-  broadcastRewards,
-  clipGradientsByGlobalNorm,
-  type PerTokenInput,
-  type PolicyLossGradients,
-  type PolicyLossInputs,
-  type PolicyLossTensors,
-  policyLoss,
-  policyLossGradients,
-  reducerWeights,
-} from './policy-loss.js';
 export {
   checkDenominator,
   effectiveGlobalBatchSize,

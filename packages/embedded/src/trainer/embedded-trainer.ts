@@ -18,15 +18,17 @@ import {
   type UpdateWeightsResponse,
 } from '@dressage/protocol';
 import {
-  clipGradientsByGlobalNorm,
   effectiveGlobalBatchSize,
   type PolicyLossOptions,
-  policyLossGradients,
   policyLossOptionsFromLossConfig,
-  reducerWeights,
   resolvePolicyLossOptions,
   type TrainerImplementation,
 } from '@dressage/trainer-bridge';
+import {
+  clipGradientsByGlobalNorm,
+  policyLossGradients,
+  reducerWeights,
+} from '@dressage/trainer-bridge/tfjs';
 import * as tf from '@tensorflow/tfjs';
 import { loadWeightsFor, saveCheckpoint } from '../checkpoint.js';
 import type { InferenceEngine } from '../engine.js';
