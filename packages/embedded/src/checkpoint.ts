@@ -5,31 +5,45 @@ import { DressageError, hostIsLittleEndian } from '@dressage/protocol';
 import { z } from 'zod';
 import { CausalLanguageModel, type NamedWeights, parameterSpecs } from './model.js';
 import { type ModelConfig, modelConfigSchema } from './model-config.js';
+import { decodeSafetensors, encodeSafetensors } from './safetensors.js';
 import { TokenVocabulary } from './vocabulary.js';
 
 /** Name of the manifest inside a checkpoint directory. */
 export const checkpointManifestFile = 'embedded-model.json';
-/** Name of the raw little-endian float32 weights inside a checkpoint directory. */
+/** Name of the weights (safetensors, float32, named as the model's parameters) inside a checkpoint directory. */
+export const checkpointSafetensorsFile = 'model.safetensors';
+/** Name of the raw little-endian float32 weights of checkpoints written before safetensors (still read). */
 export const checkpointWeightsFile = 'embedded-weights.bin';
 
-const checkpointFormat = 'dressage.embedded.checkpoint/v1';
+const checkpointFormat = 'dressage.embedded.checkpoint/v2';
+const legacyCheckpointFormat = 'dressage.embedded.checkpoint/v1';
 const tokenizerFiles = ['tokenizer.json', 'tokenizer_config.json', 'chat_template.jinja'] as const;
 
-const manifestSchema = z.object({
-  format: z.literal(checkpointFormat),
+const manifestFields = {
   model: modelConfigSchema,
   vocabulary: z.array(z.number().int().nonnegative()).min(1),
   weight_version: z.string(),
-  tensors: z.array(
-    z.object({
-      name: z.string(),
-      shape: z.array(z.number().int().nonnegative()),
-      offset: z.number().int().nonnegative(),
-      length: z.number().int().nonnegative(),
-    }),
-  ),
   sha256: z.string().regex(/^[0-9a-f]{64}$/),
-});
+};
+const manifestSchema = z.discriminatedUnion('format', [
+  z.object({
+    format: z.literal(checkpointFormat),
+    ...manifestFields,
+    weights_file: z.literal(checkpointSafetensorsFile),
+  }),
+  z.object({
+    format: z.literal(legacyCheckpointFormat),
+    ...manifestFields,
+    tensors: z.array(
+      z.object({
+        name: z.string(),
+        shape: z.array(z.number().int().nonnegative()),
+        offset: z.number().int().nonnegative(),
+        length: z.number().int().nonnegative(),
+      }),
+    ),
+  }),
+]);
 
 /** What a checkpoint holds. */
 export interface Checkpoint {
@@ -58,34 +72,29 @@ function assertLittleEndian(): void {
 }
 
 /**
- * Writes a model's config, vocabulary and weights to a directory. Weights are raw float32 bytes
- * (bit-exact) with a SHA-256 in the manifest. Both files are written under temporary names and
- * renamed, the manifest last, so a reader (`/update_weights_from_disk`) never sees half a checkpoint.
+ * Writes a model's config, vocabulary and weights to a directory: the weights as
+ * `model.safetensors` (float32, bit-exact, named as the model's parameters, so PyTorch and the
+ * Megatron worker's torch actor read them), the rest in the manifest with the file's SHA-256. Both
+ * files are written under temporary names and renamed, the manifest last, so a reader
+ * (`/update_weights_from_disk`) never sees half a checkpoint.
  */
 export async function saveCheckpoint(
   directory: string,
   model: CausalLanguageModel,
   options: SaveCheckpointOptions = {},
 ): Promise<void> {
-  assertLittleEndian();
   await mkdir(directory, { recursive: true });
   const weights = model.getWeights();
-  const total = model.specs.reduce((sum, spec) => sum + weights.get(spec.name)!.length, 0);
-  const bytes = new Uint8Array(total * 4);
-  const tensors: Array<{ name: string; shape: number[]; offset: number; length: number }> = [];
-  let offset = 0;
-  for (const spec of model.specs) {
-    const values = weights.get(spec.name)!;
-    bytes.set(new Uint8Array(values.buffer, values.byteOffset, values.byteLength), offset * 4);
-    tensors.push({ name: spec.name, shape: spec.shape, offset, length: values.length });
-    offset += values.length;
-  }
+  const bytes = encodeSafetensors(
+    model.specs.map((spec) => ({ name: spec.name, shape: spec.shape, values: weights.get(spec.name)! })),
+    { format: 'pt', dressage_format: checkpointFormat },
+  );
   const manifest = {
     format: checkpointFormat,
     model: model.config,
     vocabulary: Array.from(model.vocabulary.tokenIds),
     weight_version: options.weightVersion ?? 'default',
-    tensors,
+    weights_file: checkpointSafetensorsFile,
     sha256: createHash('sha256').update(bytes).digest('hex'),
   };
   if (options.tokenizerDirectory !== undefined) {
@@ -99,7 +108,7 @@ export async function saveCheckpoint(
     }
   }
   const suffix = `.tmp-${randomUUID()}`;
-  const weightsPath = join(directory, checkpointWeightsFile);
+  const weightsPath = join(directory, checkpointSafetensorsFile);
   const manifestPath = join(directory, checkpointManifestFile);
   try {
     await writeFile(weightsPath + suffix, bytes);
@@ -120,17 +129,10 @@ export async function saveCheckpoint(
 export async function loadCheckpoint(directory: string): Promise<Checkpoint> {
   assertLittleEndian();
   let manifestText: string;
-  let bytes: Buffer;
   try {
     manifestText = await readFile(join(directory, checkpointManifestFile), 'utf8');
-    bytes = await readFile(join(directory, checkpointWeightsFile));
   } catch (error) {
-    throw new DressageError({
-      code: 'not_found',
-      message: `No embedded checkpoint in ${directory} (${(error as Error).message})`,
-      cause: error,
-      details: { path: directory },
-    });
+    throw notFound(directory, error);
   }
   let parsed: z.infer<typeof manifestSchema>;
   try {
@@ -143,6 +145,16 @@ export async function loadCheckpoint(directory: string): Promise<Checkpoint> {
       details: { path: directory },
     });
   }
+  const weightsPath = join(
+    directory,
+    parsed.format === checkpointFormat ? checkpointSafetensorsFile : checkpointWeightsFile,
+  );
+  let bytes: Buffer;
+  try {
+    bytes = await readFile(weightsPath);
+  } catch (error) {
+    throw notFound(directory, error);
+  }
   if (createHash('sha256').update(bytes).digest('hex') !== parsed.sha256) {
     throw new DressageError({
       code: 'data_loss',
@@ -152,21 +164,28 @@ export async function loadCheckpoint(directory: string): Promise<Checkpoint> {
   }
   const vocabulary = new TokenVocabulary(parsed.vocabulary);
   const specs = parameterSpecs(parsed.model, vocabulary);
-  const weights = new Map<string, Float32Array>();
-  for (const tensor of parsed.tensors) {
-    if ((tensor.offset + tensor.length) * 4 > bytes.byteLength) {
-      throw new DressageError({
-        code: 'data_loss',
-        message: `Checkpoint tensor ${tensor.name} runs past the weights file`,
-      });
+  const stored = new Map<string, { shape: number[]; values: Float32Array }>();
+  if (parsed.format === checkpointFormat) {
+    for (const tensor of decodeSafetensors(bytes, weightsPath).tensors) stored.set(tensor.name, tensor);
+  } else {
+    for (const tensor of parsed.tensors) {
+      if ((tensor.offset + tensor.length) * 4 > bytes.byteLength) {
+        throw new DressageError({
+          code: 'data_loss',
+          message: `Checkpoint tensor ${tensor.name} runs past the weights file`,
+        });
+      }
+      // Copy into an aligned buffer: the file buffer's offset need not be a multiple of 4.
+      const values = new Float32Array(tensor.length);
+      new Uint8Array(values.buffer).set(
+        bytes.subarray(tensor.offset * 4, (tensor.offset + tensor.length) * 4),
+      );
+      stored.set(tensor.name, { shape: tensor.shape, values });
     }
-    // Copy into an aligned buffer: the file buffer's offset need not be a multiple of 4.
-    const values = new Float32Array(tensor.length);
-    new Uint8Array(values.buffer).set(bytes.subarray(tensor.offset * 4, (tensor.offset + tensor.length) * 4));
-    weights.set(tensor.name, values);
   }
+  const weights = new Map<string, Float32Array>();
   for (const spec of specs) {
-    const tensor = parsed.tensors.find((candidate) => candidate.name === spec.name);
+    const tensor = stored.get(spec.name);
     if (tensor === undefined || tensor.shape.join(',') !== spec.shape.join(',')) {
       throw new DressageError({
         code: 'invalid_argument',
@@ -174,8 +193,18 @@ export async function loadCheckpoint(directory: string): Promise<Checkpoint> {
         details: { path: directory, name: spec.name },
       });
     }
+    weights.set(spec.name, tensor.values);
   }
   return { config: parsed.model, vocabulary, weights, weightVersion: parsed.weight_version };
+}
+
+function notFound(directory: string, error: unknown): DressageError {
+  return new DressageError({
+    code: 'not_found',
+    message: `No embedded checkpoint in ${directory} (${(error as Error).message})`,
+    cause: error,
+    details: { path: directory },
+  });
 }
 
 /** Loads a checkpoint as a ready model. */

@@ -11,6 +11,7 @@ export {
 export {
   type Checkpoint,
   checkpointManifestFile,
+  checkpointSafetensorsFile,
   checkpointWeightsFile,
   loadCheckpoint,
   loadModel,
@@ -53,6 +54,7 @@ export {
   resolveModelConfig,
 } from './model-config.js';
 export { hashSeed, SeededRandom } from './random.js';
+export { decodeSafetensors, encodeSafetensors, type SafetensorsTensor } from './safetensors.js';
 export {
   greedyTemperature,
   isGreedy,
