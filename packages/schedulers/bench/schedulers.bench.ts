@@ -117,7 +117,21 @@ class VirtualClock {
   }
 }
 
+/**
+ * One simulated configuration: a mode and, for fully-async, an optional staleness bound. A version
+ * bound of N is the keep-(N+1)-versions filter: a group is dropped when a trajectory of it ended more
+ * than N weight versions before the version the trainer trains it with. `maxActiveGroups` is the
+ * rollout capacity (groups in flight); by default it is one batch, as for sync.
+ */
+interface Configuration {
+  label: string;
+  mode: RolloutMode;
+  keepVersions?: number;
+  maxActiveGroups?: number;
+}
+
 interface ModeResult {
+  label: string;
   mode: RolloutMode;
   simulatedSeconds: number;
   trainedSamples: number;
@@ -130,7 +144,8 @@ interface ModeResult {
   wallSeconds: number;
 }
 
-async function simulate(mode: RolloutMode): Promise<ModeResult> {
+async function simulate(configuration: Configuration): Promise<ModeResult> {
+  const { mode } = configuration;
   const clock = new VirtualClock();
   const random = createSeededRandom(2024);
   const lognormal = () => {
@@ -175,6 +190,12 @@ async function simulate(mode: RolloutMode): Promise<ModeResult> {
     ...(mode === 'partial-async'
       ? { globalBatchSize: PARTIAL_GLOBAL_BATCH, stalenessKeepVersions: PARTIAL_KEEP_VERSIONS }
       : {}),
+    ...(configuration.keepVersions !== undefined
+      ? { stalenessKeepVersions: configuration.keepVersions }
+      : {}),
+    ...(configuration.maxActiveGroups !== undefined
+      ? { asyncMaxActiveGroups: configuration.maxActiveGroups }
+      : {}),
   };
   const scheduler = createRolloutScheduler(
     mode,
@@ -192,7 +213,9 @@ async function simulate(mode: RolloutMode): Promise<ModeResult> {
     (async () => {
       for (let step = 0; step < STEPS; step++) {
         const waitFrom = clock.now;
-        const { samples, metrics } = await scheduler.generateRollout(step);
+        const { samples, metrics } = await scheduler.generateRollout(step, {
+          weightVersion: String(version),
+        });
         idle += clock.now - waitFrom;
         dropped += metrics['staleness/dropped_groups'] ?? 0;
         retried +=
@@ -213,6 +236,7 @@ async function simulate(mode: RolloutMode): Promise<ModeResult> {
     })(),
   );
   return {
+    label: configuration.label,
     mode,
     simulatedSeconds: clock.now,
     trainedSamples: trained,
@@ -265,19 +289,53 @@ console.log(
     `max version span ${PARTIAL_MAX_VERSION_SPAN}, keep ${PARTIAL_KEEP_VERSIONS} versions.`,
 );
 const results: ModeResult[] = [];
-for (const mode of ['sync', 'fully-async', 'partial-async'] as const) results.push(await simulate(mode));
+const configurations: Configuration[] = [
+  { label: 'sync', mode: 'sync' },
+  { label: 'fully-async', mode: 'fully-async' },
+  { label: 'fully-async ≤1', mode: 'fully-async', keepVersions: 2 },
+  { label: 'fully-async ≤2', mode: 'fully-async', keepVersions: 3 },
+  {
+    label: 'fully-async ≤1 2×',
+    mode: 'fully-async',
+    keepVersions: 2,
+    maxActiveGroups: 2 * ROLLOUT_BATCH_SIZE,
+  },
+  {
+    label: 'fully-async ≤2 2×',
+    mode: 'fully-async',
+    keepVersions: 3,
+    maxActiveGroups: 2 * ROLLOUT_BATCH_SIZE,
+  },
+  { label: 'partial-async', mode: 'partial-async' },
+];
+for (const configuration of configurations) results.push(await simulate(configuration));
 const sync = results[0] as ModeResult;
 console.log(
-  'mode           samples/s  speedup  trainer idle  staleness mean/max  stale drops  retries  wall s',
+  'mode               samples/s  speedup  trainer idle  staleness mean/max  stale drops  retries  wall s',
 );
 for (const result of results) {
   console.log(
-    `${result.mode.padEnd(14)} ${result.samplesPerSecond.toFixed(3).padStart(9)}  ${(result.samplesPerSecond / sync.samplesPerSecond).toFixed(2).padStart(6)}×  ` +
+    `${result.label.padEnd(18)} ${result.samplesPerSecond.toFixed(3).padStart(9)}  ${(result.samplesPerSecond / sync.samplesPerSecond).toFixed(2).padStart(6)}×  ` +
       `${(result.trainerIdleFraction * 100).toFixed(1).padStart(11)}%  ${result.meanStaleness.toFixed(2).padStart(9)} / ${String(result.maxStaleness).padEnd(6)}  ` +
       `${String(result.droppedStaleGroups).padStart(11)}  ${String(result.retriedGroups).padStart(7)}  ${result.wallSeconds.toFixed(1).padStart(6)}`,
   );
 }
-const [, fully, partial] = results as [ModeResult, ModeResult, ModeResult];
+const byLabel = (label: string) => results.find((result) => result.label === label) as ModeResult;
+const fully = byLabel('fully-async');
+const partial = byLabel('partial-async');
+const bound1 = byLabel('fully-async ≤1');
+const bound2 = byLabel('fully-async ≤2');
+const bound1Doubled = byLabel('fully-async ≤1 2×');
+// Rollouts generated and thrown away as stale, as a share of all completed groups.
+const wasted = (result: ModeResult) =>
+  result.droppedStaleGroups / (result.droppedStaleGroups + result.trainedSamples / SAMPLES_PER_PROMPT);
+console.log(
+  `Bounded staleness (same rollout capacity as sync, ${ROLLOUT_BATCH_SIZE} groups in flight): bound 1 ` +
+    `${(bound1.samplesPerSecond / sync.samplesPerSecond).toFixed(2)}× sync, ${(wasted(bound1) * 100).toFixed(0)}% of ` +
+    `completed groups dropped as stale; bound 2 ${(bound2.samplesPerSecond / sync.samplesPerSecond).toFixed(2)}×, ` +
+    `${(wasted(bound2) * 100).toFixed(0)}% dropped. With twice the capacity, bound 1 ` +
+    `${(bound1Doubled.samplesPerSecond / sync.samplesPerSecond).toFixed(2)}×, ${(wasted(bound1Doubled) * 100).toFixed(0)}% dropped.`,
+);
 const LARGE_FILE_LINES = 1_000_000;
 const large = await largeFile(LARGE_FILE_LINES);
 console.log(
@@ -300,6 +358,17 @@ console.log(
     fully_async_staleness_max: fully.maxStaleness,
     partial_async_staleness_mean: round(partial.meanStaleness, 2),
     partial_async_staleness_max: partial.maxStaleness,
+    fully_async_bound1_speedup: round(bound1.samplesPerSecond / sync.samplesPerSecond, 2),
+    fully_async_bound1_trainer_idle: round(bound1.trainerIdleFraction),
+    fully_async_bound1_dropped_fraction: round(wasted(bound1)),
+    fully_async_bound2_speedup: round(bound2.samplesPerSecond / sync.samplesPerSecond, 2),
+    fully_async_bound2_trainer_idle: round(bound2.trainerIdleFraction),
+    fully_async_bound2_dropped_fraction: round(wasted(bound2)),
+    fully_async_bound1_doubled_capacity_speedup: round(
+      bound1Doubled.samplesPerSecond / sync.samplesPerSecond,
+      2,
+    ),
+    fully_async_bound1_doubled_capacity_trainer_idle: round(bound1Doubled.trainerIdleFraction),
     jsonl_million_lines_index_s: round(large.indexSeconds, 2),
     jsonl_million_lines_held_mib: round(large.heldMiB, 1),
   }),
