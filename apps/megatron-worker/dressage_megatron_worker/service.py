@@ -11,6 +11,7 @@ import grpc
 
 from .actors import TrainingActor
 from .errors import WorkerError
+from .finite_checks import check_batch_values
 from .packed_batch import BatchAssembler
 from .slime_settings import loss_overrides
 from .stubs import trainer_pb2, trainer_pb2_grpc
@@ -66,6 +67,8 @@ class TrainerService(trainer_pb2_grpc.TrainerServiceServicer):
             for chunk in request_iterator:
                 assembler.push(chunk)
             header, batch = assembler.finish()
+            # Every actor trains on finite numbers only: refused here, before any of them sees it.
+            check_batch_values(batch)
         except grpc.RpcError:
             # The client cancelled or the deadline passed while streaming: nothing to answer.
             return trainer_pb2.TrainResponse()

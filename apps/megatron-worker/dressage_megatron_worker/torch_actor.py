@@ -38,6 +38,7 @@ from .embedded_checkpoint import (
 )
 from .embedded_model import EmbeddedModel
 from .errors import WorkerError, invalid
+from .finite_checks import require_finite_weights
 from .packed_batch import PackedBatch
 from .policy_loss import LossOptions, policy_loss, reducer_weights, resolve_options, sft_loss
 from .rank_payloads import rank_payloads
@@ -84,35 +85,6 @@ class TorchSettings:
     engine_urls: tuple[str, ...] = ()
     weights_directory: str | None = None
     abort_all_requests: bool = False
-
-
-def check_batch_values(batch: PackedBatch) -> None:
-    """NaN or ±Infinity where training reads numbers is refused, naming sample, rollout and field
-    (`checkTrainBatchValues` of the TypeScript side)."""
-    for field in ("rewards", "raw_rewards", "rollout_mask_sums"):
-        values = getattr(batch, field)
-        bad = ~np.isfinite(values)
-        if np.any(bad):
-            sample = int(np.argmax(bad))
-            raise invalid(
-                f"train batch: sample {sample} (rollout_id {int(batch.rollout_ids[sample])}) has {field} = "
-                f"{values[sample]}; rewards, advantages, loss denominators and logprobs must be finite"
-            )
-    for field in ("rollout_log_probs", "teacher_log_probs"):
-        values = getattr(batch, field)
-        if values is None:
-            continue
-        bad = ~np.isfinite(values)
-        if np.any(bad):
-            index = int(np.argmax(bad))
-            ends = np.cumsum(batch.response_lengths, dtype=np.int64)
-            sample = int(np.searchsorted(ends, index, side="right"))
-            token = index - int(ends[sample] - batch.response_lengths[sample])
-            raise invalid(
-                f"train batch: sample {sample} (rollout_id {int(batch.rollout_ids[sample])}) has {field}[{token}] "
-                f"(response token {token} of the sample) = {values[index]}; rewards, advantages, loss "
-                "denominators and logprobs must be finite"
-            )
 
 
 class RankTrainer:
@@ -312,6 +284,18 @@ class RankTrainer:
                 grpc.StatusCode.FAILED_PRECONDITION, f"the checkpoint in {path} is for a different model ({what} differs)"
             )
         state = read_trainer_state(path, self.model.specs)
+        # A checkpoint of a run that diverged would make every later step NaN: refuse it whole,
+        # before anything of it is applied.
+        names = [name for name, _ in self.model.specs]
+        moments = [] if state is None or state.first_moments is None else [
+            *((f"Adam first moment of {name}", values) for name, values in zip(names, state.first_moments)),
+            *((f"Adam second moment of {name}", values) for name, values in zip(names, state.second_moments or [])),
+        ]
+        require_finite_weights(
+            [*((f"parameter {name}", values) for name, values in checkpoint.weights.items()), *moments],
+            f"LoadCheckpoint refused: the checkpoint in {path} holds a non-finite number",
+            "it was saved from weights that had diverged; load an earlier checkpoint",
+        )
         self.model.set_weights(checkpoint.weights)
         self.optimizer = self._adam(state.learning_rate if state is not None else self.settings.learning_rate)
         if state is not None and state.first_moments is not None:
@@ -471,7 +455,6 @@ class TorchActor:
         return trainable
 
     def train(self, rollout_id: int, header: Any, batch: PackedBatch, loss: dict[str, Any]) -> TrainResult:
-        check_batch_values(batch)
         job = self._job(header)
         trainable = self._check_tokens(batch)
         rollout_data = to_rollout_data(batch)
@@ -528,15 +511,11 @@ class TorchActor:
 
     def _finite_weights(self, method: str, what: str) -> dict[str, np.ndarray]:
         weights = self.rank.model.weights()
-        for name, values in weights.items():
-            bad = ~np.isfinite(values)
-            if np.any(bad):
-                index = int(np.argmax(bad.reshape(-1)))
-                raise WorkerError(
-                    grpc.StatusCode.FAILED_PRECONDITION,
-                    f"{method} refused: parameter {name}[{index}] is {values.reshape(-1)[index]}; the trainer does not "
-                    f"{what} while any weight is not finite (load a checkpoint to recover)",
-                )
+        require_finite_weights(
+            ((f"parameter {name}", values) for name, values in weights.items()),
+            f"{method} refused",
+            f"the trainer does not {what} while any weight is not finite (load a checkpoint to recover)",
+        )
         return weights
 
     def _checkpoint(self, weights: dict[str, np.ndarray], version: str) -> Checkpoint:

@@ -1,6 +1,7 @@
 import unittest
 
 import grpc
+import numpy as np
 
 from dressage_megatron_worker.actors import RecordingActor, TrainResult
 from dressage_megatron_worker.errors import invalid
@@ -52,6 +53,26 @@ class ServiceTest(unittest.TestCase):
             stub.Train(iter(chunks(expected_fields(3, 16, 4), rollout_id=2, loss=loss)))
         self.assertEqual(caught.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
         self.assertIn("token ids must be below 1000 (rollout 2, eps_clip 0.3", caught.exception.details())
+
+    def test_a_non_finite_number_is_refused_at_the_boundary_whatever_the_actor(self) -> None:
+        actor = RecordingActor()
+        stub = self.serve(actor)
+        for field, value, expected in [
+            ("rewards", np.nan, "sample 1 (rollout_id "),
+            ("rollout_log_probs", np.inf, "rollout_log_probs["),
+        ]:
+            fields = expected_fields(3, 16, 4)
+            values = fields[field].copy()
+            values[1] = value
+            fields[field] = values
+            with self.subTest(field), self.assertRaises(grpc.RpcError) as caught:
+                stub.Train(iter(chunks(fields)))
+            self.assertEqual(caught.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn(expected, caught.exception.details())
+            self.assertIn(field, caught.exception.details())
+        # The actor never saw either batch, and the service keeps serving.
+        self.assertEqual(actor.batches, [])
+        self.assertEqual(stub.Train(iter(chunks(expected_fields(3, 16, 4)))).samples_trained, 3)
 
     def test_malformed_stream_and_limits(self) -> None:
         stub = self.serve(RecordingActor(), max_batch_tokens=100)

@@ -8,7 +8,12 @@ import unittest
 import grpc
 import numpy as np
 
-from dressage_megatron_worker.embedded_checkpoint import read_checkpoint
+from dressage_megatron_worker.embedded_checkpoint import (
+    read_checkpoint,
+    read_trainer_state,
+    write_checkpoint,
+    write_trainer_state,
+)
 from dressage_megatron_worker.errors import WorkerError
 from dressage_megatron_worker.server import create_server
 from dressage_megatron_worker.service import TrainerService, message_limit_options
@@ -192,6 +197,38 @@ class TorchActorTest(unittest.TestCase):
         with self.assertRaises(WorkerError) as caught:
             second.load_checkpoint(write_tiny_checkpoint(modelDimension=8, feedForwardDimension=16))
         self.assertEqual(caught.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
+
+    def test_a_checkpoint_with_non_finite_weights_or_moments_is_refused(self) -> None:
+        saved = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, saved, True)
+        first = self.actor()
+        first.train(1, header(learning_rate=0.01), policy_batch(), {})
+        first.save_checkpoint(saved, 1)
+        checkpoint = read_checkpoint(saved)
+        broken = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, broken, True)
+        checkpoint.weights["output.bias"] = checkpoint.weights["output.bias"].copy()
+        checkpoint.weights["output.bias"][2] = np.inf
+        write_checkpoint(broken, checkpoint)
+        second = self.actor()
+        before = second.rank.model.weights()
+        with self.assertRaises(WorkerError) as caught:
+            second.load_checkpoint(broken)
+        self.assertEqual(caught.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
+        self.assertIn(f"the checkpoint in {broken}", caught.exception.message)
+        self.assertIn("parameter output.bias[2] is inf", caught.exception.message)
+        # Nothing of it was applied.
+        after = second.rank.model.weights()
+        self.assertTrue(all(np.array_equal(before[name], after[name]) for name in before))
+        # Over gRPC too, and a NaN Adam moment in the trainer state is refused as well.
+        state = read_trainer_state(saved, second.rank.model.specs)
+        state.first_moments[0] = state.first_moments[0].copy()
+        state.first_moments[0].reshape(-1)[0] = np.nan
+        write_trainer_state(saved, state, [name for name, _ in second.rank.model.specs])
+        with self.assertRaises(grpc.RpcError) as rpc:
+            self.serve(second).LoadCheckpoint(trainer_pb2.LoadCheckpointRequest(path=saved))
+        self.assertEqual(rpc.exception.code(), grpc.StatusCode.FAILED_PRECONDITION)
+        self.assertIn("Adam first moment of", rpc.exception.details())
 
     def test_the_supervised_loss_lowers_the_negative_log_likelihood(self) -> None:
         actor = self.actor()
