@@ -1,4 +1,5 @@
-import { mkdtemp, rm } from 'node:fs/promises';
+import { createHash } from 'node:crypto';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DressageError, type PackedTrainBatch } from '@dressage/protocol';
@@ -13,10 +14,11 @@ import {
   startFixture,
 } from '../__fixtures__/embedded-fixture.js';
 import { packSequences, type TrainSequence } from '../__fixtures__/train-batch.js';
-import { loadModel, weightsEqual } from '../checkpoint.js';
+import { loadModel, saveCheckpoint, weightsEqual } from '../checkpoint.js';
 import { CausalLanguageModel } from '../model.js';
 import { EmbeddedTrainer, nextWeightVersion } from './embedded-trainer.js';
 import { type EmbeddedTrainerServer, startEmbeddedTrainerServer } from './trainer-server.js';
+import { optimizerStateFile, trainerStateFile } from './trainer-state.js';
 
 let fixture: EmbeddedFixture;
 let scratch: string;
@@ -257,6 +259,54 @@ describe('EmbeddedTrainer over gRPC: nothing non-finite reaches the weights', ()
     } finally {
       weights.set(name, good);
       served.trainer.model.setWeights(weights);
+    }
+  });
+});
+
+describe('EmbeddedTrainer: LoadCheckpoint of a diverged run', () => {
+  it('refuses a checkpoint with a non-finite weight or Adam moment and applies nothing of it', async () => {
+    const trainer = trainerFor();
+    const other = trainerFor();
+    try {
+      await trainer.train({ rollout_id: 1 }, packSequences(fixture.model, sequences));
+      const before = other.model.getWeights();
+      // Weights written by the model's own writer (the trainer refuses to save NaN).
+      const weights = trainer.model.getWeights();
+      const [name, values] = [...weights][1]!;
+      const good = values.slice();
+      values[2] = Number.POSITIVE_INFINITY;
+      trainer.model.setWeights(weights);
+      const diverged = join(scratch, 'diverged-weights');
+      await saveCheckpoint(diverged, trainer.model);
+      await expect(other.loadCheckpoint({ path: diverged })).rejects.toMatchObject({
+        code: 'failed_precondition',
+        message: expect.stringContaining(
+          `the checkpoint in ${diverged} holds a non-finite number: parameter ${name}[2] is Infinity`,
+        ),
+      });
+      expect(weightsEqual(other.model.getWeights(), before)).toBe(true);
+      // A trainer checkpoint whose Adam moments went NaN (its hash rewritten to match).
+      weights.set(name, good);
+      trainer.model.setWeights(weights);
+      const moments = join(scratch, 'diverged-moments');
+      await trainer.saveCheckpoint({ path: moments });
+      const bytes = await readFile(join(moments, optimizerStateFile));
+      new DataView(bytes.buffer, bytes.byteOffset).setFloat32(8, Number.NaN, true);
+      await writeFile(join(moments, optimizerStateFile), bytes);
+      const state = JSON.parse(await readFile(join(moments, trainerStateFile), 'utf8'));
+      state.optimizer.sha256 = createHash('sha256').update(bytes).digest('hex');
+      await writeFile(join(moments, trainerStateFile), JSON.stringify(state));
+      await expect(other.loadCheckpoint({ path: moments })).rejects.toMatchObject({
+        code: 'failed_precondition',
+        message: expect.stringContaining('Adam moments[2] is NaN'),
+      });
+      expect(weightsEqual(other.model.getWeights(), before)).toBe(true);
+      // The same directory with its moments intact loads.
+      await trainer.saveCheckpoint({ path: moments });
+      await expect(other.loadCheckpoint({ path: moments })).resolves.toMatchObject({ rollout_id: 1 });
+    } finally {
+      await trainer.dispose();
+      await other.dispose();
     }
   });
 });

@@ -314,7 +314,8 @@ export class EmbeddedTrainer implements TrainerImplementation {
   /**
    * TrainerService LoadCheckpoint: restores weights, version, counters and (when stored) Adam's
    * moments. The engines keep their weights until the next UpdateWeights.
-   * @throws DressageError `failed_precondition` when the checkpoint is for another model.
+   * @throws DressageError `failed_precondition` when the checkpoint is for another model, or holds a
+   * NaN or infinite weight or Adam moment (nothing of it is applied).
    */
   loadCheckpoint(request: Partial<LoadCheckpointRequest>): Promise<Partial<LoadCheckpointResponse>> {
     return this.#exclusive(() => this.#loadCheckpoint(request));
@@ -644,6 +645,19 @@ export class EmbeddedTrainer implements TrainerImplementation {
     if (directory === '') throw invalid('LoadCheckpoint needs a path');
     const checkpoint = await loadWeightsFor(this.model, directory);
     const stored = await readTrainerState(directory);
+    // A checkpoint of a run that diverged would make every later step NaN: refused whole, before
+    // anything of it is applied.
+    const found = firstNonFinite([
+      ...[...checkpoint.weights].map(([name, values]) => [`parameter ${name}`, values] as const),
+      ...(stored?.moments ? [['Adam moments', stored.moments] as const] : []),
+    ]);
+    if (found !== null) {
+      throw new DressageError({
+        code: 'failed_precondition',
+        message: `LoadCheckpoint refused: the checkpoint in ${directory} holds a non-finite number: ${found.name}[${found.index}] is ${found.value}; it was saved from weights that had diverged; load an earlier checkpoint`,
+        details: { path: directory, entry: found.name, index: found.index, value: String(found.value) },
+      });
+    }
     let optimizer: AdjustableAdam;
     if (stored?.state.optimizer && stored.moments !== null) {
       optimizer = await restoreAdam(
@@ -677,19 +691,30 @@ function checkLearningRate(value: number, maximum: number): number {
   return value;
 }
 
-// Never written or published: weights with a NaN or infinity in them.
-function checkFiniteWeights(weights: ReadonlyMap<string, Float32Array>, method: string, what: string): void {
-  for (const [name, values] of weights) {
+/** The first NaN or infinity among named arrays, or null when every number is finite. */
+function firstNonFinite(
+  arrays: Iterable<readonly [string, Float32Array]>,
+): { name: string; index: number; value: number } | null {
+  for (const [name, values] of arrays) {
     for (let index = 0; index < values.length; index++) {
       const value = values[index] as number;
-      if (value - value === 0) continue;
-      throw new DressageError({
-        code: 'failed_precondition',
-        message: `${method} refused: parameter ${name}[${index}] is ${value}; the trainer does not ${what} while any weight is not finite (load a checkpoint to recover)`,
-        details: { parameter: name, index, value: String(value) },
-      });
+      // NaN - NaN and ±Inf - ±Inf are NaN: one subtraction tests both.
+      if (value - value !== 0) return { name, index, value };
     }
   }
+  return null;
+}
+
+// Never written or published: weights with a NaN or infinity in them.
+function checkFiniteWeights(weights: ReadonlyMap<string, Float32Array>, method: string, what: string): void {
+  const found = firstNonFinite(weights);
+  if (found === null) return;
+  const { name, index, value } = found;
+  throw new DressageError({
+    code: 'failed_precondition',
+    message: `${method} refused: parameter ${name}[${index}] is ${value}; the trainer does not ${what} while any weight is not finite (load a checkpoint to recover)`,
+    details: { parameter: name, index, value: String(value) },
+  });
 }
 
 function globalNorm(gradients: tf.NamedTensorMap): number {
