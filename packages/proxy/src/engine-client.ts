@@ -30,6 +30,8 @@ export interface GenerateResult {
   weightVersion: string | null;
   /** `meta_info.finish_reason.type`, null when absent. */
   finishReason: string | null;
+  /** `meta_info.finish_reason.message` (why the engine stopped, e.g. its internal error), null when absent. */
+  finishMessage: string | null;
   /** Base64 routed-expert ids (little-endian int32) when R3 is on. */
   routedExperts: string | null;
   /** `meta_info.routed_experts_start_len`: the first token position the routed experts cover (0 when absent). */
@@ -420,6 +422,12 @@ export function parseGenerateResponse(payload: unknown): GenerateResult {
           typeof (finish as { type?: unknown }).type === 'string'
         ? (finish as { type: string }).type
         : null;
+  const finishMessage =
+    typeof finish === 'object' &&
+    finish !== null &&
+    typeof (finish as { message?: unknown }).message === 'string'
+      ? (finish as { message: string }).message
+      : null;
   return {
     text: typeof record.text === 'string' ? record.text : '',
     outputIds,
@@ -428,6 +436,7 @@ export function parseGenerateResponse(payload: unknown): GenerateResult {
     inputLogprobs: input,
     weightVersion: toVersion(meta.weight_version ?? meta.version),
     finishReason,
+    finishMessage,
     routedExperts: typeof meta.routed_experts === 'string' ? meta.routed_experts : null,
     routedExpertsStart:
       typeof meta.routed_experts_start_len === 'number' && meta.routed_experts_start_len > 0

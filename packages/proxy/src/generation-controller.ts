@@ -79,7 +79,16 @@ export interface PauseRequest {
   timeout_seconds?: number | null;
 }
 
-const preemptedFinishReasons = new Set(['abort', 'preempt', 'preempted', 'cancel', 'cancelled', 'canceled']);
+/** Finish reasons of a request the engine stopped before its end (by an abort, or by failing). */
+const abortedFinishReasons = new Set([
+  'abort',
+  'aborted',
+  'preempt',
+  'preempted',
+  'cancel',
+  'cancelled',
+  'canceled',
+]);
 
 function cancelled(): Error {
   const error = new Error('The client went away');
@@ -285,7 +294,8 @@ export class GenerationController {
    * Runs one agent call: one engine request, or several when a pause preempts it in partial mode
    * (each continuation sends prompt + tokens so far). Tokens keep the version of their chunk.
    *
-   * @throws ProxyHttpError 502 for preemption without partial mode, epoch changes and version pins.
+   * @throws ProxyHttpError 502 for preemption without partial mode, an engine that stopped the
+   *   request itself (`engine_generation_failed`), epoch changes and version pins.
    */
   async generate(request: GenerationRequest): Promise<GenerationOutput> {
     const pieces: GenerateResult[] = [];
@@ -372,6 +382,7 @@ export class GenerationController {
             inputLogprobs: null,
             weightVersion: null,
             finishReason: 'abort',
+            finishMessage: null,
             routedExperts: null,
             routedExpertsStart: 0,
           };
@@ -422,7 +433,20 @@ export class GenerationController {
             sequenceLength: inputIds.length + count,
           });
         }
-        const preempted = generation.preempted || preemptedFinishReasons.has(result.finishReason ?? '');
+        // Only an abort this proxy sent (a pause) is a preemption. An engine that stops a request on
+        // its own (SGLang answers an internal error as finish reason `abort`) failed: continuing
+        // would resend the same prompt, and calling it preempted would blame a pause nobody issued.
+        const preempted = generation.preempted;
+        if (!preempted && abortedFinishReasons.has(result.finishReason ?? '')) {
+          throw detailError(502, {
+            error: 'engine_generation_failed',
+            message: `The engine stopped the generation itself (finish reason ${JSON.stringify(result.finishReason)}${result.finishMessage ? `: ${result.finishMessage}` : ''}); no pause was issued.`,
+            finish_reason: result.finishReason,
+            engine_message: result.finishMessage,
+            output_tokens: count,
+            ...context,
+          });
+        }
         pieces.push(result);
         text += result.text;
         generated += count;

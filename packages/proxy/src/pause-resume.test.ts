@@ -112,6 +112,36 @@ describe('pause and resume (§1.5)', () => {
     expect((await chat({ 'x-session-id': 'fresh' })).status).toBe(200);
   });
 
+  it('an engine that aborts a request itself is an engine failure, not a preemption, in both modes', async () => {
+    for (const partialRollout of [false, true]) {
+      if (partialRollout) await harness.close();
+      harness = await startHarness({ config: { partialRollout } });
+      harness.engine.script = () => ({
+        text: 'ab',
+        finish: 'abort',
+        finishMessage: 'Internal error: memory access out of bounds',
+      });
+      const failed = await chat();
+      expect(failed.status).toBe(502);
+      expect(proxyErrorDetailSchema.parse(failed.body.detail)).toMatchObject({
+        error: 'engine_generation_failed',
+        finish_reason: 'abort',
+        engine_message: 'Internal error: memory access out of bounds',
+        session_id: 's',
+      });
+      // No pause was issued: nothing was aborted, the call was not continued, nothing was recorded.
+      expect(harness.engine.aborts).toEqual([]);
+      expect(harness.engine.requests).toHaveLength(1);
+      expect((await harness.call('GET', '/v1/rollout/pause_state')).body.paused).toBe(false);
+      expect((await harness.call('POST', '/session/finalize', { session_id: 's' })).body).toEqual({
+        detail: 'Session has no turns',
+      });
+      // The proxy keeps serving.
+      harness.engine.script = () => ({ text: 'ok' });
+      expect((await chat({ 'x-session-id': 'next' })).status).toBe(200);
+    }
+  });
+
   it('partial staleness: v1 abort, v2 abort, v3 stop with N=1 → 502 after 3 engine calls, 0 steps', async () => {
     harness = await startHarness({ config: { partialRollout: true, maxPartialRolloutPreempts: 1 } });
     const versions = ['v1', 'v2', 'v3'];

@@ -10,7 +10,9 @@ export interface ScriptedReply {
   logprobs?: Array<number | null>;
   /** Weight version in meta_info; undefined uses the engine's current version, null omits it. */
   version?: string | null;
-  finish?: 'stop' | 'length';
+  /** `abort` with `finishMessage` is how SGLang reports a request it failed itself. */
+  finish?: 'stop' | 'length' | 'abort';
+  finishMessage?: string;
   /** Emit tokens one by one with this delay, so a pause can abort mid-generation. */
   tokenDelayMs?: number;
   /** Answer with this HTTP status and body instead. */
@@ -193,7 +195,10 @@ export class ScriptedEngine {
     const out = ids.slice(0, emitted);
     const meta: Record<string, unknown> = {
       id: body.rid,
-      finish_reason: finish === 'abort' ? { type: 'abort', message: 'Abort request' } : { type: finish },
+      finish_reason:
+        finish === 'abort'
+          ? { type: 'abort', message: reply.finishMessage ?? 'Abort request' }
+          : { type: finish },
       prompt_tokens: body.input_ids.length,
       completion_tokens: out.length,
       output_token_logprobs: out.map((id, index) => [
