@@ -86,6 +86,22 @@ export class ProxyClient {
     };
   }
 
+  /**
+   * The OpenAI base URL that pins every call to `sessionId` (`{baseUrl}/s/{session}/v1`), for an
+   * agent CLI that sets its own `X-Session-Id` header: the URL's session wins over headers.
+   */
+  sessionBaseUrl(sessionId: string): string {
+    const problem = identifierProblem(sessionId);
+    if (problem !== null) {
+      throw new DressageError({
+        code: 'invalid_argument',
+        message: `sessionId ${problem}`,
+        details: { field: 'sessionId' },
+      });
+    }
+    return `${this.baseUrl}/s/${encodeURIComponent(sessionId)}/v1`;
+  }
+
   /** `POST /v1/chat/completions` with the id headers. */
   async chatCompletions(body: Record<string, unknown>, ids: CompletionIds): Promise<Record<string, unknown>> {
     for (const [field, value] of [

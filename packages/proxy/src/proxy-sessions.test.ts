@@ -2,6 +2,7 @@ import { segmentSchema } from '@dressage/protocol';
 import { afterEach, describe, expect, it } from 'vitest';
 import { decodeCharacters } from './__fixtures__/fake-tokenizer.js';
 import { type Harness, startHarness } from './__fixtures__/harness.js';
+import { ProxyClient } from './proxy-client.js';
 
 let harness: Harness;
 afterEach(async () => {
@@ -252,5 +253,75 @@ describe('turn rules (§1.2)', () => {
     const routed = await chat([user('a')], { 'x-smg-routing-key': 'routed' });
     expect(routed.status).toBe(200);
     expect((await harness.call('POST', '/session/finalize', { session_id: 'routed' })).status).toBe(200);
+  });
+});
+
+describe('a session base URL (/s/{session}/v1)', () => {
+  // The headers opencode 1.18.33 sets on every model request (its own session id), over any
+  // header configured for its provider.
+  const opencodeHeaders = {
+    'x-session-affinity': 'ses_0f3c9a1e2ffeAbCdEf012345',
+    'X-Session-Id': 'ses_0f3c9a1e2ffeAbCdEf012345',
+    'User-Agent': 'opencode/1.18.33',
+    'x-instance-id': 'group-1',
+  };
+
+  it("records under the URL's session, not the agent's own X-Session-Id, and finalize finds it", async () => {
+    harness = await startHarness();
+    harness.engine.script = (_request, index) => ({ text: ['first', 'second'][index] });
+    const base = new ProxyClient({ baseUrl: harness.url })
+      .sessionBaseUrl('rollout:7')
+      .slice(harness.url.length);
+    expect(base).toBe('/s/rollout%3A7/v1');
+    const first = await harness.call(
+      'POST',
+      `${base}/chat/completions`,
+      { model: 'm', messages: [user('hi')] },
+      opencodeHeaders,
+    );
+    expect(first.status).toBe(200);
+    const second = await harness.call(
+      'POST',
+      `${base}/chat/completions`,
+      { model: 'm', messages: [user('hi'), assistant('first'), user('more')] },
+      opencodeHeaders,
+    );
+    expect(second.status).toBe(200);
+    expect(harness.engine.requests.map((request) => request.headers['x-smg-routing-key'])).toEqual([
+      'rollout:7',
+      'rollout:7',
+    ]);
+    expect((await harness.call('GET', `${base}/models`)).status).toBe(200);
+    // Nothing was recorded under the agent's id.
+    const agentOwn = await harness.call('POST', '/session/finalize', {
+      session_id: opencodeHeaders['X-Session-Id'],
+    });
+    expect(agentOwn.status).toBe(404);
+    const finalized = await harness.call('POST', '/session/finalize', { session_id: 'rollout:7' });
+    expect(finalized.body).toMatchObject({
+      success: true,
+      instance_id: 'group-1',
+      num_steps: 2,
+      num_segments: 1,
+    });
+  });
+
+  it('refuses a bad session segment with a 400 and serves only the agent routes under it', async () => {
+    harness = await startHarness();
+    const control = await harness.call('POST', '/s/%01/v1/chat/completions', {
+      model: 'm',
+      messages: [user('hi')],
+    });
+    expect(control.status).toBe(400);
+    expect(control.body.detail).toMatch(/path session .*control character/);
+    const malformed = await harness.call('POST', '/s/%E0%A4%A/v1/chat/completions', {
+      model: 'm',
+      messages: [user('hi')],
+    });
+    expect(malformed.status).toBe(400);
+    expect(malformed.body.detail).toMatch(/percent-encoding/);
+    expect((await harness.call('POST', '/s/x/session/finalize', { session_id: 'x' })).status).toBe(404);
+    expect(harness.engine.requests).toHaveLength(0);
+    expect((await chat([user('hi')], { 'x-session-id': 'after' })).status).toBe(200);
   });
 });

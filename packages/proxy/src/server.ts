@@ -3,6 +3,7 @@ import type { AddressInfo, Socket } from 'node:net';
 import { bearerMatches, reachableHost } from '@dressage/protocol';
 import type { ProxyConfig } from './config.js';
 import { detailError, ProxyHttpError, toHttpResponse } from './http-error.js';
+import { identifierProblem } from './identifiers.js';
 import { loadPromptTokenizer, type PromptTokenizer } from './prompt-tokenizer.js';
 import { type CompletionOutcome, ProxyService } from './proxy-service.js';
 import { parseJson } from './request-bytes.js';
@@ -55,6 +56,31 @@ function connectionAbort(socket: Socket): AbortController {
     controller = created;
   }
   return controller;
+}
+
+/** The routes an agent uses, which also answer under a session base URL (`/s/{session}/v1/...`). */
+const agentRoutes = new Set(['/v1/models', '/v1/chat/completions']);
+
+/**
+ * Splits `/s/{session}/rest` into the session (percent-decoded) and `/rest`. Agents that set their
+ * own `X-Session-Id` on every request (opencode does) can only be pinned by their base URL, so the
+ * URL's session wins over every header and body field.
+ *
+ * @throws ProxyHttpError 400 when the session segment is not a valid id.
+ */
+function splitSessionPath(path: string): { session: string | null; path: string } {
+  if (!path.startsWith('/s/')) return { session: null, path };
+  const end = path.indexOf('/', 3);
+  const segment = end === -1 ? path.slice(3) : path.slice(3, end);
+  let session: string;
+  try {
+    session = decodeURIComponent(segment);
+  } catch {
+    throw detailError(400, 'path session (/s/{session}/...) is not valid percent-encoding');
+  }
+  const problem = identifierProblem(session);
+  if (problem !== null) throw detailError(400, `path session (/s/{session}/...) ${problem}`);
+  return { session, path: end === -1 ? '/' : path.slice(end) };
 }
 
 function sendJson(response: ServerResponse, status: number, body: unknown): void {
@@ -206,9 +232,13 @@ export function createProxyHttpServer(service: ProxyService): Server {
 
   const server = createServer(async (request, response) => {
     try {
-      const path = (request.url ?? '/').split('?')[0]!.replace(/\/+$/, '') || '/';
-      const route = routes.get(path);
+      const { session, path } = splitSessionPath(
+        (request.url ?? '/').split('?')[0]!.replace(/\/+$/, '') || '/',
+      );
+      const route = session === null || agentRoutes.has(path) ? routes.get(path) : undefined;
       if (!route) throw detailError(404, 'Not Found');
+      // The service reads the session from this header; the URL's replaces the agent's own.
+      if (session !== null) request.headers['x-session-id'] = session;
       if (route.method !== request.method) throw detailError(405, 'Method Not Allowed');
       if (route.auth && config.apiKey !== 'no-auth') {
         if (!bearerMatches(request.headers.authorization, config.apiKey))
