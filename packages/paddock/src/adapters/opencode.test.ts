@@ -1,0 +1,81 @@
+// The real opencode binary, driven by its adapter outside a sandbox, against a scripted model: what it
+// sends per turn. Measured here so the side requests and session headers the README states stay true.
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ScriptedModelServer } from '../__fixtures__/scripted-model.js';
+import { agentPackages, ensureAgentInstalled } from './agent-install.js';
+import { OpencodeAdapter } from './opencode.js';
+
+type Json = Record<string, unknown>;
+
+describe('opencode 1.18.33 model requests', () => {
+  let model: ScriptedModelServer;
+  let runtimeDir: string;
+  let skipReason: string | null = null;
+  let bin = '';
+
+  beforeAll(async () => {
+    try {
+      bin = await ensureAgentInstalled(agentPackages.opencode);
+    } catch (error) {
+      skipReason = `cannot install opencode: ${String(error)}`;
+      console.warn(`[paddock] skipping: ${skipReason}`);
+      return;
+    }
+    model = new ScriptedModelServer(() => ({ content: 'Done.' }));
+    await model.start();
+    runtimeDir = mkdtempSync(join(tmpdir(), 'paddock-opencode-'));
+    mkdirSync(join(runtimeDir, 'work'));
+  }, 900_000);
+
+  afterAll(async () => {
+    await model?.close();
+    if (runtimeDir) rmSync(runtimeDir, { recursive: true, force: true });
+  });
+
+  it('sends no title request, keeps a session base URL, and sets its own session headers', async (context) => {
+    if (skipReason !== null) context.skip();
+    const previous = process.env.DRESSAGE_OPENCODE_BIN;
+    process.env.DRESSAGE_OPENCODE_BIN = bin;
+    const adapter = new OpencodeAdapter({});
+    try {
+      await adapter.init({
+        runtimeDir,
+        workDir: join(runtimeDir, 'work'),
+        // A base URL that carries the session, as the Dressage proxy serves it.
+        proxyOrigin: `${model.url}/s/rollout-1`,
+        proxyApiKey: 'key',
+        apiPath: '/v1',
+        systemPrompt: null,
+        routerTimeoutMs: 60_000,
+        sessionId: 'rollout-1',
+        instanceId: 'group-1',
+        drainModelRequests: async () => undefined,
+      });
+      const result = await adapter.runTurn({
+        turnId: 'turn-1',
+        text: 'Answer with the word Done.',
+        signal: new AbortController().signal,
+      });
+      expect(result.outputs.at(-1)).toMatchObject({ role: 'assistant', content: 'Done.' });
+    } finally {
+      await adapter.close();
+      if (previous === undefined) delete process.env.DRESSAGE_OPENCODE_BIN;
+      else process.env.DRESSAGE_OPENCODE_BIN = previous;
+    }
+    // One agent request: the adapter's config disables the title agent, which would otherwise send
+    // a tool-less title-generation request in the same session, concurrently with the first turn.
+    expect(model.requests).toHaveLength(1);
+    const [request] = model.requests;
+    expect(request!.path).toBe('/s/rollout-1/v1/chat/completions');
+    const body = request!.body as { tools?: Json[]; messages: Json[]; stream?: boolean };
+    expect(body.stream).toBe(true);
+    expect(body.tools?.length).toBeGreaterThanOrEqual(5);
+    expect(String(body.messages[0]!.content)).toMatch(/^You are opencode/);
+    // Its own session id, set on every request over provider headers: only the URL can pin it.
+    expect(request!.headers['x-session-id']).toMatch(/^ses_/);
+    expect(request!.headers['x-session-affinity']).toBe(request!.headers['x-session-id']);
+  }, 300_000);
+});
