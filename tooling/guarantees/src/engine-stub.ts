@@ -5,6 +5,8 @@ import type { AddressInfo } from 'node:net';
 export interface StubReply {
   /** Output token ids. */
   ids: number[];
+  /** Their decoded text, as SGLang sends it beside the ids; default empty. */
+  text?: string;
   /** Per-token logprobs; null (or NaN, sent as null) is what an engine serving NaN weights sends. Default -0.1. */
   logprobs?: Array<number | null>;
   /** Never answer (the engine hangs). */
@@ -82,7 +84,9 @@ export class EngineStub {
         });
         const meta = `{"id":${JSON.stringify(body.rid)},"finish_reason":{"type":"stop"},"prompt_tokens":${body.input_ids.length},"completion_tokens":${reply.ids.length},"weight_version":"v1","output_token_logprobs":[${pairs.join(',')}]}`;
         response.writeHead(200, { 'content-type': 'application/json' });
-        response.end(`{"text":"","output_ids":${JSON.stringify(reply.ids)},"meta_info":${meta}}`);
+        response.end(
+          `{"text":${JSON.stringify(reply.text ?? '')},"output_ids":${JSON.stringify(reply.ids)},"meta_info":${meta}}`,
+        );
         return;
       }
       default:

@@ -1,0 +1,223 @@
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import {
+  CausalLanguageModel,
+  type EmbeddedTrainerServer,
+  InferenceEngine,
+  initializeBackend,
+  startEmbeddedTrainerServer,
+  TokenVocabulary,
+} from '@dressage/embedded';
+import { type ProxyProcess, startProxyProcess } from '@dressage/guarantees/proxy-process';
+import {
+  type AgentPackage,
+  agentInstallDir,
+  agentPackages,
+  BlackboxClient,
+  createBlackboxGenerate,
+  ensureAgentInstalled,
+  findFreePortRange,
+  LocalBwrapProvider,
+} from '@dressage/paddock';
+import { createSample, type Sample } from '@dressage/protocol';
+import { ProxyClient } from '@dressage/proxy';
+import { convertSamplesToPackedTrainBatch, createTrainerClient } from '@dressage/trainer-bridge';
+import { QwenAgentModel } from './qwen-agent-model.js';
+
+type Json = Record<string, unknown>;
+
+/** The agent CLIs with a built-in adapter, by `blackbox_type`. */
+export type CliType = keyof typeof agentPackages;
+
+/** The environment variable through which the BlackboxServer finds each CLI's executable. */
+export const binVariables: Record<CliType, string> = {
+  opencode: 'DRESSAGE_OPENCODE_BIN',
+  qwen_code: 'DRESSAGE_QWEN_CODE_BIN',
+};
+
+/** True where bubblewrap can make sandboxes. */
+export const bwrapAvailable = (() => {
+  try {
+    execFileSync('bwrap', ['--version']);
+    return true;
+  } catch {
+    return false;
+  }
+})();
+
+/** A task turn: the model writes `file` containing `word` with the CLI's shell tool. */
+export function task(file: string, word: string): string {
+  return `Create ${file} in the current directory containing ${word}. Use your shell tool.`;
+}
+
+/** An `after_agent` check that passes when `file` holds `word` in the slot's work dir. */
+export function checkCommand(file: string, word: string): Json {
+  return { name: 'check', cmd: `test "$(cat /workspace/${file})" = ${word} && echo PASS`, required: false };
+}
+
+/** The reward of a sample: 1 when its `after_agent` check passed, else 0. */
+export function rewardFromCheck(sample: Sample): number {
+  const results = (sample.metadata.execute_cmds ?? []) as Json[];
+  const check = results.find((result) => result.stage === 'after_agent' && result.name === 'check');
+  return check?.returncode === 0 && String(check.stdout).includes('PASS') ? 1 : 0;
+}
+
+/**
+ * One CLI end to end: the real CLI in a bubblewrap slot running the BlackboxServer, whose LLM proxy
+ * reaches the built `dressage-proxy` (TITO mode, the real Qwen3 tokenizer and template) through the
+ * pool's pipe, and an engine answering real Qwen3 ids.
+ */
+export class CliEndToEnd {
+  private constructor(
+    readonly type: CliType,
+    readonly model: QwenAgentModel,
+    readonly proxy: ProxyProcess,
+    readonly provider: LocalBwrapProvider,
+    private readonly scratch: string,
+    readonly backendOptions: Json,
+  ) {}
+
+  /** Installs the CLI (once, into the agent cache) and starts everything; a reason string when it cannot. */
+  static async start(type: CliType, backendOptions: Json = {}): Promise<CliEndToEnd | string> {
+    if (!bwrapAvailable) return 'bubblewrap is not available';
+    const agent: AgentPackage = agentPackages[type];
+    let bin: string;
+    try {
+      bin = await ensureAgentInstalled(agent);
+    } catch (error) {
+      return `cannot install ${agent.name}@${agent.version}: ${String(error)}`;
+    }
+    const scratch = mkdtempSync(join(tmpdir(), `agent-e2e-${type}-`));
+    const model = await QwenAgentModel.start();
+    const proxy = await startProxyProcess(model.url, [
+      '--store-dir',
+      join(scratch, 'store'),
+      '--record-token-versions',
+    ]);
+    const provider = new LocalBwrapProvider({
+      slots: 1,
+      mode: 'blackbox',
+      baseDir: join(scratch, 'pool'),
+      basePort: await findFreePortRange(1),
+      upstreamUrl: proxy.url,
+      healthIntervalSeconds: 0,
+      extraReadOnlyMounts: [agentInstallDir(agent)],
+      env: {
+        [binVariables[type]]: bin,
+        // The CLI's own node_modules/.bin first: a CLI that needs a newer Node finds it there.
+        PATH: `${dirname(bin)}:/usr/local/bin:/usr/bin:/bin`,
+      },
+    });
+    await provider.pool.start();
+    return new CliEndToEnd(type, model, proxy, provider, scratch, backendOptions);
+  }
+
+  /** The blackbox generate function of this CLI against the recording proxy. */
+  generate(maxSteps = 20): (sample: Sample) => Promise<Sample[]> {
+    return createBlackboxGenerate({
+      provider: this.provider,
+      proxy: new ProxyClient({ baseUrl: this.proxy.url }),
+      proxyUrl: this.proxy.url,
+      blackboxType: this.type,
+      backendOptions: { ...this.backendOptions, proxy: { max_steps: maxSteps } },
+      retry: { maxAttempts: 2 },
+    });
+  }
+
+  /** One sample: the task as its prompt, the check as its `after_agent` command. */
+  sample(file: string, word: string): Sample {
+    return createSample({
+      index: 0,
+      group_index: 0,
+      prompt: task(file, word),
+      metadata: {
+        instance_id: `${this.type}-task`,
+        blackbox_execute_cmds: { after_agent: [checkCommand(file, word)] },
+      },
+    });
+  }
+
+  /**
+   * Several user turns in one session, driven through the slot's BlackboxServer; returns what the
+   * proxy recorded (finalized and drained) and each turn's status.
+   */
+  async runTurns(
+    texts: readonly string[],
+    session = `bbs-${this.type}-turns`,
+  ): Promise<{
+    turns: Json[];
+    segments: Json[];
+  }> {
+    const lease = await this.provider.create({
+      trajectoryId: session,
+      services: [{ name: 'blackbox', port: 31000, healthPath: '/health' }],
+      metadata: { paddock_mode: 'blackbox' },
+    });
+    try {
+      const endpoint = lease.endpoints.blackbox as { url: string; headers: Record<string, string> };
+      const client = new BlackboxClient(endpoint.url, { maxAttempts: 2 }, endpoint.headers);
+      await client.register({
+        blackbox_type: this.type,
+        router: this.proxy.url,
+        bound_session_id: session,
+        bound_instance_id: `${this.type}-turns`,
+        backend_options: { ...this.backendOptions, proxy: { max_steps: 20 } },
+      });
+      const turns: Json[] = [];
+      for (const [index, text] of texts.entries())
+        turns.push(
+          await client.callAgent(session, [{ role: 'user', content: text }], { turnId: `turn-${index + 1}` }),
+        );
+      const proxy = new ProxyClient({ baseUrl: this.proxy.url });
+      await proxy.finalizeSession(session);
+      const read = await proxy.readTrajectory({ trajectoryId: session, drain: true });
+      return { turns, segments: read.data as Json[] };
+    } finally {
+      await this.provider.terminate(lease).catch(() => undefined);
+    }
+  }
+
+  async close(): Promise<void> {
+    await this.provider.close();
+    await this.proxy.kill();
+    await this.model.close();
+    rmSync(this.scratch, { recursive: true, force: true });
+  }
+}
+
+/**
+ * One `Train` call on the embedded trainer over gRPC with these samples (rewards set), on a tiny
+ * model whose vocabulary is the samples' tokens. Returns the trainer's answer.
+ */
+export async function trainOnce(samples: readonly Sample[]): Promise<Json> {
+  await initializeBackend();
+  const ids = new Set<number>();
+  let longest = 0;
+  for (const sample of samples) {
+    for (const id of sample.tokens) ids.add(id);
+    longest = Math.max(longest, sample.tokens.length);
+  }
+  const model = CausalLanguageModel.create(new TokenVocabulary([...ids].sort((a, b) => a - b)), {
+    contextLength: longest + 1,
+    modelDimension: 8,
+    headCount: 1,
+    layerCount: 1,
+    feedForwardDimension: 8,
+  });
+  const engine = new InferenceEngine({ model, weightVersion: '0' });
+  let served: EmbeddedTrainerServer | null = null;
+  const client = { current: null as ReturnType<typeof createTrainerClient> | null };
+  try {
+    served = await startEmbeddedTrainerServer({ model, engine });
+    client.current = createTrainerClient(served.address);
+    const batch = convertSamplesToPackedTrainBatch(samples, { globalBatchSize: samples.length });
+    return (await client.current.train(batch)) as unknown as Json;
+  } finally {
+    client.current?.close();
+    await served?.close();
+    engine.close();
+    model.dispose();
+  }
+}
