@@ -201,6 +201,11 @@ export class ProxyService {
     return this.#sessions.size;
   }
 
+  /** The open session with this id, if any (inspection: benchmarks, debugging). */
+  session(id: string): Session | undefined {
+    return this.#sessions.get(id);
+  }
+
   /** Drops idle sessions and forgets old finalized ids (`--session-timeout`). */
   expireIdle(now = Date.now()): void {
     const timeoutMs = this.config.sessionTimeoutSeconds * 1000;

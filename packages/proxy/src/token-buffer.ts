@@ -153,6 +153,11 @@ export class TokenBuffer {
     return this.#joined;
   }
 
+  /** Characters of the joined ids text kept for the next request (one byte each). */
+  get joinedIdsLength(): number {
+    return this.#joined.length;
+  }
+
   /** Drops the joined text once nothing will extend this buffer again. */
   releaseJoinedIds(): void {
     this.#joined = '';

@@ -1,0 +1,154 @@
+// Bytes a proxy session holds, counted structure by structure: what dominates a session's memory
+// (token data, rendered snapshots, the kept request body, message arrays, ...). Sizes follow V8's
+// 64-bit layout without pointer compression (as Node ships): 8-byte slots, 16-byte string headers,
+// one byte per Latin-1 character and two otherwise. Strings equal in value but distinct in the heap
+// cannot be told apart from JavaScript, so a message's strings are counted once per message object.
+import type { ChatMessage } from '@dressage/protocol';
+import type { RenderedSource, Session } from '../src/session.js';
+import type { TokenBuffer } from '../src/token-buffer.js';
+
+/** A session's bytes by structure. */
+export interface SessionFootprint {
+  /** Token ids as stored (typed-array capacity) and the ids in use (4 bytes each). */
+  tokenIds: number;
+  tokenIdsUsed: number;
+  /** Logprobs as stored (float32 capacity). */
+  logprobs: number;
+  /** Version runs and response ranges. */
+  versionsAndRanges: number;
+  /** Comma-joined ids kept for the next engine request. */
+  joinedIds: number;
+  /** Rendered snapshot texts (hot) and their per-step hashes (cold). */
+  renderedSnapshots: number;
+  /** The previous request body kept for byte comparison, and its message offsets. */
+  keptRequestBody: number;
+  /** The strings and objects of the distinct messages (raw and validated). */
+  messageContents: number;
+  /** Per-step message arrays (request and snapshot), the request cache's arrays. */
+  messageArrays: number;
+  /** Step objects, their ids and raw response texts; lineages and segments. */
+  steps: number;
+  /** Tokens held (ids in use / 4). */
+  tokens: number;
+}
+
+const slot = 8;
+const objectHeader = 24;
+const arrayHeader = 32 + 16;
+
+function stringBytes(text: string): number {
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: Latin-1 detection.
+  return 16 + (/[^\u0000-\u00ff]/.test(text) ? 2 : 1) * text.length;
+}
+
+function arrayBytes(length: number): number {
+  return arrayHeader + slot * length;
+}
+
+// A JSON-like value's strings and objects.
+function valueBytes(value: unknown): number {
+  if (typeof value === 'string') return stringBytes(value);
+  if (typeof value !== 'object' || value === null) return 0;
+  if (Array.isArray(value)) {
+    let total = arrayBytes(value.length);
+    for (const item of value) total += valueBytes(item);
+    return total;
+  }
+  let total = objectHeader;
+  for (const member of Object.values(value)) total += slot + valueBytes(member);
+  return total;
+}
+
+// Object overhead only (strings shared with another copy of the same message).
+function shellBytes(value: unknown): number {
+  if (typeof value !== 'object' || value === null) return 0;
+  if (Array.isArray(value)) {
+    let total = arrayBytes(value.length);
+    for (const item of value) total += shellBytes(item);
+    return total;
+  }
+  let total = objectHeader;
+  for (const member of Object.values(value)) total += slot + shellBytes(member);
+  return total;
+}
+
+/** Counts the bytes of one session's structures. */
+export function sessionFootprint(session: Session): SessionFootprint {
+  const footprint: SessionFootprint = {
+    tokenIds: 0,
+    tokenIdsUsed: 0,
+    logprobs: 0,
+    versionsAndRanges: 0,
+    joinedIds: 0,
+    renderedSnapshots: 0,
+    keptRequestBody: 0,
+    messageContents: 0,
+    messageArrays: 0,
+    steps: 0,
+    tokens: 0,
+  };
+  const buffers = new Set<TokenBuffer>();
+  const sources = new Set<RenderedSource>();
+  const messages = new Set<ChatMessage>();
+  for (const step of session.steps) {
+    buffers.add(step.buffer);
+    if (step.snapshotSource !== null) sources.add(step.snapshotSource);
+    for (const message of step.messagesSnapshot) messages.add(message);
+    for (const message of step.requestMessages) messages.add(message);
+    footprint.messageArrays +=
+      arrayBytes(step.messagesSnapshot.length) + arrayBytes(step.requestMessages.length);
+    footprint.steps +=
+      objectHeader + 40 * slot + stringBytes(step.stepId) + stringBytes(step.rawResponseText);
+  }
+  for (const lineage of session.lineages) {
+    footprint.steps += objectHeader + 5 * slot + stringBytes(lineage.id) + arrayBytes(lineage.steps.length);
+    for (const segment of lineage.segments) {
+      buffers.add(segment.buffer);
+      footprint.steps += objectHeader + 7 * slot + arrayBytes(segment.steps.length);
+    }
+  }
+  for (const buffer of buffers) {
+    footprint.tokenIds += buffer.ids.byteLength;
+    footprint.tokenIdsUsed += buffer.length * 4;
+    footprint.logprobs += buffer.logprobs.byteLength;
+    footprint.versionsAndRanges +=
+      arrayBytes(buffer.versionRuns.length) +
+      buffer.versionRuns.length * (objectHeader + 2 * slot) +
+      arrayBytes(buffer.responseRanges.length);
+    footprint.joinedIds += buffer.joinedIdsLength === 0 ? 0 : 16 + buffer.joinedIdsLength;
+    if (buffer.routing !== null) footprint.tokenIds += buffer.routing.data.byteLength;
+  }
+  for (const source of sources) {
+    if (source.text !== null) footprint.renderedSnapshots += stringBytes(source.text);
+    if (source.hashes !== null) footprint.renderedSnapshots += source.hashes.size * (3 * slot + 16 + 28);
+    footprint.renderedSnapshots += objectHeader + 4 * slot + arrayBytes(source.lengths.length);
+  }
+  const cache = session.requestCache;
+  if (cache !== null) {
+    if (cache.layout !== null)
+      footprint.keptRequestBody +=
+        cache.layout.bytes.byteLength +
+        arrayBytes(cache.layout.messageEnds.length) +
+        valueBytes(cache.layout.before) +
+        valueBytes(cache.layout.after);
+    footprint.messageArrays += arrayBytes(cache.rawMessages.length) + arrayBytes(cache.messages.length);
+    for (const message of cache.messages) messages.add(message);
+    // The raw (parsed) messages share their strings with the validated ones: only their objects count.
+    for (const raw of cache.rawMessages) footprint.messageContents += shellBytes(raw);
+  }
+  for (const message of messages) footprint.messageContents += valueBytes(message);
+  footprint.tokens = footprint.tokenIdsUsed / 4;
+  return footprint;
+}
+
+/** Adds footprints field by field. */
+export function sumFootprints(footprints: readonly SessionFootprint[]): SessionFootprint {
+  const total = sessionFootprint({
+    steps: [],
+    lineages: [],
+    requestCache: null,
+  } as unknown as Session);
+  for (const footprint of footprints)
+    for (const key of Object.keys(total) as Array<keyof SessionFootprint>) total[key] += footprint[key];
+  return total;
+}

