@@ -187,11 +187,28 @@ export class CliEndToEnd {
   }
 }
 
+/** Longest sequence the embedded trainer holds on its wasm backend (attention is not chunked). */
+export const trainerWindowTokens = 6144;
+
 /**
- * One `Train` call on the embedded trainer over gRPC with these samples (rewards set), on a tiny
- * model whose vocabulary is the samples' tokens. Returns the trainer's answer.
+ * The sample the embedded trainer can hold: the whole response and as much of the prompt's end as
+ * fits in {@link trainerWindowTokens}. Prompt tokens carry no loss, so the dropped start changes
+ * what the model conditions on, not what is trained.
  */
-export async function trainOnce(samples: readonly Sample[]): Promise<Json> {
+export function trainerWindow(sample: Sample, limit = trainerWindowTokens): Sample {
+  if (sample.tokens.length <= limit) return sample;
+  if (sample.response_length >= limit)
+    throw new Error(`response of ${sample.response_length} tokens exceeds ${limit}`);
+  return { ...sample, tokens: sample.tokens.slice(-limit) };
+}
+
+/**
+ * One `Train` call on the embedded trainer over gRPC with these samples (rewards set), each cut
+ * to {@link trainerWindow}, on a tiny model whose vocabulary is the samples' tokens. Returns the
+ * trainer's answer.
+ */
+export async function trainOnce(full: readonly Sample[]): Promise<Json> {
+  const samples = full.map((sample) => trainerWindow(sample));
   await initializeBackend();
   const ids = new Set<number>();
   let longest = 0;
