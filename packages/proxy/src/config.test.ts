@@ -130,7 +130,7 @@ describe('dressage-proxy flags (§1.11)', () => {
     expect(defaults.config).toMatchObject({
       engineRequestTimeoutSeconds: 3600,
       requestBodyTimeoutSeconds: 60,
-      maxRequestBytes: 16 * 1024 ** 2,
+      maxRequestBytes: 4 * 1024 ** 2,
     });
     expect(set.config).toMatchObject({ engineRequestTimeoutSeconds: null, requestBodyTimeoutSeconds: 5 });
     expect(() => parseProxyArguments(['--tokenizer-path', '/m', '--engine-request-timeout', '-1'])).toThrow(

@@ -127,9 +127,10 @@ export function createProxyConfig(
     storeDirectory: null,
     storeMemoryLimitBytes: 4 * 1024 ** 3,
     storeFsync: 'always',
-    // 16 MiB: a body is parsed, validated, rendered and tokenized on the event loop, about 40 ms per
-    // MiB; 64 MiB held every other call for over 2 s.
-    maxRequestBytes: 16 * 1024 ** 2,
+    // 4 MiB: a new session's body is parsed, validated, rendered and tokenized on the event loop
+    // (JSON.parse is under 5% of it), about 0.25 s per MiB of agent history; 16 MiB held every other
+    // call for 4 s. 4 MiB of text is 0.8 to 2 million Qwen3 tokens, several 256K-token contexts.
+    maxRequestBytes: 4 * 1024 ** 2,
     resumeReadinessTimeoutSeconds: 30,
     engineRequestTimeoutSeconds: 3600,
     requestBodyTimeoutSeconds: 60,
@@ -216,7 +217,7 @@ export const usage = `Usage: dressage-proxy --tokenizer-path DIR [options]
   --store-memory-limit-mb 4096       resident token data before persisted trajectories are evicted
   --store-fsync always               always: flush each finalized trajectory to disk before 200 (survives
                                      power loss); never: leave flushing to the kernel (survives a crash)
-  --max-request-mb 16                largest request body (413 above it)
+  --max-request-mb 4                 largest request body (413 above it)
   --request-body-timeout 60          seconds a client has to send a request body (408 past it; 0 = no limit)
   --engine-request-timeout 3600      seconds an engine /generate may take (504 past it; 0 = no limit)
 `;

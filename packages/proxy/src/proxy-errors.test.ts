@@ -161,6 +161,18 @@ describe('error payloads (§1.4) and bad input', () => {
     expect((await chat()).status).toBe(200);
   });
 
+  it('refuses a chat body over 4 MiB by default, naming the flag that raises it', async () => {
+    harness = await startHarness();
+    // 4 MiB of history is already past any context the proxy serves; handling a new session's
+    // body that size holds every other call for about a second.
+    const over = await harness.call('POST', '/v1/chat/completions', {
+      messages: [{ role: 'user', content: 'word '.repeat((4 * 1024 ** 2) / 5 + 1) }],
+    });
+    expect(over.status).toBe(413);
+    expect(over.body.detail).toMatch(/exceeds the limit of 4194304 bytes \(--max-request-mb\)/);
+    expect((await chat()).status).toBe(200);
+  });
+
   it('finalize: 404 unknown, 400 build-mode keys, idempotent repeats, 409 on reuse', async () => {
     harness = await startHarness();
     expect((await harness.call('POST', '/session/finalize', { session_id: 'nope' })).status).toBe(404);

@@ -112,7 +112,10 @@ function readBody(request: IncomingMessage, limit: number, timeoutMs: number | n
   if (declared > limit) {
     request.resume();
     return Promise.reject(
-      detailError(413, `Request body of ${declared} bytes exceeds the limit of ${limit} bytes`),
+      detailError(
+        413,
+        `Request body of ${declared} bytes exceeds the limit of ${limit} bytes (--max-request-mb)`,
+      ),
     );
   }
   return new Promise((resolve, reject) => {
@@ -138,7 +141,7 @@ function readBody(request: IncomingMessage, limit: number, timeoutMs: number | n
       if (size > limit) {
         failed = true;
         clearTimeout(timer);
-        reject(detailError(413, `Request body exceeds the limit of ${limit} bytes`));
+        reject(detailError(413, `Request body exceeds the limit of ${limit} bytes (--max-request-mb)`));
         return;
       }
       chunks.push(chunk);
