@@ -1,7 +1,8 @@
 // Resident and heap bytes per stored token with 10M tokens held in a TrajectoryStore, as finalize
 // stores them: 20-turn TITO lineages (one block) with 20 timeline records each. Run with --expose-gc;
 // prints one JSON line. The proxy benchmark runs it in a fresh process.
-import { type StoredTrajectory, TrajectoryStore } from '../src/trajectory-store.js';
+import { TrajectoryStore } from '../src/trajectory-store.js';
+import { syntheticTrajectory } from './synthetic-trajectory.js';
 
 const turns = 20;
 
@@ -18,51 +19,7 @@ async function bytesPerStoredToken(): Promise<{ rssBytesPerToken: number; heapBy
   collectGarbage();
   const before = process.memoryUsage();
   for (let index = 0; index < totalTokens / tokensPerTrajectory; index++) {
-    const ids = new Int32Array(tokensPerTrajectory);
-    const logprobs = new Float32Array(tokensPerTrajectory);
-    const ranges: number[] = [];
-    const step = tokensPerTrajectory / turns;
-    for (let turn = 0; turn < turns; turn++) ranges.push(turn * step + step / 2, (turn + 1) * step);
-    for (let token = 0; token < tokensPerTrajectory; token++) {
-      ids[token] = (token * 7919) % 151_000;
-      logprobs[token] = -0.01 * (token % 100);
-    }
-    const records: StoredTrajectory['records'] = [
-      {
-        view: 'lineage',
-        segmentIndex: 0,
-        meta: { uid: `t${index}:lineage:0` },
-        block: 0,
-        end: tokensPerTrajectory,
-        responseStart: null,
-      },
-    ];
-    for (let turn = 0; turn < turns; turn++) {
-      records.push({
-        view: 'timeline',
-        segmentIndex: turn,
-        meta: { uid: `t${index}:timeline:${turn}` },
-        block: 0,
-        end: (turn + 1) * step,
-        responseStart: turn * step + step / 2,
-      });
-    }
-    await store.put({
-      trajectoryId: `t${index}`,
-      sessionId: `t${index}`,
-      instanceId: `g${index % 64}`,
-      finalizedAt: Date.now(),
-      recordVersions: true,
-      records,
-      blocks: [
-        {
-          ids,
-          logprobs,
-          maskRanges: Uint32Array.from(ranges),
-          versionRuns: [{ end: tokensPerTrajectory, version: 'v1' }],
-        },
-      ],
-    });
+    await store.put(syntheticTrajectory(index, tokensPerTrajectory, turns));
   }
   collectGarbage();
   const after = process.memoryUsage();
