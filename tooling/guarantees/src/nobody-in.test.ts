@@ -305,6 +305,7 @@ if (process.argv.includes('--version')) { console.log('0.0.0'); process.exit(0);
       ['GET', '/trajectory/stats', null, {}],
       ['POST', '/v1/rollout/pause', { reason: 'agent' }, {}],
       ['POST', '/v1/chat/completions', chat, { 'x-session-id': victim }],
+      ['POST', `/s/${victim}/v1/chat/completions`, chat, {}],
       ['POST', '/v1/chat/completions', { ...chat, session_id: victim }, {}],
     ];
     const attack = `
@@ -335,13 +336,15 @@ if (process.argv.includes('--version')) { console.log('0.0.0'); process.exit(0);
       expect(status, JSON.stringify(body)).toBe(403);
       expect(body.error?.code).toBe('route_not_allowed');
     }
-    const [foreignHeader, ownCall] = answers.slice(5) as [(typeof answers)[0], (typeof answers)[0]];
-    expect(foreignHeader[0]).toBe(403);
-    expect(foreignHeader[1].error).toMatchObject({ code: 'session_not_allowed' });
-    expect(foreignHeader[1].error?.message).toContain(victim);
+    const [foreignHeader, foreignBase, ownCall] = answers.slice(5) as (typeof answers)[0][];
+    for (const [status, body] of [foreignHeader!, foreignBase!]) {
+      expect(status).toBe(403);
+      expect(body.error).toMatchObject({ code: 'session_not_allowed' });
+      expect(body.error?.message).toContain(victim);
+    }
     // The model call of its own works, and the proxy recorded it under the slot's session.
-    expect(ownCall[0], JSON.stringify(ownCall[1])).toBe(200);
-    expect(ownCall[1].choices).toHaveLength(1);
+    expect(ownCall![0], JSON.stringify(ownCall![1])).toBe(200);
+    expect(ownCall![1].choices).toHaveLength(1);
     expect((await host('/session/finalize', { session_id: 'slot-b' })).status).toBe(200);
     const own = await host('/trajectory/read', { trajectory_id: 'slot-b' });
     expect(own.body.data as unknown[]).toHaveLength(1);

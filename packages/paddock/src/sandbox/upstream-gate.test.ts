@@ -126,6 +126,12 @@ describe('startUpstreamGate', () => {
       expect(error.message).toContain(header);
       expect(error.message).toContain('someone-else');
     }
+    // A session base URL other than the slot's own, however it is spelled.
+    for (const path of ['/s/someone-else/v1/chat/completions', '/s/slot%2Dsession%ZZ/v1/chat/completions']) {
+      const answer = await callOverSocket(socketPath, 'POST', path, { body: '{}' });
+      expect(answer.status, path).toBe(403);
+      expect(JSON.parse(answer.body).error.code).toBe('session_not_allowed');
+    }
     session = null;
     const unleased = await callOverSocket(socketPath, 'POST', '/v1/chat/completions', { body: '{}' });
     expect(unleased.status).toBe(403);
@@ -141,9 +147,19 @@ describe('startUpstreamGate', () => {
     expect(answer).toEqual({ status: 200, body: '{"upstream":"/v1/chat/completions"}' });
     const models = await callOverSocket(socketPath, 'GET', '/v1/models');
     expect(models.status).toBe(200);
+    // The slot's own session base URL is the same route; a trainer route under it is not.
+    const based = await callOverSocket(socketPath, 'POST', '/s/slot%2Dsession/v1/chat/completions', {
+      body: '{}',
+    });
+    expect(based.status).toBe(200);
+    const finalize = await callOverSocket(socketPath, 'POST', '/s/slot-session/session/finalize', {
+      body: '{}',
+    });
+    expect(finalize.status).toBe(403);
     expect(seen.map((request) => `${request.method} ${request.url}`)).toEqual([
       'POST /v1/chat/completions',
       'GET /v1/models',
+      'POST /v1/chat/completions',
     ]);
     const [chat] = seen as [Seen];
     expect(chat.headers).toMatchObject({

@@ -92,8 +92,9 @@ function headerValue(headers: IncomingHttpHeaders, name: string): string | null 
 
 /**
  * The host end of a blackbox slot's one way out: an HTTP server on a unix socket in the slot's
- * directory that passes only the model routes of {@link allowedUpstreamRoutes} to the recording
- * proxy, pinned to the slot's session (`x-session-id` set to it; a request naming another session
+ * directory that passes only the model routes of {@link allowedUpstreamRoutes} (also under the
+ * slot's own session base URL, `/s/{session}/v1/...`) to the recording proxy, pinned to the slot's
+ * session (`x-session-id` set to it; a request naming another session in a header or its base URL
  * is refused with 403), with the proxy's key added here. Request and response bodies are streamed
  * through as they arrive, never buffered whole.
  */
@@ -101,7 +102,29 @@ export async function startUpstreamGate(options: UpstreamGateOptions): Promise<U
   const agent = new Agent({ keepAlive: true, maxSockets: 64 });
   const open = new Set<Socket>();
   const server = createServer((incoming, response) => {
-    const path = (incoming.url ?? '/').split('?')[0]?.replace(/\/+$/, '') || '/';
+    const session = options.sessionOf();
+    const full = (incoming.url ?? '/').split('?')[0]?.replace(/\/+$/, '') || '/';
+    // A session base URL (`/s/{session}/v1/...`) is the slot's own session or nothing.
+    const based = /^\/s\/([^/]*)(\/.*)?$/.exec(full);
+    if (based !== null) {
+      let named: string | null = null;
+      try {
+        named = decodeURIComponent(based[1] as string);
+      } catch {
+        // Not valid percent-encoding: never the slot's session.
+      }
+      if (session === null || named !== session) {
+        refuse(
+          incoming,
+          response,
+          403,
+          'session_not_allowed',
+          `the base URL names session ${JSON.stringify(named ?? based[1])}, but this sandbox may only record under its own session ${JSON.stringify(session)}`,
+        );
+        return;
+      }
+    }
+    const path = based === null ? full : (based[2] ?? '/');
     const method = allowedUpstreamRoutes.get(path);
     if (method === undefined || method !== incoming.method) {
       refuse(
@@ -115,7 +138,6 @@ export async function startUpstreamGate(options: UpstreamGateOptions): Promise<U
       );
       return;
     }
-    const session = options.sessionOf();
     if (session === null) {
       refuse(
         incoming,
