@@ -1,13 +1,18 @@
 // Nothing poisoned: bad input is a clear 4xx (or gRPC INVALID_ARGUMENT) naming the field, never a
 // 500 or a retryable 503; nothing non-finite reaches the weights or is recorded as if it were real;
 // limits end in a clear status instead of a wait; and the servers keep serving afterwards.
+import { type ChildProcess, spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import {
   CausalLanguageModel,
   defaultSampling,
   type EmbeddedTrainerServer,
   InferenceEngine,
   initializeBackend,
+  saveCheckpoint,
   startEmbeddedTrainerServer,
   TokenVocabulary,
 } from '@dressage/embedded';
@@ -15,13 +20,17 @@ import { createSample, type PackedTrainBatch } from '@dressage/protocol';
 import { ProxyClient } from '@dressage/proxy';
 import {
   convertSamplesToPackedTrainBatch,
+  createSyntheticTrainBatch,
   createTrainerClient,
   type TrainerClient,
 } from '@dressage/trainer-bridge';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { EngineStub } from './engine-stub.js';
-import { chatBody, startQwenEngineStub } from './fixtures.js';
+import { chatBody, startQwenEngineStub, temporaryDirectory } from './fixtures.js';
 import { call, type ProxyProcess, startProxyProcess } from './proxy-process.js';
+
+const scratch = temporaryDirectory('dressage-nothing-poisoned-');
+afterAll(() => scratch.remove());
 
 describe('nothing poisoned: the proxy (built CLI)', () => {
   let engine: EngineStub;
@@ -102,6 +111,15 @@ describe('nothing poisoned: the proxy (built CLI)', () => {
       engine.reply = () => ({ ids: okIds });
     }
     expect((await chat('after-hang')).status).toBe(200);
+  });
+
+  it('answers a chat body over the 4 MiB default with 413 naming --max-request-mb, and keeps serving', async () => {
+    // A new session's body is rendered and tokenized on the event loop: 16 MiB of agent history held
+    // every other call for seconds. 4 MiB of text is already past any context window served.
+    const over = await chat('too-big', chatBody('word '.repeat((4 * 1024 ** 2) / 5 + 1)));
+    expect(over.status).toBe(413);
+    expect(JSON.stringify(over.body.detail)).toContain('--max-request-mb');
+    expect((await chat('after-too-big')).status).toBe(200);
   });
 
   it('answers 408 to a body that never finishes arriving', async () => {
@@ -222,6 +240,27 @@ describe('nothing poisoned: the embedded trainer over gRPC', () => {
     },
   );
 
+  it('refuses to load a checkpoint of diverged weights, and applies nothing of it', async () => {
+    // A checkpoint written by the model's own writer with one NaN weight, as a diverged run leaves.
+    const diverged = CausalLanguageModel.create(model.vocabulary, { contextLength: 64 });
+    const weights = diverged.getWeights();
+    const [name, values] = [...weights][0]!;
+    values[1] = Number.NaN;
+    diverged.setWeights(weights);
+    const directory = join(scratch.path, 'diverged');
+    await saveCheckpoint(directory, diverged);
+    diverged.dispose();
+    const before = model.getWeights();
+    await expect(client.loadCheckpoint({ path: directory })).rejects.toMatchObject({
+      code: 'failed_precondition',
+      message: expect.stringContaining(`parameter ${name}[1] is NaN`),
+    });
+    for (const [key, kept] of model.getWeights()) expect(kept).toEqual(before.get(key));
+    await client.updateWeights();
+    for (const published of engine.model.getWeights().values())
+      expect(published.every(Number.isFinite)).toBe(true);
+  });
+
   it('refuses a learning rate of 1e30 and a negative eps_clip with INVALID_ARGUMENT naming the field', async () => {
     await expect(client.train(batch, { loss: { learning_rate: 1e30 } })).rejects.toMatchObject({
       code: 'invalid_argument',
@@ -234,4 +273,52 @@ describe('nothing poisoned: the embedded trainer over gRPC', () => {
     // And it keeps training on good data.
     expect((await client.train(batch)).optimizer_steps).toBe(1);
   });
+});
+
+const workerRoot = join(dirname(fileURLToPath(import.meta.url)), '../../../apps/megatron-worker');
+const debianPython = '/usr/bin/python3';
+
+describe.runIf(existsSync(debianPython))('nothing poisoned: the Python worker over gRPC', () => {
+  let worker: ChildProcess;
+  let client: TrainerClient;
+
+  beforeAll(async () => {
+    // The recording actor: the check sits at the service boundary, the same for slime and torch.
+    worker = spawn(debianPython, ['-m', 'dressage_megatron_worker', '--port', '0', '--actor', 'recording'], {
+      cwd: workerRoot,
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    const address = await new Promise<string>((resolve, reject) => {
+      let output = '';
+      worker.stdout?.on('data', (data: Buffer) => {
+        output += data.toString();
+        const match = /listening on [\w.]+:(\d+)/.exec(output);
+        if (match) resolve(`127.0.0.1:${match[1]}`);
+      });
+      worker.once('exit', (code) => reject(new Error(`the worker exited with ${code}`)));
+    });
+    client = createTrainerClient(address);
+  }, 60_000);
+  afterAll(() => {
+    client?.close();
+    worker?.kill('SIGKILL');
+  });
+
+  it.each([
+    ['a NaN reward', 'rewards', 3, 'sample 3 (rollout_id'],
+    ['an infinite rollout logprob', 'rollout_log_probs', 5, 'rollout_log_probs['],
+  ] as const)(
+    'refuses %s with INVALID_ARGUMENT naming the sample and field',
+    async (_, field, index, named) => {
+      const batch = createSyntheticTrainBatch({ samples: 8, tokensPerSample: 32, responseTokens: 8 });
+      (batch[field] as Float32Array)[index] = field === 'rewards' ? Number.NaN : Number.POSITIVE_INFINITY;
+      await expect(client.train(batch)).rejects.toMatchObject({
+        code: 'invalid_argument',
+        message: expect.stringContaining(named),
+      });
+      // It keeps serving, and trains a finite batch.
+      const good = createSyntheticTrainBatch({ samples: 8, tokensPerSample: 32, responseTokens: 8 });
+      expect((await client.train(good)).samples_trained).toBe(8);
+    },
+  );
 });
