@@ -105,6 +105,21 @@ interface RequestState {
 const stopWindowTokens = 8;
 
 /**
+ * A prompt longer than the model can read (at least its context length, which leaves no room for a
+ * token): HTTP 413, as the proxy answers a context overflow, with the lengths in `details`.
+ */
+export class ContextOverflowError extends DressageError {
+  constructor(message: string, details: Record<string, unknown>) {
+    super({ code: 'out_of_range', message, details });
+    this.name = 'ContextOverflowError';
+  }
+
+  override get httpStatus(): number {
+    return 413;
+  }
+}
+
+/**
  * The embedded inference engine: continuous batching over a {@link CausalLanguageModel} with a
  * stacked key/value cache (see `DecodeBatch`). Requests join the running batch between decode steps; every step is
  * synchronous, so aborts, pauses and weight swaps always land on a token boundary.
@@ -301,9 +316,9 @@ export class InferenceEngine {
     const { contextLength } = this.model.config;
     if (request.inputIds.length === 0) throw invalid('input_ids must not be empty');
     if (request.inputIds.length >= contextLength) {
-      throw invalid(
+      throw new ContextOverflowError(
         `The input (${request.inputIds.length} tokens) is longer than the model's context length (${contextLength} tokens) allows`,
-        { prompt_tokens: request.inputIds.length, context_length: contextLength },
+        { rid: request.rid, prompt_tokens: request.inputIds.length, context_length: contextLength },
       );
     }
     for (let index = 0; index < request.inputIds.length; index++) {

@@ -21,6 +21,7 @@ export {
   weightsEqual,
 } from './checkpoint.js';
 export {
+  ContextOverflowError,
   defaultSampling,
   type EngineStatistics,
   type FinishReason,
@@ -36,6 +37,7 @@ export { addedTokenIds, defaultEosTokenIds } from './engine-cli.js';
 export {
   CausalLanguageModel,
   DecodeBatch,
+  defaultPrefillChunkLength,
   disposeCache,
   type ForwardOptions,
   type NamedWeights,

@@ -3,7 +3,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { smallConfig, testVocabulary } from './__fixtures__/embedded-fixture.js';
 import { initializeBackend } from './backend.js';
 import { weightsEqual } from './checkpoint.js';
-import { CausalLanguageModel } from './model.js';
+import { CausalLanguageModel, disposeCache } from './model.js';
 import { modelConfigSchema, resolveModelConfig } from './model-config.js';
 import { SupervisedTrainer } from './supervised-trainer.js';
 import type { TokenVocabulary } from './vocabulary.js';
@@ -110,6 +110,68 @@ describe('CausalLanguageModel', () => {
       model.dispose();
     },
   );
+
+  it.each(['rotary', 'alibi', 'sinusoidal'] as const)(
+    'prefills in chunks to the logits and cache of one pass, then decodes on from them (%s positions)',
+    (positionEncoding) => {
+      const model = CausalLanguageModel.create(vocabulary, { ...smallConfig, positionEncoding });
+      const prompt = vocabulary.slotsOf(sequence(150, 4));
+      const before = tf.memory().numTensors;
+      const whole = model.prefill(prompt, { allPositions: true, chunkLength: 1000 });
+      // Chunks of 16 (the last one short), and a chunk of one position at a time.
+      for (const chunkLength of [16, 1]) {
+        const chunked = model.prefill(prompt, { allPositions: true, chunkLength });
+        expect(chunked.logits.shape).toEqual([150, vocabulary.outputCount]);
+        expect(chunked.cache.length).toBe(150);
+        const difference = (left: tf.Tensor, right: tf.Tensor) =>
+          tf.tidy(() => left.sub(right).abs().max().dataSync()[0]!);
+        expect(difference(chunked.logits, whole.logits)).toBeLessThan(1e-4);
+        chunked.cache.keys.forEach((key, layer) => {
+          expect(key.shape).toEqual(whole.cache.keys[layer]!.shape);
+          expect(difference(key, whole.cache.keys[layer]!)).toBeLessThan(1e-4);
+          expect(difference(chunked.cache.values[layer]!, whole.cache.values[layer]!)).toBeLessThan(1e-4);
+        });
+        // Only the last position's logits unless asked for all.
+        const last = model.prefill(prompt, { chunkLength });
+        expect(last.logits.shape).toEqual([1, vocabulary.outputCount]);
+        const lastRow = whole.logits.slice([149, 0], [1, -1]);
+        expect(difference(last.logits, lastRow)).toBeLessThan(1e-4);
+        lastRow.dispose();
+        // A decode step from the chunked cache continues the sequence.
+        const batch = model.createDecodeBatch<number>();
+        batch.add(0, chunked.cache);
+        const next = batch.step([prompt[0]!]);
+        expect(next.shape).toEqual([1, vocabulary.outputCount]);
+        expect(Number.isFinite(tf.tidy(() => next.sum().dataSync()[0]!))).toBe(true);
+        next.dispose();
+        batch.clear();
+        chunked.logits.dispose();
+        last.logits.dispose();
+        disposeCache(last.cache);
+      }
+      whole.logits.dispose();
+      disposeCache(whole.cache);
+      expect(tf.memory().numTensors).toBe(before);
+      expect(() => model.prefill(prompt, { chunkLength: 0 })).toThrow(/chunkLength/);
+      model.dispose();
+    },
+  );
+
+  it('prefills a prompt of thousands of tokens, which one pass cannot hold, with bounded memory', () => {
+    // 6,000 positions in one pass take heads × 6,000² floats of scores per layer (about 0.6 GB
+    // live at once); the wasm backend failed there ("memory access out of bounds").
+    const model = CausalLanguageModel.create(vocabulary, { ...smallConfig, contextLength: 8192 });
+    const prompt = vocabulary.slotsOf(sequence(6000, 2));
+    const { cache, logits } = model.prefill(prompt);
+    expect(cache.length).toBe(6000);
+    expect(cache.keys[0]!.shape).toEqual([smallConfig.headCount, 6000, 32 / smallConfig.headCount!]);
+    const row = logprobRow(logits, 0);
+    expect(row.every(Number.isFinite)).toBe(true);
+    expect(Math.abs(row.reduce((sum, value) => sum + Math.exp(value), 0) - 1)).toBeLessThan(1e-4);
+    logits.dispose();
+    disposeCache(cache);
+    model.dispose();
+  });
 
   it('gives identical logits through the one-hot (differentiable) and gather embeddings', () => {
     const model = CausalLanguageModel.create(vocabulary, smallConfig);

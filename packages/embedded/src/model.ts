@@ -65,6 +65,12 @@ interface StackedStepOutput {
   values: tf.Tensor4D[];
 }
 
+/**
+ * Prompt positions read per step of {@link CausalLanguageModel.prefill}: attention scores of one step
+ * take `heads × 512 × length` floats (128 MiB for 4 heads at 16,384 positions).
+ */
+export const defaultPrefillChunkLength = 512;
+
 // Additive mask value: large enough that exp() underflows to exactly 0, small enough to stay finite.
 const maskValue = -1e9;
 const normEpsilon = 1e-5;
@@ -325,7 +331,7 @@ export class CausalLanguageModel {
    */
   forward(inputSlots: tf.Tensor2D, options: ForwardOptions = {}): tf.Tensor3D {
     this.#assertLive();
-    return tf.tidy(() => this.#forwardPass(inputSlots, options.differentiable ?? false, null));
+    return tf.tidy(() => this.#forwardPass(inputSlots, options.differentiable ?? false));
   }
 
   /**
@@ -359,7 +365,7 @@ export class CausalLanguageModel {
     );
     const picked = tf.tidy(() => {
       const slots = tf.tensor2d(batch.inputSlots, [batch.batchSize, batch.length], 'int32');
-      const logprobs = tf.logSoftmax(scaleLogits(this.#forwardPass(slots, false, null), temperature));
+      const logprobs = tf.logSoftmax(scaleLogits(this.#forwardPass(slots, false), temperature));
       return tf.gather(logprobs.reshape([-1]), tf.tensor1d(flatIndices, 'int32')).dataSync() as Float32Array;
     });
     return sequences.map((sequence, row) => {
@@ -395,10 +401,16 @@ export class CausalLanguageModel {
   /**
    * Reads a prompt into a new cache. Returns the cache (caller-owned) and the logits of every
    * position (`[length, outputs]`, caller-owned) or only of the last one (`[1, outputs]`).
+   *
+   * The prompt is read in chunks of `chunkLength` positions (default {@link defaultPrefillChunkLength}):
+   * each chunk's queries attend to the cached keys before it and to its own, so the attention scores
+   * of one step take `heads × chunkLength × length` floats instead of `heads × length²` (a
+   * 7,000-token prompt in one pass needs gigabytes, beyond what the wasm backend can address).
+   * A prompt no longer than one chunk takes exactly the single-pass operations.
    */
   prefill(
     slots: Int32Array,
-    options: { allPositions?: boolean } = {},
+    options: { allPositions?: boolean; chunkLength?: number } = {},
   ): { cache: SequenceCache; logits: tf.Tensor2D } {
     this.#assertLive();
     if (slots.length === 0 || slots.length > this.config.contextLength) {
@@ -407,13 +419,124 @@ export class CausalLanguageModel {
         message: `Cannot prefill ${slots.length} tokens with a context length of ${this.config.contextLength}`,
       });
     }
-    const cache: SequenceCache = { keys: [], values: [], length: slots.length };
-    const logits = tf.tidy(() => {
-      const input = tf.tensor2d(slots, [1, slots.length], 'int32');
-      const all = this.#forwardPass(input, false, cache).reshape([slots.length, this.vocabulary.outputCount]);
-      return (options.allPositions ? all : all.slice([slots.length - 1, 0], [1, -1])) as tf.Tensor2D;
-    });
+    const chunkLength = options.chunkLength ?? defaultPrefillChunkLength;
+    if (!Number.isInteger(chunkLength) || chunkLength < 1) {
+      throw new DressageError({
+        code: 'invalid_argument',
+        message: `chunkLength must be a positive integer, got ${chunkLength}`,
+      });
+    }
+    const cache: SequenceCache = { keys: [], values: [], length: 0 };
+    const pieces: tf.Tensor2D[] = [];
+    try {
+      for (let start = 0; start < slots.length; start += chunkLength) {
+        const end = Math.min(slots.length, start + chunkLength);
+        const wanted = options.allPositions || end === slots.length;
+        const logits = this.#prefillChunk(slots.subarray(start, end), start, cache);
+        if (!wanted) {
+          logits.dispose();
+          continue;
+        }
+        if (options.allPositions) pieces.push(logits);
+        else {
+          pieces.push(tf.tidy(() => logits.slice([end - start - 1, 0], [1, -1])));
+          logits.dispose();
+        }
+      }
+    } catch (error) {
+      disposeCache(cache);
+      for (const piece of pieces) piece.dispose();
+      throw error;
+    }
+    if (pieces.length === 1) return { cache, logits: pieces[0]! };
+    const logits = tf.concat(pieces, 0);
+    for (const piece of pieces) piece.dispose();
     return { cache, logits };
+  }
+
+  /**
+   * Reads positions `start … start + slots.length` of a prompt whose earlier positions are in
+   * `cache`: appends their keys and values to it and returns their logits `[slots.length, outputs]`.
+   */
+  #prefillChunk(slots: Int32Array, start: number, cache: SequenceCache): tf.Tensor2D {
+    const { modelDimension: width, headCount: heads } = this.config;
+    const headDimension = this.#headDimension;
+    const length = slots.length;
+    const total = start + length;
+    const keys: tf.Tensor3D[] = [];
+    const values: tf.Tensor3D[] = [];
+    const logits = tf.tidy(() => {
+      let hidden: tf.Tensor = tf.gather(this.#parameter('embedding.token'), tf.tensor1d(slots, 'int32'));
+      if (this.#positions !== null) {
+        hidden = hidden.add(
+          tf.tensor2d(this.#positions.subarray(start * width, total * width), [length, width]),
+        );
+      }
+      const rotation: Rotation | null =
+        this.#rotary === null
+          ? null
+          : {
+              cos: tf.tensor2d(this.#rotary.cos.subarray(start * headDimension, total * headDimension), [
+                length,
+                headDimension,
+              ]),
+              sin: tf.tensor2d(this.#rotary.sin.subarray(start * headDimension, total * headDimension), [
+                length,
+                headDimension,
+              ]),
+            };
+      const mask =
+        this.#alibiSlopes === null
+          ? tf.tensor2d(causalMaskValues(length, start), [length, total])
+          : tf.tensor3d(alibiMaskValues(length, this.#alibiSlopes, start), [heads, length, total]);
+      const splitHeads = (tensor: tf.Tensor) =>
+        tensor.reshape([1, length, heads, headDimension]).transpose([0, 2, 1, 3]) as tf.Tensor4D;
+      for (let layer = 0; layer < this.config.layerCount; layer++) {
+        const prefix = `layers.${layer}`;
+        const normed = this.#layerNorm(hidden, `${prefix}.attention_norm`);
+        const query = rotate(
+          splitHeads(normed.matMul(this.#parameter(`${prefix}.attention.query`))),
+          rotation,
+        );
+        const ownKey = rotate(
+          splitHeads(normed.matMul(this.#parameter(`${prefix}.attention.key`))),
+          rotation,
+        );
+        const ownValue = splitHeads(normed.matMul(this.#parameter(`${prefix}.attention.value`)));
+        const earlierKeys = cache.keys[layer];
+        const earlierValues = cache.values[layer];
+        const key =
+          earlierKeys === undefined
+            ? ownKey
+            : (tf.concat([earlierKeys.reshape([1, heads, start, headDimension]), ownKey], 2) as tf.Tensor4D);
+        const value =
+          earlierValues === undefined
+            ? ownValue
+            : (tf.concat(
+                [earlierValues.reshape([1, heads, start, headDimension]), ownValue],
+                2,
+              ) as tf.Tensor4D);
+        keys.push(tf.keep(key.reshape([heads, total, headDimension]) as tf.Tensor3D));
+        values.push(tf.keep(value.reshape([heads, total, headDimension]) as tf.Tensor3D));
+        const scores = tf.matMul(query, key, false, true).mul(this.#attentionScale).add(mask);
+        const attended = tf
+          .matMul(tf.softmax(scores), value)
+          .transpose([0, 2, 1, 3])
+          .reshape([length, width]);
+        hidden = hidden.add(attended.matMul(this.#parameter(`${prefix}.attention.output`)));
+        hidden = hidden.add(
+          this.#feedForward(this.#layerNorm(hidden, `${prefix}.feed_forward_norm`), prefix),
+        );
+      }
+      return this.#outputLogits(hidden);
+    });
+    // The cache now holds every position read so far; the previous (shorter) tensors are replaced.
+    for (const tensor of cache.keys) tensor.dispose();
+    for (const tensor of cache.values) tensor.dispose();
+    cache.keys = keys;
+    cache.values = values;
+    cache.length = total;
+    return logits;
   }
 
   /**
@@ -493,14 +616,14 @@ export class CausalLanguageModel {
     this.#assertLive();
     return tf.tidy(() => {
       const [batch, length] = slots.shape;
-      const all = this.#forwardPass(slots, false, null);
+      const all = this.#forwardPass(slots, false);
       return all
         .slice([0, length - 1, 0], [batch, 1, -1])
         .reshape([batch, this.vocabulary.outputCount]) as tf.Tensor2D;
     });
   }
 
-  #forwardPass(inputSlots: tf.Tensor2D, differentiable: boolean, cache: SequenceCache | null): tf.Tensor3D {
+  #forwardPass(inputSlots: tf.Tensor2D, differentiable: boolean): tf.Tensor3D {
     const { modelDimension: width, headCount: heads } = this.config;
     const headDimension = this.#headDimension;
     const [batch, length] = inputSlots.shape;
@@ -542,10 +665,6 @@ export class CausalLanguageModel {
       const query = rotate(splitHeads(normed.matMul(this.#parameter(`${prefix}.attention.query`))), rotation);
       const key = rotate(splitHeads(normed.matMul(this.#parameter(`${prefix}.attention.key`))), rotation);
       const value = splitHeads(normed.matMul(this.#parameter(`${prefix}.attention.value`)));
-      if (cache !== null) {
-        cache.keys.push(tf.keep(key.reshape([heads, length, headDimension]) as tf.Tensor3D));
-        cache.values.push(tf.keep(value.reshape([heads, length, headDimension]) as tf.Tensor3D));
-      }
       const scores = tf.matMul(query, key, false, true).mul(this.#attentionScale).add(causalMask);
       const attended = tf
         .matMul(tf.softmax(scores), value)
@@ -607,22 +726,30 @@ function alibiSlopes(heads: number): Float64Array {
   return Float64Array.from({ length: heads }, (_, head) => 2 ** ((-8 * (head + 1)) / heads));
 }
 
-/** `[heads, length, length]`: `-slope · distance` for keys at or before the query, masked after. */
-function alibiMaskValues(length: number, slopes: Float64Array): Float32Array {
-  const values = new Float32Array(slopes.length * length * length);
+/**
+ * `[heads, length, start + length]`: for the queries at positions `start …`, `-slope · distance` for
+ * keys at or before the query, masked after.
+ */
+function alibiMaskValues(length: number, slopes: Float64Array, start = 0): Float32Array {
+  const columns = start + length;
+  const values = new Float32Array(slopes.length * length * columns);
   slopes.forEach((slope, head) => {
     for (let row = 0; row < length; row++) {
-      const offset = (head * length + row) * length;
-      for (let column = 0; column < length; column++)
-        values[offset + column] = column <= row ? -slope * (row - column) : maskValue;
+      const offset = (head * length + row) * columns;
+      const position = start + row;
+      for (let column = 0; column < columns; column++)
+        values[offset + column] = column <= position ? -slope * (position - column) : maskValue;
     }
   });
   return values;
 }
 
-function causalMaskValues(length: number): Float32Array {
-  const values = new Float32Array(length * length);
-  for (let row = 0; row < length; row++) values.fill(maskValue, row * length + row + 1, (row + 1) * length);
+/** `[length, start + length]`: the causal mask of the queries at positions `start …`. */
+function causalMaskValues(length: number, start = 0): Float32Array {
+  const columns = start + length;
+  const values = new Float32Array(length * columns);
+  for (let row = 0; row < length; row++)
+    values.fill(maskValue, row * columns + start + row + 1, (row + 1) * columns);
   return values;
 }
 

@@ -193,7 +193,6 @@ describe('POST /generate', () => {
       [{ input_ids: prompt, sampling_params: { top_k: 0 } }, 'top_k'],
       [{ input_ids: prompt, sampling_params: { temperature: 'hot' } }, 'sampling_params.temperature'],
       [{ input_ids: prompt, stream: 'yes' }, 'stream'],
-      [{ input_ids: new Array(300).fill(prompt[0]) }, 'context length'],
       [{ input_ids: prompt, return_logprob: true, logprob_start_len: prompt.length }, 'logprob_start_len'],
     ];
     for (const [body, message] of cases) {
@@ -201,6 +200,16 @@ describe('POST /generate', () => {
       expect(response.status, message).toBe(400);
       expect(response.body.error!.message).toContain(message);
     }
+    // A prompt the model cannot hold is a context overflow: 413 with the lengths.
+    const overflow = await postJson(`${fixture.server.url}/generate`, {
+      input_ids: new Array(300).fill(prompt[0]),
+    });
+    expect(overflow.status).toBe(413);
+    expect(overflow.body.error).toMatchObject({
+      code: 413,
+      details: { prompt_tokens: 300, context_length: 256 },
+    });
+    expect(overflow.body.error!.message).toContain('context length');
     const broken = await postJson(`${fixture.server.url}/generate`, '{"input_ids": [1,');
     expect(broken.status).toBe(400);
     expect(broken.body.error!.message).toContain('not valid JSON');
