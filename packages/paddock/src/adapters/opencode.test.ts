@@ -35,11 +35,11 @@ describe('opencode 1.18.33 model requests', () => {
     if (runtimeDir) rmSync(runtimeDir, { recursive: true, force: true });
   });
 
-  it('sends no title request, keeps a session base URL, and sets its own session headers', async (context) => {
+  it('sends no title request, offers only allowed tools, keeps a session base URL, sets its own session headers', async (context) => {
     if (skipReason !== null) context.skip();
     const previous = process.env.DRESSAGE_OPENCODE_BIN;
     process.env.DRESSAGE_OPENCODE_BIN = bin;
-    const adapter = new OpencodeAdapter({});
+    const adapter = new OpencodeAdapter({ permission: { '*': 'deny', bash: 'allow' } });
     try {
       await adapter.init({
         runtimeDir,
@@ -48,7 +48,7 @@ describe('opencode 1.18.33 model requests', () => {
         proxyOrigin: `${model.url}/s/rollout-1`,
         proxyApiKey: 'key',
         apiPath: '/v1',
-        systemPrompt: null,
+        systemPrompt: 'You are a shell agent. Use bash, then answer in one line.',
         routerTimeoutMs: 60_000,
         sessionId: 'rollout-1',
         instanceId: 'group-1',
@@ -72,8 +72,9 @@ describe('opencode 1.18.33 model requests', () => {
     expect(request!.path).toBe('/s/rollout-1/v1/chat/completions');
     const body = request!.body as { tools?: Json[]; messages: Json[]; stream?: boolean };
     expect(body.stream).toBe(true);
-    expect(body.tools?.length).toBeGreaterThanOrEqual(5);
-    expect(String(body.messages[0]!.content)).toMatch(/^You are opencode/);
+    // Denied tools are left out of the request: bash alone, not opencode's ten.
+    expect(body.tools?.map((tool) => (tool.function as Json).name)).toEqual(['bash']);
+    expect(String(body.messages[0]!.content)).toMatch(/^You are a shell agent\. Use bash/);
     // Its own session id, set on every request over provider headers: only the URL can pin it.
     expect(request!.headers['x-session-id']).toMatch(/^ses_/);
     expect(request!.headers['x-session-affinity']).toBe(request!.headers['x-session-id']);

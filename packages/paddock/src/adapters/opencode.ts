@@ -31,6 +31,12 @@ export const opencodeOptionsSchema = z.strictObject({
       input: z.int().positive().optional(),
     })
     .optional(),
+  /**
+   * opencode permissions merged over the adapter's (`{"*": "allow", "question": "deny", "doom_loop":
+   * "deny"}`). A tool set to `deny` is left out of the model's tool list: `{"*": "deny", "bash":
+   * "allow"}` offers the bash tool alone (about 1,300 prompt tokens instead of about 5,000 for all ten).
+   */
+  permission: z.record(z.string().min(1), z.enum(['allow', 'ask', 'deny'])).optional(),
   compaction: z
     .strictObject({
       auto: z.boolean().optional(),
@@ -139,7 +145,7 @@ export class OpencodeAdapter implements BlackboxAdapter {
       },
       model: `${o.provider_id}/${o.model_id}`,
       small_model: `${o.provider_id}/${o.model_id}`,
-      permission: { '*': 'allow', question: 'deny', doom_loop: 'deny' },
+      permission: { '*': 'allow', question: 'deny', doom_loop: 'deny', ...o.permission },
       share: 'disabled',
       autoupdate: false,
       agent: { title: { disable: true } },
