@@ -10,6 +10,7 @@ export {
 } from './adapters/agent-install.js';
 export {
   builtinAdapters,
+  ClaudeCodeAdapter,
   OpencodeAdapter,
   opencodeMessagesToChat,
   QwenCodeAdapter,
@@ -22,6 +23,8 @@ export {
   AdapterOptionsError,
   type AdapterTurn,
   type AdapterTurnResult,
+  AgentTurnError,
+  agentTurnErrorStatus,
   type BlackboxAdapter,
   defaultCapabilities,
   knownBackends,

@@ -35,6 +35,7 @@ export type CliType = keyof typeof agentPackages;
 export const binVariables: Record<CliType, string> = {
   opencode: 'DRESSAGE_OPENCODE_BIN',
   qwen_code: 'DRESSAGE_QWEN_CODE_BIN',
+  claude_code: 'DRESSAGE_CLAUDE_CODE_BIN',
 };
 
 /** True where bubblewrap can make sandboxes. */

@@ -1,3 +1,4 @@
+import { appendFileSync } from 'node:fs';
 import { EngineStub } from '@dressage/guarantees/engine-stub';
 import { qwenModelDirectory } from '@dressage/guarantees/proxy-process';
 import { loadTokenizer } from '@dressage/tito';
@@ -99,10 +100,17 @@ export class QwenAgentModel {
 
   private answer(inputIds: number[]): { ids: number[]; text?: string; logprobs?: number[]; hang?: boolean } {
     const prompt = this.decode(inputIds);
+    if (process.env.AGENT_E2E_DUMP) appendFileSync(process.env.AGENT_E2E_DUMP, `\n=====REQUEST\n${prompt}`);
     const scripted = this.override?.(prompt, this.replies.length) ?? null;
     if (scripted?.hang) return { ids: [], hang: true };
     const tools = toolsOf(prompt);
-    const lastUser = prompt.slice(prompt.lastIndexOf('<|im_start|>user\n'));
+    // What came since the model's last reply (or since the system prompt): a CLI may split one
+    // turn into several user messages (the task, then reminders), or follow tool results with one.
+    const generation = prompt.lastIndexOf('<|im_start|>assistant\n');
+    const lastUser = prompt.slice(
+      prompt.lastIndexOf('<|im_start|>assistant\n', generation - 1) + 1,
+      generation,
+    );
     const system = /^<\|im_start\|>system\n[\s\S]*?<\|im_end\|>/.exec(prompt)?.[0] ?? '';
     let kind: ReplyKind;
     let text: string;

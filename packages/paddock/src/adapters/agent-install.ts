@@ -18,6 +18,7 @@ export interface AgentPackage {
 export const agentPackages = {
   opencode: { name: 'opencode-ai', version: '1.18.33', bin: 'opencode' },
   qwen_code: { name: '@qwen-code/qwen-code', version: '0.24.4', bin: 'qwen' },
+  claude_code: { name: '@anthropic-ai/claude-code', version: '2.1.332', bin: 'claude' },
 } as const satisfies Record<string, AgentPackage>;
 
 /** Where agent CLIs are installed: `$DRESSAGE_AGENT_CACHE_DIR`, else `~/.cache/dressage-agents`. */

@@ -1,4 +1,5 @@
 import type { AdapterFactory } from '../blackbox/adapter.js';
+import { ClaudeCodeAdapter } from './claude-code.js';
 import { OpencodeAdapter } from './opencode.js';
 import { QwenCodeAdapter } from './qwen-code.js';
 
@@ -6,7 +7,14 @@ import { QwenCodeAdapter } from './qwen-code.js';
 export const builtinAdapters: Record<string, AdapterFactory> = {
   opencode: (options) => new OpencodeAdapter(options),
   qwen_code: (options) => new QwenCodeAdapter(options),
+  claude_code: (options) => new ClaudeCodeAdapter(options),
 };
 
+export {
+  ClaudeCodeAdapter,
+  claudeCodeOptionsSchema,
+  claudeFailure,
+  claudeResultEvent,
+} from './claude-code.js';
 export { OpencodeAdapter, opencodeMessagesToChat, opencodeOptionsSchema } from './opencode.js';
 export { QwenCodeAdapter, qwenCodeOptionsSchema, qwenStreamToChat } from './qwen-code.js';

@@ -23,6 +23,11 @@ export interface AdapterContext {
   /** The session the server is bound to. */
   sessionId: string;
   instanceId: string;
+  /**
+   * True when the server runs inside a sandbox (`BBS_INSIDE_SANDBOX=1`): only then may an adapter
+   * let its agent run tools without asking.
+   */
+  insideSandbox?: boolean;
   /** Resolves once no model request is in flight through the LLM proxy. */
   drainModelRequests(): Promise<void>;
 }
@@ -96,6 +101,34 @@ export class AdapterOptionsError extends DressageError {
     super({ code: 'invalid_argument', message, details: { errors } });
     this.name = 'AdapterOptionsError';
     this.errors = errors;
+  }
+}
+
+/** Turn outcomes an agent can report itself, with their status in the turn error table. */
+export const agentTurnErrorStatus = {
+  context_overflow: 413,
+  max_steps_exceeded: 429,
+  backend_error: 502,
+  backend_timeout: 504,
+} as const;
+
+/**
+ * A failure the agent reported in its own terms (its step limit, its context limit, its model call
+ * failing), mapped onto the turn error table. Thrown from {@link BlackboxAdapter.runTurn}; any other
+ * error is a 502 `backend_error`.
+ */
+export class AgentTurnError extends Error {
+  constructor(
+    readonly error: keyof typeof agentTurnErrorStatus,
+    message: string,
+    readonly details: Record<string, unknown> = {},
+  ) {
+    super(message);
+    this.name = 'AgentTurnError';
+  }
+
+  get httpStatus(): number {
+    return agentTurnErrorStatus[this.error];
   }
 }
 

@@ -342,6 +342,7 @@ export class RolloutBinding {
       routerTimeoutMs: this.effective.router_timeout,
       sessionId: request.bound_session_id,
       instanceId: request.bound_instance_id,
+      insideSandbox: this.config.inside_sandbox,
       drainModelRequests: () => proxy.drain().then(() => undefined),
     });
     this.info = {

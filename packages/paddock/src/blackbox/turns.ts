@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import type { AdapterTurnResult } from './adapter.js';
+import { type AdapterTurnResult, AgentTurnError } from './adapter.js';
 import type { RolloutBinding } from './binding.js';
 import { fingerprintOf } from './fingerprint.js';
 import { BlackboxHttpError, parseBody, unknownTurn } from './http-error.js';
@@ -529,6 +529,14 @@ export class TurnEngine {
 
     let error: TurnError | null = turn.stopReason;
     if (error === null && incident !== null) error = incidentError(incident);
+    if (error === null && failure instanceof AgentTurnError) {
+      error = {
+        error: failure.error,
+        message: failure.message,
+        details: failure.details,
+        http_status: failure.httpStatus,
+      };
+    }
     if (error === null && failure !== null) {
       const message = failure instanceof Error ? failure.message : String(failure);
       error = {
