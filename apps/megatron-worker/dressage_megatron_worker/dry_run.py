@@ -53,6 +53,7 @@ def _flag_problems(argv: Sequence[str]) -> list[str]:
                 "offload_rollout": bool({"--offload", "--offload-rollout"} & present),
                 "use_critic": estimator == "ppo",
                 "debug_rollout_only": "--debug-rollout-only" in present,
+                "check_for_nan_in_loss_and_grad": "--no-check-for-nan-in-loss-and-grad" not in present,
             },
         )()
     )

@@ -18,7 +18,7 @@ from .packed_batch import PackedBatch
 from .rank_payloads import DataParallelSchedule, rank_payloads
 from .rollout_data import to_rollout_data
 from .slime_settings import batch_settings, scaled_rewards
-from .slime_train_actor import SETTINGS_KEY, dressage_actor_class
+from .slime_train_actor import SETTINGS_KEY, SKIPPED_KEY, dressage_actor_class
 
 
 def _refuse(message: str) -> WorkerError:
@@ -37,6 +37,12 @@ def launch_problems(args: Any) -> list[str]:
         problems.append("--advantage-estimator ppo needs slime's critic, which this worker does not drive")
     if getattr(args, "debug_rollout_only", False):
         problems.append("--debug-rollout-only trains nothing")
+    if getattr(args, "check_for_nan_in_loss_and_grad", True):
+        problems.append(
+            "Megatron's NaN check (on by default) raises in the middle of a step and fails the whole Train "
+            "call; pass --no-check-for-nan-in-loss-and-grad: slime then skips a step whose gradient is not "
+            "finite (no optimizer or learning-rate step) and the worker reports it as nonfinite_step_skipped"
+        )
     return problems
 
 
@@ -167,13 +173,14 @@ class SlimeMegatronActor:
         box = self._import("slime.utils.misc").Box
         refs = [box(self._ray.put(payload)) for payload in payloads]
         started = time.monotonic()
-        self._ray.get(actor_model.async_train(rollout_id, refs, external_data={SETTINGS_KEY: settings}))
-        return TrainResult(
-            batch.sample_count,
-            int(batch.tokens.size),
-            len(payloads[0]["global_batch_sizes"]) if payloads else 0,
-            {"denominator_scale": scale, "train_seconds": time.monotonic() - started},
-        )
+        reports = self._ray.get(actor_model.async_train(rollout_id, refs, external_data={SETTINGS_KEY: settings}))
+        # Every rank sees the same global gradient norm, hence skips the same steps.
+        skipped = max((int(report.get(SKIPPED_KEY, 0)) for report in reports if isinstance(report, dict)), default=0)
+        steps = len(payloads[0]["global_batch_sizes"]) if payloads else 0
+        metrics = {"denominator_scale": scale, "train_seconds": time.monotonic() - started}
+        if skipped:
+            metrics["nonfinite_step_skipped"] = float(skipped)
+        return TrainResult(batch.sample_count, int(batch.tokens.size), steps - skipped, metrics)
 
     def update_weights(self, weight_version: str, engine_urls: list[str]) -> tuple[str, int]:
         """Pushes through slime (actor_model.update_weights) and answers the version slime's engines

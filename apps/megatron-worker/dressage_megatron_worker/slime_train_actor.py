@@ -8,9 +8,12 @@ the subclass takes the settings out of it and sets them on its own arguments bef
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 SETTINGS_KEY = "dressage_settings"
+# What the subclass's train() returns: the steps slime skipped because the gradient was not finite.
+SKIPPED_KEY = "nonfinite_step_skipped"
 
 
 def dressage_actor_class(base: type) -> type:
@@ -23,6 +26,35 @@ def dressage_actor_class(base: type) -> type:
                 for name, value in external_data[SETTINGS_KEY].items():
                     setattr(self.args, name, value)
                 external_data = None
-            return super().train(rollout_id, rollout_data_ref, external_data=external_data)
+            self._dressage_skipped = 0
+            self._dressage_watch_steps()
+            super().train(rollout_id, rollout_data_ref, external_data=external_data)
+            # The actor role returns None to slime; the worker reads this instead.
+            return {SKIPPED_KEY: self._dressage_skipped}
+
+        def _dressage_watch_steps(self) -> None:
+            """Counts the steps slime's train_one_step skips: with the NaN check off it asks the
+            optimizer `prepare_grads()` (True: inf or NaN found) and then `get_grad_norm()`, and
+            steps only when the first is False and the norm finite."""
+            optimizer = self.optimizer
+            if getattr(optimizer, "_dressage_watched", False):
+                return
+            prepare_grads, get_grad_norm = optimizer.prepare_grads, optimizer.get_grad_norm
+
+            def watched_prepare_grads() -> Any:
+                found_inf = prepare_grads()
+                if found_inf:
+                    self._dressage_skipped += 1
+                return found_inf
+
+            def watched_get_grad_norm() -> Any:
+                norm = get_grad_norm()
+                if not math.isfinite(float(norm)):
+                    self._dressage_skipped += 1
+                return norm
+
+            optimizer.prepare_grads = watched_prepare_grads
+            optimizer.get_grad_norm = watched_get_grad_norm
+            optimizer._dressage_watched = True
 
     return DressageMegatronTrainRayActor

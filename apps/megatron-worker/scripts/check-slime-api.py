@@ -106,6 +106,12 @@ def main(root: Path) -> int:
         if f'"{key}"' not in rollout:
             print(f"DIFFERS  rollout_data key {key} is not in slime/ray/rollout.py")
             failures += 1
+    for relative, lines in MANIFEST["step_skip"]["source_lines"].items():
+        source = (root / relative).read_text()
+        for line in lines:
+            if line not in source:
+                print(f"DIFFERS  {relative} no longer holds: {line}")
+                failures += 1
     failures += check_dtypes(root)
     print(f"{failures} difference(s) against {root}")
     return 1 if failures else 0

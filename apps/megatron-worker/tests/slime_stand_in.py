@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import http.server
 import json
+import math
 import os
 import threading
 import types
@@ -197,6 +198,9 @@ class Slime:
         self.args = args
         self.rollout_manager: RemoteHandle | None = None
         self.group: Any = None
+        # The global gradient norm of each training step, in order (a step beyond the list: 1.0).
+        self.grad_norms: list[float] = []
+        self.optimizer_steps = 0
         self.modules = self._build()
 
     def close(self) -> None:
@@ -211,12 +215,47 @@ class Slime:
         calls = self.calls
         cluster = self
 
+        class Optimizer:
+            """Megatron's optimizer as slime's train_one_step uses it; every rank sees one global norm."""
+
+            def __init__(self) -> None:
+                self.norms_read = 0
+
+            def prepare_grads(self) -> bool:
+                return False
+
+            def get_grad_norm(self) -> float:
+                norms = cluster.grad_norms
+                return norms[self.norms_read] if self.norms_read < len(norms) else 1.0
+
+            def step(self) -> tuple[bool, float, None]:
+                return True, self.get_grad_norm(), None
+
         class MegatronTrainRayActor:
-            """slime's training actor, reduced to what its train() does with rollout_data."""
+            """slime's training actor, reduced to what its train() does with rollout_data and to its
+            train_one_step's handling of a non-finite gradient (slime_api.json, step_skip)."""
 
             def init(self, args: Any, rank: int, dp_rank: int, dp_size: int) -> None:
                 self.args, self.rank, self.dp_rank, self.dp_size = args, rank, dp_rank, dp_size
                 self.received: list[tuple[int, dict[str, Any], Any]] = []
+                self.optimizer = Optimizer()
+
+            def _train_steps(self, steps: int) -> None:
+                for _ in range(steps):
+                    valid = True
+                    if not self.args.check_for_nan_in_loss_and_grad:
+                        if self.optimizer.prepare_grads():
+                            valid = False
+                        else:
+                            norm = self.optimizer.get_grad_norm()
+                            valid = not (math.isnan(norm) or math.isinf(norm))
+                    elif not math.isfinite(self.optimizer.get_grad_norm()):
+                        raise RuntimeError("Rank 0: found NaN in local grad norm in backward pass")
+                    if valid:
+                        self.optimizer.step()
+                        if self.rank == 0:
+                            cluster.optimizer_steps += 1
+                    self.optimizer.norms_read += 1
 
             def train(self, rollout_id: int, rollout_data_ref: Any, external_data: Any = None) -> None:
                 if external_data is not None:
@@ -229,6 +268,7 @@ class Slime:
                     raise TypeError(f"rollout_data_ref holds {type(box).__name__}, not slime.utils.misc.Box")
                 data = check_rank_data(resolve(box.inner), self.dp_rank)
                 self.received.append((rollout_id, data, copy.deepcopy(self.args)))
+                self._train_steps(len(data["global_batch_sizes"]))
 
             def save(self, rollout_id: int) -> None:
                 # Megatron writes under the actor's own --save.
@@ -388,6 +428,7 @@ def launch_args(**overrides: Any) -> StrictArgs:
         "use_opd": False,
         "custom_advantage_function_path": None,
         "loss_type": "policy_loss",
+        "check_for_nan_in_loss_and_grad": False,
     }
     unknown = set(overrides) - set(values)
     if unknown:

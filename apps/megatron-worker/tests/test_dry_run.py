@@ -15,6 +15,7 @@ LAUNCH = [
     "--hf-checkpoint", "/models/Qwen3.5-4B", "--load", "/ckpt/qwen3.5-4b", "--save", "/ckpt/qwen3.5-4b",
     "--disable-rollout-global-dataset", "--rollout-batch-size", "32", "--n-samples-per-prompt", "16",
     "--num-rollout", "200", "--global-batch-size", "512", "--advantage-estimator", "grpo",
+    "--no-check-for-nan-in-loss-and-grad",
 ]
 
 

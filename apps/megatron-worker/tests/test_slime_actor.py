@@ -188,6 +188,27 @@ class SlimeActorTest(unittest.TestCase):
                 started.actor.start()
             self.assertEqual(started.slime.calls, [])
 
+    def test_a_step_whose_gradient_is_not_finite_is_skipped_and_reported(self) -> None:
+        started = self.started()
+        clean = self.train(started)
+        self.assertNotIn("nonfinite_step_skipped", clean.metrics)
+        steps = clean.optimizer_steps
+        self.assertGreaterEqual(steps, 1)
+        self.assertEqual(started.slime.optimizer_steps, steps)
+        # The next batch's first step has a NaN gradient norm: slime skips it (no optimizer step),
+        # the others run, and the worker says so.
+        started.slime.grad_norms = [1.0] * steps + [float("nan")]
+        result = self.train(started)
+        self.assertEqual(result.metrics["nonfinite_step_skipped"], 1.0)
+        self.assertEqual(result.optimizer_steps, steps - 1)
+        self.assertEqual(started.slime.optimizer_steps, 2 * steps - 1)
+
+    def test_megatrons_nan_check_must_be_off_so_that_steps_are_skipped_not_failed(self) -> None:
+        started = Started(self, check_for_nan_in_loss_and_grad=True)
+        with self.assertRaisesRegex(WorkerError, "--no-check-for-nan-in-loss-and-grad"):
+            started.actor.start()
+        self.assertEqual(started.slime.calls, [])
+
     def test_checkpoints_go_where_megatron_writes_them(self) -> None:
         directory = tempfile.mkdtemp()
         started = self.started(save=directory)

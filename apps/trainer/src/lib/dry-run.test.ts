@@ -109,6 +109,7 @@ training: { steps: 1 }
       ...['--actor-num-gpus-per-node', '8', '--rollout-num-gpus', '8', '--hf-checkpoint', '/models/m'],
       ...['--num-layers', '2', '--hidden-size', '8', '--num-attention-heads', '2', '--num-rollout', '3'],
       ...['--sglang-router-ip', '127.0.0.1', '--sglang-router-port', '9'],
+      '--no-check-for-nan-in-loss-and-grad',
     ];
     const recipePath = join(directory, 'recipe.yaml');
     await writeFile(
