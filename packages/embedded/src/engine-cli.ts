@@ -19,7 +19,9 @@ const usage = `Usage:
   dressage-engine serve --model DIR [--tokenizer DIR] [--host 127.0.0.1] [--port 30000]
                         [--backend auto|wasm|cpu] [--max-batch-size 32] [--seed N]
                         [--model-name NAME] [--weight-version V] [--eos-token-id ID]...
-      Serves a checkpoint through the SGLang HTTP subset (/generate, /abort_request, ...).`;
+                        [--exit-with-stdin]
+      Serves a checkpoint through the SGLang HTTP subset (/generate, /abort_request, ...).
+      --exit-with-stdin: exit when standard input ends (for a parent that starts the engine).`;
 
 /** What the CLI prints to; tests pass their own. */
 export interface CliIo {

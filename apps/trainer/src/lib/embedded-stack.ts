@@ -10,6 +10,7 @@ import {
   hashSeed,
   InferenceEngine,
   initializeBackend,
+  saveCheckpoint,
   startEmbeddedTrainerServer,
   startEngineServer,
 } from '@dressage/embedded';
@@ -23,6 +24,7 @@ import {
 import { seededPermutation } from '@dressage/schedulers';
 import { TitoEncoder } from '@dressage/tito';
 import { createTrainerClient, type TrainerClient } from '@dressage/trainer-bridge';
+import { startEngineProcess } from './engine-process.js';
 import type { Recipe } from './recipe.js';
 import {
   buildSupervisedBatch,
@@ -42,6 +44,8 @@ export interface EmbeddedStack {
   /** Supervised batches for the warm-start (empty without examples). */
   warmStartBatches: PackedTrainBatch[];
   backend: string;
+  /** The embedded engine's place: `own` in a child process, `shared` in this one. */
+  engineProcess?: 'own' | 'shared';
   /**
    * The trainer's logprobs of the last policy-loss step's response tokens (before its update; NaN
    * where not trained), taken once. Only an in-process trainer has them.
@@ -142,34 +146,67 @@ export async function startEmbeddedStack(options: EmbeddedStackOptions): Promise
   // The engine serves this model; the trainer trains its own copy and publishes it on UpdateWeights.
   const servingModel = CausalLanguageModel.create(vocabulary, modelConfig);
   const weightVersion = '0';
-  const engine = new InferenceEngine({
-    model: servingModel,
-    weightVersion,
-    seed: recipe.seed,
-    eosTokenIds: defaultEosTokenIds(tokenizer),
-    decodeText: (ids: readonly number[]) => tokenizer.decode(ids),
-  });
-  const engineServer = await startEngineServer({
-    engine,
-    tokenizer,
-    host: '127.0.0.1',
-    port: recipe.engine.port,
-  });
+  const engineProcess = recipe.engine.process ?? (recipe.rollout.mode === 'sync' ? 'shared' : 'own');
   let trainLogProbs: Float32Array | null = null;
-  const trainerServer = await startEmbeddedTrainerServer({
+  const trainerOptions = {
     model: servingModel,
-    engine,
     weightVersion,
     temperature: recipe.rollout.temperature,
     learningRate: recipe.loss.learning_rate,
-    onTrainLogProbs: (logProbs) => {
+    onTrainLogProbs: (logProbs: Float32Array) => {
       trainLogProbs = logProbs;
     },
-  });
+  };
+  let engineUrl: string;
+  let closeEngine: () => Promise<void>;
+  let trainerServer: Awaited<ReturnType<typeof startEmbeddedTrainerServer>>;
+  if (engineProcess === 'own') {
+    // The engine loads the same seeded weights from a checkpoint; every later version reaches it
+    // as a checkpoint directory through /update_weights_from_disk.
+    const initialDirectory = join(options.outputDirectory, 'engine', 'initial');
+    await saveCheckpoint(initialDirectory, servingModel, { weightVersion });
+    const child = await startEngineProcess({
+      modelDirectory: initialDirectory,
+      tokenizerDirectory: tokenizerPath,
+      seed: recipe.seed,
+      port: recipe.engine.port,
+      log,
+    });
+    engineUrl = child.url;
+    closeEngine = () => child.close();
+    trainerServer = await startEmbeddedTrainerServer({
+      ...trainerOptions,
+      engineUrls: [child.url],
+      weightsDirectory: join(options.outputDirectory, 'engine', 'weights'),
+    }).catch(async (error: unknown) => {
+      await child.close();
+      throw error;
+    });
+  } else {
+    const engine = new InferenceEngine({
+      model: servingModel,
+      weightVersion,
+      seed: recipe.seed,
+      eosTokenIds: defaultEosTokenIds(tokenizer),
+      decodeText: (ids: readonly number[]) => tokenizer.decode(ids),
+    });
+    const engineServer = await startEngineServer({
+      engine,
+      tokenizer,
+      host: '127.0.0.1',
+      port: recipe.engine.port,
+    });
+    engineUrl = engineServer.url;
+    closeEngine = async () => {
+      await engineServer.close();
+      engine.close();
+    };
+    trainerServer = await startEmbeddedTrainerServer({ ...trainerOptions, engine });
+  }
   const trainer = createTrainerClient(trainerServer.address);
   await trainer.waitForReady();
   const proxy = await startProxyServer(
-    { ...proxyConfig, sglangRouterUrl: engineServer.url },
+    { ...proxyConfig, sglangRouterUrl: engineUrl },
     { tokenizer: createPromptTokenizer({ tokenizer, renderer, tokenizerId: tokenizerPath, chatTemplate }) },
   );
   // Shuffled (seeded): prompt files are often sorted, and a batch of one kind of record teaches
@@ -183,16 +220,17 @@ export async function startEmbeddedStack(options: EmbeddedStackOptions): Promise
   }
   log(
     `embedded stack: backend ${backend}, ${servingModel.parameterCount} parameters, ${vocabulary.outputCount} known ids, ` +
-      `engine ${engineServer.url}, trainer ${trainerServer.address}, proxy ${proxy.url}`,
+      `engine ${engineUrl} (${engineProcess === 'own' ? 'own process' : 'this process'}), trainer ${trainerServer.address}, proxy ${proxy.url}`,
   );
   return {
-    engineUrl: engineServer.url,
+    engineUrl,
     proxyUrl: proxy.url,
     trainerAddress: trainerServer.address,
     trainer,
     weightVersion,
     warmStartBatches,
     backend,
+    engineProcess,
     takeTrainLogProbs() {
       const taken = trainLogProbs;
       trainLogProbs = null;
@@ -202,8 +240,7 @@ export async function startEmbeddedStack(options: EmbeddedStackOptions): Promise
       await proxy.close();
       trainer.close();
       await trainerServer.close();
-      await engineServer.close();
-      engine.close();
+      await closeEngine();
       servingModel.dispose();
     },
   };

@@ -60,6 +60,13 @@ export const engineSchema = z.discriminatedUnion('kind', [
     /** Texts whose token ids make up the compact vocabulary, besides the prompts and the template. */
     vocabulary_texts: z.array(z.string()).default([]),
     port: z.int().min(0).max(65535).default(0),
+    /**
+     * `own`: the engine runs in a child process, so generation uses its own core while the trainer
+     * trains, and weights reach it as checkpoint files. `shared`: in the trainer's process (one
+     * thread for both). Unset: `own` in the async modes, whose rollouts run during training, and
+     * `shared` in sync mode, where nothing would overlap.
+     */
+    process: z.enum(['own', 'shared']).optional(),
   }),
   z.strictObject({
     kind: z.literal('sglang'),
