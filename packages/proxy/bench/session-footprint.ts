@@ -24,7 +24,7 @@ export interface SessionFootprint {
   keptRequestBody: number;
   /** The strings and objects of the distinct messages (raw and validated). */
   messageContents: number;
-  /** Per-step message arrays (request and snapshot), the request cache's arrays. */
+  /** Per-step message arrays, the request cache's arrays. */
   messageArrays: number;
   /** Step objects, their ids and raw response texts; lineages and segments. */
   steps: number;
@@ -94,9 +94,7 @@ export function sessionFootprint(session: Session): SessionFootprint {
     buffers.add(step.buffer);
     if (step.snapshotSource !== null) sources.add(step.snapshotSource);
     for (const message of step.messagesSnapshot) messages.add(message);
-    for (const message of step.requestMessages) messages.add(message);
-    footprint.messageArrays +=
-      arrayBytes(step.messagesSnapshot.length) + arrayBytes(step.requestMessages.length);
+    footprint.messageArrays += arrayBytes(step.messagesSnapshot.length);
     footprint.steps +=
       objectHeader + 40 * slot + stringBytes(step.stepId) + stringBytes(step.rawResponseText);
   }
@@ -110,7 +108,7 @@ export function sessionFootprint(session: Session): SessionFootprint {
   for (const buffer of buffers) {
     footprint.tokenIds += buffer.ids.byteLength;
     footprint.tokenIdsUsed += buffer.length * 4;
-    footprint.logprobs += buffer.logprobs.byteLength;
+    footprint.logprobs += buffer.logprobsByteLength;
     footprint.versionsAndRanges +=
       arrayBytes(buffer.versionRuns.length) +
       buffer.versionRuns.length * (objectHeader + 2 * slot) +

@@ -10,7 +10,7 @@ export type FinalizeResult = Record<string, unknown>;
 
 function freeze(buffer: TokenBuffer, end: number, maskNonlast: boolean): StoredBlock {
   const ids = buffer.ids.slice(0, end);
-  const logprobs = buffer.logprobs.slice(0, end);
+  const logprobs = buffer.logprobsUpTo(end);
   const versionRuns = buffer.versionRunsIn(0, end);
   let ranges: number[] = [...buffer.responseRanges];
   if (maskNonlast) ranges = lastVersionRanges(buffer.responseRanges, versionRuns);

@@ -43,7 +43,7 @@ export interface Step {
   segment: LineageSegment;
   routeType: RouteType;
   routeBaseStepId: string | null;
-  requestMessages: ChatMessage[];
+  /** The request's messages and the recorded reply (the request's own array is not kept as well). */
   messagesSnapshot: ChatMessage[];
   tools: Tool[] | null;
   toolsJson: string;
@@ -601,7 +601,6 @@ export function commitStep(session: Session, plan: StepPlan, output: StepOutput,
     segment,
     routeType: plan.routeType,
     routeBaseStepId: plan.baseStep?.stepId ?? null,
-    requestMessages: plan.messages,
     messagesSnapshot: snapshot,
     tools: plan.tools,
     toolsJson: plan.toolsJson,

@@ -27,12 +27,13 @@ export interface VersionRun {
 }
 
 /**
- * Growable token storage of one lineage segment (or one snapshot step): ids and logprobs in typed
- * arrays, response ranges and versions as runs. No per-token objects.
+ * Growable token storage of one lineage segment (or one snapshot step): ids in a typed array,
+ * logprobs of the response tokens only (float32, in order), response ranges and versions as runs. No
+ * per-token objects.
  */
 export class TokenBuffer {
+  /** Ids of `[0, length)`; the array's capacity may be larger. */
   ids: Int32Array;
-  logprobs: Float32Array;
   length = 0;
   /** Flat `[start, end, start, end, …]` of model-output ranges (loss mask 1). */
   readonly responseRanges: number[] = [];
@@ -42,6 +43,11 @@ export class TokenBuffer {
   /** True once an engine payload did not fit (odd size, width or dtype change): no R3 rows at all. */
   routingInvalid = false;
 
+  // Logprobs of the response tokens, in the order of `responseRanges`. Context tokens (most of an
+  // agent's tokens: prompts and tool outputs) have logprob 0 and take no room here.
+  #responseLogprobs: Float32Array;
+  #responseCount = 0;
+
   // Comma-joined decimal ids of [0, #joinedCount): joining is the costliest O(context) step of a
   // request (milliseconds at 60K tokens), so the engine's input_ids JSON only joins the new ids.
   #joined = '';
@@ -49,20 +55,29 @@ export class TokenBuffer {
 
   constructor(capacity = 256) {
     this.ids = new Int32Array(capacity);
-    this.logprobs = new Float32Array(capacity);
+    this.#responseLogprobs = new Float32Array(Math.min(capacity, 256));
+  }
+
+  // Room for `needed` elements with at most an eighth (or 1,024) spare: doubling would leave up to
+  // half of a long conversation's buffer empty, and copying ids once per eighth of growth is cheap.
+  static #grown(current: number, needed: number): number {
+    return Math.max(needed + (needed >>> 3), current + 1024);
   }
 
   #reserve(extra: number): void {
     const needed = this.length + extra;
     if (needed <= this.ids.length) return;
-    let capacity = this.ids.length * 2;
-    while (capacity < needed) capacity *= 2;
-    const ids = new Int32Array(capacity);
+    const ids = new Int32Array(TokenBuffer.#grown(this.ids.length, needed));
     ids.set(this.ids.subarray(0, this.length));
-    const logprobs = new Float32Array(capacity);
-    logprobs.set(this.logprobs.subarray(0, this.length));
     this.ids = ids;
-    this.logprobs = logprobs;
+  }
+
+  #reserveLogprobs(extra: number): void {
+    const needed = this.#responseCount + extra;
+    if (needed <= this.#responseLogprobs.length) return;
+    const logprobs = new Float32Array(TokenBuffer.#grown(this.#responseLogprobs.length, needed));
+    logprobs.set(this.#responseLogprobs.subarray(0, this.#responseCount));
+    this.#responseLogprobs = logprobs;
   }
 
   #pushVersion(end: number, version: string): void {
@@ -76,7 +91,6 @@ export class TokenBuffer {
     if (ids.length === 0) return;
     this.#reserve(ids.length);
     this.ids.set(ids, this.length);
-    this.logprobs.fill(0, this.length, this.length + ids.length);
     this.length += ids.length;
     this.#pushVersion(this.length, CONTEXT_TOKEN_VERSION);
   }
@@ -87,7 +101,9 @@ export class TokenBuffer {
     const start = this.length;
     this.#reserve(ids.length);
     this.ids.set(ids, start);
-    this.logprobs.set(logprobs.subarray(0, ids.length), start);
+    this.#reserveLogprobs(ids.length);
+    this.#responseLogprobs.set(logprobs.subarray(0, ids.length), this.#responseCount);
+    this.#responseCount += ids.length;
     this.length += ids.length;
     const lastRange = this.responseRanges.length;
     if (lastRange > 0 && this.responseRanges[lastRange - 1] === start)
@@ -162,6 +178,26 @@ export class TokenBuffer {
   releaseJoinedIds(): void {
     this.#joined = '';
     this.#joinedCount = 0;
+  }
+
+  /** The logprobs of `[0, end)`: each response token's as recorded, 0 for context tokens. */
+  logprobsUpTo(end: number): Float32Array {
+    const out = new Float32Array(end);
+    let offset = 0;
+    for (let index = 0; index < this.responseRanges.length; index += 2) {
+      const start = this.responseRanges[index]!;
+      const stop = this.responseRanges[index + 1]!;
+      if (start >= end) break;
+      const count = Math.min(stop, end) - start;
+      out.set(this.#responseLogprobs.subarray(offset, offset + count), start);
+      offset += stop - start;
+    }
+    return out;
+  }
+
+  /** Bytes of logprob storage (response tokens only, with spare room). */
+  get logprobsByteLength(): number {
+    return this.#responseLogprobs.byteLength;
   }
 
   /** A copy of the ids in `[start, end)`. */
