@@ -11,6 +11,7 @@ export {
 export {
   builtinAdapters,
   ClaudeCodeAdapter,
+  CodexAdapter,
   OpencodeAdapter,
   opencodeMessagesToChat,
   QwenCodeAdapter,

@@ -36,6 +36,7 @@ export const binVariables: Record<CliType, string> = {
   opencode: 'DRESSAGE_OPENCODE_BIN',
   qwen_code: 'DRESSAGE_QWEN_CODE_BIN',
   claude_code: 'DRESSAGE_CLAUDE_CODE_BIN',
+  codex: 'DRESSAGE_CODEX_BIN',
 };
 
 /** True where bubblewrap can make sandboxes. */

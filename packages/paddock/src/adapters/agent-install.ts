@@ -19,6 +19,7 @@ export const agentPackages = {
   opencode: { name: 'opencode-ai', version: '1.18.33', bin: 'opencode' },
   qwen_code: { name: '@qwen-code/qwen-code', version: '0.24.4', bin: 'qwen' },
   claude_code: { name: '@anthropic-ai/claude-code', version: '2.1.332', bin: 'claude' },
+  codex: { name: '@openai/codex', version: '0.171.0', bin: 'codex' },
 } as const satisfies Record<string, AgentPackage>;
 
 /** Where agent CLIs are installed: `$DRESSAGE_AGENT_CACHE_DIR`, else `~/.cache/dressage-agents`. */

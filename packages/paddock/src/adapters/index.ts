@@ -1,5 +1,6 @@
 import type { AdapterFactory } from '../blackbox/adapter.js';
 import { ClaudeCodeAdapter } from './claude-code.js';
+import { CodexAdapter } from './codex.js';
 import { OpencodeAdapter } from './opencode.js';
 import { QwenCodeAdapter } from './qwen-code.js';
 
@@ -8,6 +9,7 @@ export const builtinAdapters: Record<string, AdapterFactory> = {
   opencode: (options) => new OpencodeAdapter(options),
   qwen_code: (options) => new QwenCodeAdapter(options),
   claude_code: (options) => new ClaudeCodeAdapter(options),
+  codex: (options) => new CodexAdapter(options),
 };
 
 export {
@@ -16,5 +18,6 @@ export {
   claudeFailure,
   claudeResultEvent,
 } from './claude-code.js';
+export { CodexAdapter, codexConfig, codexEventsToChat, codexFailure, codexOptionsSchema } from './codex.js';
 export { OpencodeAdapter, opencodeMessagesToChat, opencodeOptionsSchema } from './opencode.js';
 export { QwenCodeAdapter, qwenCodeOptionsSchema, qwenStreamToChat } from './qwen-code.js';

@@ -202,14 +202,28 @@ export function responsesRequestToChat(body: Json): Json {
   const input =
     typeof body.input === 'string' ? [{ role: 'user', content: body.input }] : asArray(body.input);
   let pendingCalls: Json[] = [];
+  // A reasoning item re-sent in the history belongs to the assistant turn that follows it: as
+  // reasoning_content the chat template renders it where the model wrote it.
+  let pendingReasoning = '';
+  const withReasoning = (message: Json): Json => {
+    if (pendingReasoning !== '') message.reasoning_content = pendingReasoning;
+    pendingReasoning = '';
+    return message;
+  };
   const flushCalls = () => {
     if (pendingCalls.length === 0) return;
-    messages.push({ role: 'assistant', content: '', tool_calls: pendingCalls });
+    messages.push(withReasoning({ role: 'assistant', content: '', tool_calls: pendingCalls }));
     pendingCalls = [];
   };
   for (const item of input) {
     const record = asRecord(item);
     const type = record.type ?? 'message';
+    if (type === 'reasoning') {
+      flushCalls();
+      const parts = [...asArray(record.summary), ...asArray(record.content)].map(asRecord);
+      pendingReasoning += parts.map((part) => String(part.text ?? '')).join('');
+      continue;
+    }
     if (type === 'function_call') {
       pendingCalls.push({
         id: record.call_id,
@@ -223,7 +237,8 @@ export function responsesRequestToChat(body: Json): Json {
       messages.push({ role: 'tool', tool_call_id: record.call_id, content: textOf(record.output) });
     } else if (type === 'message') {
       const role = record.role === 'developer' ? 'system' : String(record.role ?? 'user');
-      messages.push({ role, content: textOf(record.content) });
+      const message: Json = { role, content: textOf(record.content) };
+      messages.push(role === 'assistant' ? withReasoning(message) : message);
     }
   }
   flushCalls();

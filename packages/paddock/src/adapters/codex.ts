@@ -1,0 +1,256 @@
+import { mkdir, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { issuesFromZodError } from '@dressage/protocol';
+import { z } from 'zod';
+import {
+  type AdapterContext,
+  AdapterOptionsError,
+  type AdapterTurn,
+  type AdapterTurnResult,
+  AgentTurnError,
+  type BlackboxAdapter,
+  defaultCapabilities,
+} from '../blackbox/adapter.js';
+import type { BlackboxMessage } from '../blackbox/schemas.js';
+import { runProcessGroup } from '../sandbox/process-group.js';
+import { agentEnv } from './agent-process.js';
+
+/**
+ * `backend_options` of the codex adapter (strict). The executable is the server operator's choice
+ * (`$DRESSAGE_CODEX_BIN`, else `codex` on PATH), never a register request's.
+ */
+export const codexOptionsSchema = z.strictObject({
+  model_id: z.string().min(1).default('proxy-model'),
+  model_name: z.string().min(1).default('Dressage Proxy'),
+  model_provider_id: z
+    .string()
+    .regex(/^[A-Za-z0-9_-]+$/)
+    .default('dressage_proxy'),
+});
+
+type Json = Record<string, unknown>;
+
+/** The variable through which Codex reads its provider key (the LLM proxy's agent key). */
+const keyVariable = 'DRESSAGE_AGENT_API_KEY';
+
+/** A TOML basic string. */
+function tomlString(value: string): string {
+  return JSON.stringify(value);
+}
+
+/**
+ * Codex's `config.toml`: the LLM proxy as its only model provider (Responses wire API), web search,
+ * update checks, analytics and feedback off. Inside a sandbox it runs commands without asking and
+ * without a sandbox of its own (the bubblewrap slot is the sandbox); elsewhere it asks, and in
+ * `codex exec` nobody answers, so nothing runs.
+ */
+export function codexConfig(
+  options: z.output<typeof codexOptionsSchema>,
+  context: Pick<AdapterContext, 'proxyOrigin' | 'apiPath' | 'systemPrompt' | 'insideSandbox'>,
+): string {
+  const inside = context.insideSandbox === true;
+  const lines = [
+    `model = ${tomlString(options.model_id)}`,
+    `model_provider = ${tomlString(options.model_provider_id)}`,
+    `approval_policy = ${tomlString(inside ? 'never' : 'untrusted')}`,
+    `sandbox_mode = ${tomlString(inside ? 'danger-full-access' : 'read-only')}`,
+    'web_search = "disabled"',
+    'check_for_update_on_startup = false',
+    'cli_auth_credentials_store = "file"',
+  ];
+  if (context.systemPrompt !== null)
+    lines.push(`developer_instructions = ${tomlString(context.systemPrompt)}`);
+  lines.push(
+    '',
+    '[analytics]',
+    'enabled = false',
+    '',
+    '[feedback]',
+    'enabled = false',
+    '',
+    '[history]',
+    'persistence = "none"',
+    '',
+    `[model_providers.${options.model_provider_id}]`,
+    `name = ${tomlString(options.model_name)}`,
+    `base_url = ${tomlString(`${context.proxyOrigin}${context.apiPath}`)}`,
+    'wire_api = "responses"',
+    `env_key = ${tomlString(keyVariable)}`,
+    // A retried request would be a second recorded step for one action.
+    'request_max_retries = 0',
+    'stream_max_retries = 0',
+    '',
+  );
+  return lines.join('\n');
+}
+
+/**
+ * Converts `codex exec --json` events into chat messages: each command execution becomes a shell
+ * tool call and its result, each agent message an assistant reply. Returns the thread id and the
+ * error a failed turn reported.
+ */
+export function codexEventsToChat(stdout: string): {
+  outputs: BlackboxMessage[];
+  threadId: string | null;
+  error: string | null;
+} {
+  const outputs: BlackboxMessage[] = [];
+  let threadId: string | null = null;
+  let error: string | null = null;
+  let reasoning = '';
+  for (const line of stdout.split('\n')) {
+    if (!line.startsWith('{')) continue;
+    let event: Json;
+    try {
+      event = JSON.parse(line) as Json;
+    } catch {
+      continue;
+    }
+    if (event.type === 'thread.started' && typeof event.thread_id === 'string') threadId = event.thread_id;
+    if (event.type === 'turn.failed' || event.type === 'error') {
+      const detail = (event.error ?? event) as Json;
+      error = String(detail.message ?? event.message ?? JSON.stringify(detail));
+    }
+    if (event.type !== 'item.completed') continue;
+    const item = (event.item ?? {}) as Json;
+    const id = String(item.id ?? `item-${outputs.length}`);
+    if (item.type === 'reasoning') reasoning += String(item.text ?? '');
+    else if (item.type === 'agent_message') {
+      const message: BlackboxMessage = { role: 'assistant', content: String(item.text ?? '') };
+      if (reasoning !== '') message.reasoning_content = reasoning;
+      reasoning = '';
+      outputs.push(message);
+    } else if (item.type === 'command_execution') {
+      const call: BlackboxMessage = {
+        role: 'assistant',
+        content: '',
+        tool_calls: [
+          {
+            id,
+            type: 'function',
+            function: { name: 'shell', arguments: JSON.stringify({ command: item.command ?? '' }) },
+          },
+        ],
+      };
+      if (reasoning !== '') call.reasoning_content = reasoning;
+      reasoning = '';
+      outputs.push(call, { role: 'tool', tool_call_id: id, content: String(item.aggregated_output ?? '') });
+    }
+  }
+  return { outputs, threadId, error };
+}
+
+/** Maps a failed Codex turn's message onto the turn error table. */
+export function codexFailure(message: string): AgentTurnError {
+  if (/context window|context_length|too many tokens|context_overflow/i.test(message))
+    return new AgentTurnError('context_overflow', `Codex: ${message}`);
+  if (/max_steps_exceeded|max_steps/i.test(message))
+    return new AgentTurnError('max_steps_exceeded', `Codex: ${message}`);
+  return new AgentTurnError('backend_error', `Codex: ${message}`);
+}
+
+/**
+ * Drives Codex (npm `@openai/codex`, a native binary in the package) headless: one
+ * `codex exec --json` run per turn, later turns `codex exec resume <thread>`. It speaks the OpenAI
+ * Responses API, which the LLM proxy bridges onto chat completions; `CODEX_HOME` is the runtime
+ * dir's.
+ */
+export class CodexAdapter implements BlackboxAdapter {
+  readonly type = 'codex';
+  readonly capabilities = defaultCapabilities;
+  private readonly options: z.output<typeof codexOptionsSchema>;
+  private context: AdapterContext | null = null;
+  private home = '';
+  private threadId: string | null = null;
+  private current: AbortController | null = null;
+
+  constructor(options: Record<string, unknown>) {
+    const parsed = codexOptionsSchema.safeParse(options);
+    if (!parsed.success)
+      throw new AdapterOptionsError('Invalid codex backend_options', issuesFromZodError(parsed.error));
+    this.options = parsed.data;
+  }
+
+  private get command(): string {
+    return process.env.DRESSAGE_CODEX_BIN || 'codex';
+  }
+
+  private environment(context: AdapterContext): NodeJS.ProcessEnv {
+    return agentEnv(this.home, {
+      CODEX_HOME: join(this.home, '.codex'),
+      CODEX_SQLITE_HOME: join(this.home, '.codex-sqlite'),
+      [keyVariable]: context.proxyApiKey,
+      RUST_LOG: 'error',
+    });
+  }
+
+  async init(context: AdapterContext): Promise<void> {
+    this.context = context;
+    this.home = join(context.runtimeDir, 'home');
+    const codexHome = join(this.home, '.codex');
+    await mkdir(codexHome, { recursive: true });
+    await mkdir(join(this.home, '.codex-sqlite'), { recursive: true });
+    await writeFile(join(codexHome, 'config.toml'), codexConfig(this.options, context));
+    if (!(await this.health())) throw new Error(`codex cannot run: ${this.command} --version failed`);
+  }
+
+  async health(): Promise<boolean> {
+    if (this.context === null) return false;
+    try {
+      const result = await runProcessGroup([this.command, '--version'], {
+        env: agentEnv(this.home, {}),
+        timeoutMs: 30_000,
+      });
+      return result.returncode === 0;
+    } catch {
+      return false;
+    }
+  }
+
+  async runTurn(turn: AdapterTurn): Promise<AdapterTurnResult> {
+    const context = this.context as AdapterContext;
+    const args = [
+      this.command,
+      'exec',
+      ...(this.threadId === null ? [] : ['resume', this.threadId]),
+      '--json',
+      '--model',
+      this.options.model_id,
+      '--skip-git-repo-check',
+      '--ignore-rules',
+      turn.text,
+    ];
+    this.current = new AbortController();
+    const stop = () => this.current?.abort();
+    turn.signal.addEventListener('abort', stop, { once: true });
+    try {
+      const result = await runProcessGroup(args, {
+        cwd: context.workDir,
+        env: this.environment(context),
+        signal: this.current.signal,
+      });
+      if (result.aborted) throw new Error('codex run was aborted');
+      await context.drainModelRequests();
+      const { outputs, threadId, error } = codexEventsToChat(result.stdout);
+      this.threadId ??= threadId;
+      if (error !== null) throw codexFailure(error);
+      if (result.returncode !== 0 || outputs.length === 0) {
+        throw new Error(
+          `codex exited with ${result.returncode}: ${(result.stderr || result.stdout).slice(-800)}`,
+        );
+      }
+      return { outputs, backendSessionId: this.threadId };
+    } finally {
+      turn.signal.removeEventListener('abort', stop);
+      this.current = null;
+    }
+  }
+
+  async abort(): Promise<void> {
+    this.current?.abort();
+  }
+
+  async close(): Promise<void> {
+    this.current?.abort();
+  }
+}

@@ -1,0 +1,3 @@
+import { describeCli } from './cli-case.js';
+
+describeCli('codex', { segmentReasons: ['initial'] });
