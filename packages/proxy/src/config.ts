@@ -129,7 +129,7 @@ export function createProxyConfig(
     storeFsync: 'always',
     // 4 MiB: a new session's body is parsed, validated, rendered and tokenized on the event loop
     // (JSON.parse is under 5% of it), about 0.25 s per MiB of agent history; 16 MiB held every other
-    // call for 4 s. 4 MiB of text is 0.8 to 2 million Qwen3 tokens, several 256K-token contexts.
+    // call for 4 to 8 s. 4 MiB of text is 0.8 to 2 million Qwen3 tokens, several 256K-token contexts.
     maxRequestBytes: 4 * 1024 ** 2,
     resumeReadinessTimeoutSeconds: 30,
     engineRequestTimeoutSeconds: 3600,
