@@ -2,6 +2,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { expandSegmentsToSamples, markAbortedNoGrad, type SegmentInput } from '@dressage/multi-segment';
 import { blackboxExecuteCommandsSchema, DressageError, type Sample } from '@dressage/protocol';
 import { codeOfStatus } from '../blackbox/http-error.js';
+import { sandboxPaths } from '../sandbox/bwrap-command.js';
 import type { SandboxLease, SandboxProvider } from '../sandbox/types.js';
 
 type Json = Record<string, unknown>;
@@ -163,6 +164,11 @@ export interface BlackboxGenerateOptions {
   /** Default `DRESSAGE_BLACKBOX_TYPE`, else `opencode`. */
   blackboxType?: string;
   backendOptions?: Json;
+  /**
+   * The agent's system prompt: written into the sandbox's server runtime directory and registered
+   * as `system_prompt_file` (the adapter gives it to the agent in place of its own).
+   */
+  systemPrompt?: string | null;
   serverConfig?: Json;
   retry?: RetryOptions;
   maxTokensPerGpu?: number | null;
@@ -207,6 +213,11 @@ export function createBlackboxGenerate(options: BlackboxGenerateOptions) {
       const endpoint =
         lease.endpoints.blackbox?.url ?? (await options.provider.getPublicUrl(lease, 31000, 'blackbox'));
       const client = new BlackboxClient(endpoint, options.retry, lease.endpoints.blackbox?.headers ?? {});
+      let systemPromptFile: string | null = null;
+      if (options.systemPrompt) {
+        systemPromptFile = `${sandboxPaths.runtime}/system-prompt.txt`;
+        await options.provider.writeFile(lease, systemPromptFile, options.systemPrompt);
+      }
       await client.register({
         blackbox_type: options.blackboxType ?? process.env.DRESSAGE_BLACKBOX_TYPE ?? 'opencode',
         router: options.proxyUrl ?? process.env.DRESSAGE_PROXY_URL ?? 'http://127.0.0.1:8800',
@@ -214,6 +225,7 @@ export function createBlackboxGenerate(options: BlackboxGenerateOptions) {
         bound_instance_id: instanceId,
         bound_sandbox_id: lease.sandboxId,
         backend_options: options.backendOptions ?? {},
+        ...(systemPromptFile === null ? {} : { system_prompt_file: systemPromptFile }),
         server_config: { backend_timeout: 1800, ...options.serverConfig },
       });
       const commands = blackboxExecuteCommandsSchema.parse(metadata.blackbox_execute_cmds ?? {});
