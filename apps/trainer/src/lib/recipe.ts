@@ -136,6 +136,27 @@ export const proxySchema = z.strictObject({
   port: z.int().min(0).max(65535).default(0),
 });
 
+/**
+ * A blackbox agent: an agent CLI in bubblewrap sandboxes on this machine, acting through the proxy.
+ * Each sample leases a sandbox, registers the agent, runs the record's `before_agent` commands, one
+ * turn with the prompt, the `after_agent` commands (their results reach the reward as
+ * `metadata.execute_cmds`), then finalizes its trajectory.
+ */
+export const blackboxSchema = z.strictObject({
+  /** The adapter (`blackbox_type`): `opencode` or `qwen_code`. */
+  agent: z.string().min(1).default('opencode'),
+  /** Sandboxes run at once (the pool's slots). */
+  slots: positiveInteger.default(2),
+  /** The adapter's `backend_options` (without `proxy`). */
+  backend_options: z.record(z.string(), z.unknown()).default({}),
+  /** A file (relative to the recipe) whose text replaces the agent's own system prompt. */
+  system_prompt: z.string().min(1).optional(),
+  /** Model requests per turn before the turn ends with `max_steps_exceeded`. */
+  max_steps: positiveInteger.default(8),
+  /** Seconds a turn may take. */
+  turn_timeout_seconds: positiveInteger.default(600),
+});
+
 /** Every pluggable hook, by module path. */
 export const hooksSchema = z.strictObject({
   generate: hookReferenceSchema.optional(),
@@ -176,6 +197,7 @@ export const recipeSchema = z
       })
       .prefault({}),
     agent: z.strictObject({ module: hookReferenceSchema }).optional(),
+    blackbox: blackboxSchema.optional(),
     proxy: proxySchema.prefault({}),
     engine: engineSchema,
     trainer: trainerSchema,

@@ -15,6 +15,7 @@ import { ProxyClient } from '@dressage/proxy';
 import { computeRewards, RewardRegistry } from '@dressage/reward-registry';
 import { createRolloutScheduler, PromptDataSource, type RolloutScheduler } from '@dressage/schedulers';
 import { convertSamplesToPackedTrainBatch, type TrainerClient } from '@dressage/trainer-bridge';
+import { type BlackboxAgents, startBlackboxAgents } from './blackbox-agents.js';
 import { connectClusterStack } from './cluster-stack.js';
 import { type EmbeddedStack, startEmbeddedStack } from './embedded-stack.js';
 import { loadHook, loadRunHooks, type RunDataSource } from './hooks.js';
@@ -105,10 +106,10 @@ export async function runTraining(
   const baseDirectory = resolve(loaded.path, '..');
   const hooks = await loadRunHooks(recipe, baseDirectory);
   const agentReference = recipe.agent?.module;
-  if (agentReference === undefined && hooks.generate === null) {
+  if (agentReference === undefined && hooks.generate === null && recipe.blackbox === undefined) {
     throw new DressageError({
       code: 'invalid_argument',
-      message: `${loaded.path}: set agent.module (a whitebox agent class) or hooks.generate`,
+      message: `${loaded.path}: set agent.module (a whitebox agent class), blackbox (an agent CLI) or hooks.generate`,
     });
   }
   const AgentClass =
@@ -151,9 +152,13 @@ export async function runTraining(
   let weightVersion = stack.weightVersion;
   const history = new VersionHistory(weightVersion);
   let step = previous?.step ?? 0;
+  let blackbox: BlackboxAgents | null = null;
   try {
     const trainer = stack.trainer;
-    const proxyClient = new ProxyClient({ baseUrl: stack.proxyUrl });
+    const proxyClient = new ProxyClient({
+      baseUrl: stack.proxyUrl,
+      ...(recipe.proxy.api_key === 'no-auth' ? {} : { apiKey: recipe.proxy.api_key }),
+    });
     const dataSource: RunDataSource =
       hooks.dataSource !== null
         ? await hooks.dataSource({ recipe, dataPath })
@@ -201,8 +206,18 @@ export async function runTraining(
     }
     if (recipe.rollout.mode !== 'sync') await refuseFailingPreemption(proxyClient, recipe.rollout.mode);
     const totalSteps = options.steps ?? recipe.training.steps;
+    if (hooks.generate === null && recipe.blackbox !== undefined) {
+      blackbox = await startBlackboxAgents({
+        loaded,
+        proxyUrl: stack.proxyUrl,
+        proxy: proxyClient,
+        outputDirectory,
+      });
+      log(`blackbox agents: ${blackbox.description}`);
+    }
     const generate =
       hooks.generate ??
+      blackbox?.generate ??
       makeGenerate(AgentClass as WhiteboxAgentClass, { proxy: proxyClient, proxyUrl: stack.proxyUrl });
     scheduler = (hooks.rolloutScheduler ?? createRolloutScheduler)(
       recipe.rollout.mode,
@@ -329,6 +344,7 @@ export async function runTraining(
     }
   } finally {
     await scheduler?.shutdown();
+    await blackbox?.close();
     await stack.close();
   }
   const reportPath = await writeReport(outputDirectory, recipe);
