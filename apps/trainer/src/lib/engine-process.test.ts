@@ -3,12 +3,7 @@ import { once } from 'node:events';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import {
-  buildVocabulary,
-  CausalLanguageModel,
-  initializeBackend,
-  saveCheckpoint,
-} from '@dressage/embedded';
+import { buildVocabulary, CausalLanguageModel, initializeBackend, saveCheckpoint } from '@dressage/embedded';
 import { loadTokenizer } from '@dressage/tito';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { defaultTokenizerPath } from './embedded-stack.js';
