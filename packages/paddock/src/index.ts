@@ -3,6 +3,7 @@
 
 export {
   type AgentPackage,
+  agentBinDirectories,
   agentCacheDir,
   agentInstallDir,
   agentPackages,
@@ -12,6 +13,7 @@ export {
   builtinAdapters,
   ClaudeCodeAdapter,
   CodexAdapter,
+  OpenclawAdapter,
   OpencodeAdapter,
   opencodeMessagesToChat,
   QwenCodeAdapter,

@@ -1,7 +1,7 @@
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
 import {
   CausalLanguageModel,
   type EmbeddedTrainerServer,
@@ -13,6 +13,7 @@ import {
 import { type ProxyProcess, startProxyProcess } from '@dressage/guarantees/proxy-process';
 import {
   type AgentPackage,
+  agentBinDirectories,
   agentInstallDir,
   agentPackages,
   BlackboxClient,
@@ -37,6 +38,7 @@ export const binVariables: Record<CliType, string> = {
   qwen_code: 'DRESSAGE_QWEN_CODE_BIN',
   claude_code: 'DRESSAGE_CLAUDE_CODE_BIN',
   codex: 'DRESSAGE_CODEX_BIN',
+  openclaw: 'DRESSAGE_OPENCLAW_BIN',
 };
 
 /** True where bubblewrap can make sandboxes. */
@@ -108,8 +110,8 @@ export class CliEndToEnd {
       extraReadOnlyMounts: [agentInstallDir(agent)],
       env: {
         [binVariables[type]]: bin,
-        // The CLI's own node_modules/.bin first: a CLI that needs a newer Node finds it there.
-        PATH: `${dirname(bin)}:/usr/local/bin:/usr/bin:/bin`,
+        // The CLI's own Node (when it brings one) and node_modules/.bin first.
+        PATH: [...agentBinDirectories(agent), '/usr/local/bin', '/usr/bin', '/bin'].join(':'),
       },
     });
     await provider.pool.start();

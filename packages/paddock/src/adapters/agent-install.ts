@@ -1,7 +1,7 @@
 import { existsSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { homedir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { DressageError } from '@dressage/protocol';
 import { runProcessGroup } from '../sandbox/process-group.js';
 
@@ -12,6 +12,12 @@ export interface AgentPackage {
   version: string;
   /** Its executable under `node_modules/.bin`. */
   bin: string;
+  /**
+   * A Node.js the CLI needs instead of the host's, as an npm package providing `node` (e.g.
+   * `node@24`): installed beside the CLI under `runtime/`, first on the CLI's PATH, never the
+   * system's Node.
+   */
+  runtime?: { name: string; version: string };
 }
 
 /** The agent CLIs the built-in adapters drive, at the versions checked here. */
@@ -20,6 +26,13 @@ export const agentPackages = {
   qwen_code: { name: '@qwen-code/qwen-code', version: '0.24.4', bin: 'qwen' },
   claude_code: { name: '@anthropic-ai/claude-code', version: '2.1.332', bin: 'claude' },
   codex: { name: '@openai/codex', version: '0.171.0', bin: 'codex' },
+  // OpenClaw refuses Node < 24 (`engines: >=24.16.0 <25 || >=26.1.0`), its install scripts too.
+  openclaw: {
+    name: 'openclaw',
+    version: '2026.9.6',
+    bin: 'openclaw',
+    runtime: { name: 'node', version: '24.21.0' },
+  },
 } as const satisfies Record<string, AgentPackage>;
 
 /** Where agent CLIs are installed: `$DRESSAGE_AGENT_CACHE_DIR`, else `~/.cache/dressage-agents`. */
@@ -33,24 +46,49 @@ export function agentInstallDir(agent: AgentPackage, cacheDir = agentCacheDir())
 }
 
 /**
+ * The directories an agent's PATH must start with: its own Node (when it brings one), then its
+ * `node_modules/.bin`.
+ */
+export function agentBinDirectories(agent: AgentPackage, cacheDir = agentCacheDir()): string[] {
+  const dir = agentInstallDir(agent, cacheDir);
+  const own = join(dir, 'node_modules', '.bin');
+  return agent.runtime ? [join(dir, 'runtime', 'node_modules', '.bin'), own] : [own];
+}
+
+async function npmInstall(dir: string, spec: string, bin: string, path: string | undefined): Promise<void> {
+  await mkdir(dir, { recursive: true });
+  await writeFile(join(dir, 'package.json'), '{"private":true}\n');
+  const result = await runProcessGroup(['npm', 'install', '--no-audit', '--no-fund', '--no-save', spec], {
+    cwd: dir,
+    timeoutMs: 15 * 60_000,
+    env: path === undefined ? process.env : { ...process.env, PATH: path },
+  });
+  if (result.returncode !== 0 || !existsSync(bin)) {
+    throw new DressageError({
+      code: 'unavailable',
+      message: `npm install ${spec} failed: ${(result.stderr || result.stdout).slice(-1000)}`,
+    });
+  }
+}
+
+/**
  * Installs an agent CLI with npm into its own directory of the cache (once) and returns the path of
  * its executable. These packages are hundreds of MB, so they are kept out of the workspace install.
+ * A CLI that needs another Node gets it from the npm registry first (under `runtime/`), and its own
+ * install scripts run with that Node.
  */
 export async function ensureAgentInstalled(agent: AgentPackage, cacheDir = agentCacheDir()): Promise<string> {
   const dir = agentInstallDir(agent, cacheDir);
   const bin = join(dir, 'node_modules', '.bin', agent.bin);
   if (existsSync(bin)) return bin;
-  await mkdir(dir, { recursive: true });
-  await writeFile(join(dir, 'package.json'), '{"private":true}\n');
-  const result = await runProcessGroup(
-    ['npm', 'install', '--no-audit', '--no-fund', '--no-save', `${agent.name}@${agent.version}`],
-    { cwd: dir, timeoutMs: 15 * 60_000 },
-  );
-  if (result.returncode !== 0 || !existsSync(bin)) {
-    throw new DressageError({
-      code: 'unavailable',
-      message: `npm install ${agent.name}@${agent.version} failed: ${(result.stderr || result.stdout).slice(-1000)}`,
-    });
+  let path: string | undefined;
+  if (agent.runtime) {
+    const runtimeDir = join(dir, 'runtime');
+    const node = join(runtimeDir, 'node_modules', '.bin', 'node');
+    if (!existsSync(node))
+      await npmInstall(runtimeDir, `${agent.runtime.name}@${agent.runtime.version}`, node, undefined);
+    path = `${dirname(node)}:${process.env.PATH ?? ''}`;
   }
+  await npmInstall(dir, `${agent.name}@${agent.version}`, bin, path);
   return bin;
 }

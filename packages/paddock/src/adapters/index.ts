@@ -1,6 +1,7 @@
 import type { AdapterFactory } from '../blackbox/adapter.js';
 import { ClaudeCodeAdapter } from './claude-code.js';
 import { CodexAdapter } from './codex.js';
+import { OpenclawAdapter } from './openclaw.js';
 import { OpencodeAdapter } from './opencode.js';
 import { QwenCodeAdapter } from './qwen-code.js';
 
@@ -10,6 +11,7 @@ export const builtinAdapters: Record<string, AdapterFactory> = {
   qwen_code: (options) => new QwenCodeAdapter(options),
   claude_code: (options) => new ClaudeCodeAdapter(options),
   codex: (options) => new CodexAdapter(options),
+  openclaw: (options) => new OpenclawAdapter(options),
 };
 
 export {
@@ -19,5 +21,12 @@ export {
   claudeResultEvent,
 } from './claude-code.js';
 export { CodexAdapter, codexConfig, codexEventsToChat, codexFailure, codexOptionsSchema } from './codex.js';
+export {
+  OpenclawAdapter,
+  openclawConfig,
+  openclawFailure,
+  openclawOptionsSchema,
+  openclawResult,
+} from './openclaw.js';
 export { OpencodeAdapter, opencodeMessagesToChat, opencodeOptionsSchema } from './opencode.js';
 export { QwenCodeAdapter, qwenCodeOptionsSchema, qwenStreamToChat } from './qwen-code.js';
