@@ -458,12 +458,16 @@ class TorchActor:
         job = self._job(header)
         trainable = self._check_tokens(batch)
         rollout_data = to_rollout_data(batch)
-        global_batch_size = int(header.global_batch_size) or len(set(rollout_data["rollout_ids"]))
+        rollouts = len(set(rollout_data["rollout_ids"]))
+        global_batch_size = int(header.global_batch_size) or rollouts
         try:
             schedule = build_dp_schedule(
                 rollout_data["total_lengths"],
                 rollout_data["rollout_ids"],
-                global_batch_size=global_batch_size,
+                # Fewer rollouts than a step (groups lost to retries, say) still train as one step,
+                # the reducer dividing by global_batch_size, as the embedded trainer does; slime
+                # would refuse the batch.
+                global_batch_size=min(global_batch_size, rollouts),
                 dp_size=self.data_parallel_size,
                 max_tokens_per_micro_batch=self.settings.max_tokens_per_micro_batch,
             )
@@ -479,7 +483,7 @@ class TorchActor:
         for index, rollout in enumerate(rollout_data["rollout_ids"]):
             by_rollout.setdefault(int(rollout), len(by_rollout))
         for index in kept:
-            step_of[index] = by_rollout[int(rollout_data["rollout_ids"][index])] // global_batch_size
+            step_of[index] = by_rollout[int(rollout_data["rollout_ids"][index])] // min(global_batch_size, rollouts)
         step_tokens = np.bincount(step_of[kept], weights=trainable[kept], minlength=len(schedule.num_microbatches))
         lengths = batch.response_lengths.astype(np.int64)
         masks = batch.loss_masks.astype(np.float64)
@@ -505,6 +509,9 @@ class TorchActor:
         metrics["tokens"] = float(trainable[kept].sum())
         metrics["learning_rate"] = job["learning_rate"]
         metrics["micro_batches"] = float(sum(len(indices) for indices in schedule.micro_batch_indices))
+        metrics["rollouts"] = float(rollouts)
+        if len(kept) < batch.sample_count:
+            metrics["samples_dropped"] = float(batch.sample_count - len(kept))
         return TrainResult(len(kept), int(trainable[kept].sum()), applied, metrics)
 
     # --- weights --------------------------------------------------------------------------------

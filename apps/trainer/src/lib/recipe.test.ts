@@ -145,4 +145,32 @@ hooks:
     await writeFile(join(directory, 'loop.yaml'), 'extends: loop.yaml\n');
     await expect(loadRecipe(join(directory, 'loop.yaml'))).rejects.toThrow(/extends forms a cycle/);
   });
+
+  it('starts a Python worker for a grpc trainer beside the embedded engine, or connects to an address', () => {
+    const worker = parseRecipe(
+      minimal.replace(
+        'kind: embedded\ntraining',
+        'kind: grpc\n  worker: { worker_dir: ../../../megatron-worker }\ntraining',
+      ),
+    );
+    expect(worker.trainer).toEqual({
+      kind: 'grpc',
+      deadline_seconds: 3600,
+      worker: {
+        python: '/usr/bin/python3',
+        worker_dir: '../../../megatron-worker',
+        actor: 'torch',
+        processes: 1,
+        threads: 0,
+        args: [],
+      },
+    });
+    expect(
+      issuePaths(() => parseRecipe(minimal.replace('kind: embedded\ntraining', 'kind: grpc\ntraining'))),
+    ).toEqual(['trainer.address']);
+    const cluster = minimal
+      .replace('kind: embedded\ntrainer', 'kind: sglang\n  router_url: http://127.0.0.1:8000\ntrainer')
+      .replace('kind: embedded\ntraining', 'kind: grpc\n  worker: { worker_dir: w }\ntraining');
+    expect(issuePaths(() => parseRecipe(cluster))).toEqual(['trainer.worker']);
+  });
 });

@@ -79,8 +79,29 @@ export const trainerSchema = z.discriminatedUnion('kind', [
   z.strictObject({ kind: z.literal('embedded') }),
   z.strictObject({
     kind: z.literal('grpc'),
-    address: z.string().min(1),
+    /** `host:port` of a running TrainerService; unset when `worker` starts one. */
+    address: z.string().min(1).optional(),
     deadline_seconds: z.number().positive().default(3600),
+    /**
+     * A TrainerService the app starts and stops itself, beside the embedded engine: the Python
+     * worker's `--actor torch` (PyTorch, `processes` data-parallel ranks), given the engine's initial
+     * weights and URL, publishing each update to it. Needs `engine.kind: embedded`.
+     */
+    worker: z
+      .strictObject({
+        python: z.string().min(1).default('/usr/bin/python3'),
+        worker_dir: z.string().min(1),
+        actor: z.enum(['torch']).default('torch'),
+        processes: positiveInteger.default(1),
+        /** torch threads per process; 0 leaves torch's default. */
+        threads: z.int().nonnegative().default(0),
+        /** Further worker flags, separated by whitespace (no shell quoting). */
+        args: z
+          .string()
+          .default('')
+          .transform((flags) => flags.split(/\s+/).filter((flag) => flag.length > 0)),
+      })
+      .optional(),
     /**
      * The Megatron worker's launch, for `--dry-run`: runs `python -m dressage_megatron_worker
      * --dry-run -- args` in `worker_dir` (slime importable, slime's own argument parsing, GPUs,
@@ -212,6 +233,28 @@ export const recipeSchema = z
     hooks: hooksSchema.prefault({}),
   })
   .superRefine((recipe, context) => {
+    if (
+      recipe.trainer.kind === 'grpc' &&
+      recipe.trainer.address === undefined &&
+      recipe.trainer.worker === undefined
+    ) {
+      context.addIssue({
+        code: 'custom',
+        path: ['trainer', 'address'],
+        message: 'a grpc trainer needs an address (a running TrainerService) or a worker the app starts',
+      });
+    }
+    if (
+      recipe.trainer.kind === 'grpc' &&
+      recipe.trainer.worker !== undefined &&
+      recipe.engine.kind !== 'embedded'
+    ) {
+      context.addIssue({
+        code: 'custom',
+        path: ['trainer', 'worker'],
+        message: "trainer.worker trains the embedded engine's model: it needs engine.kind embedded",
+      });
+    }
     if (recipe.rollout.mode !== 'sync' && recipe.proxy.partial_rollout === false) {
       context.addIssue({
         code: 'custom',

@@ -96,11 +96,11 @@ export async function runTraining(
   await mkdir(outputDirectory, { recursive: true });
   const previous = options.resume ? await readRunState(outputDirectory) : null;
   if (options.resume && previous === null) log(`resume: no checkpoint in ${outputDirectory}, starting fresh`);
-  const embedded = recipe.engine.kind === 'embedded' && recipe.trainer.kind === 'embedded';
-  if (!embedded && (recipe.engine.kind !== 'sglang' || recipe.trainer.kind !== 'grpc')) {
+  const embedded = recipe.engine.kind === 'embedded';
+  if (!embedded && recipe.trainer.kind !== 'grpc') {
     throw new DressageError({
       code: 'invalid_argument',
-      message: `${loaded.path}: use an embedded engine with the embedded trainer, or SGLang with a gRPC trainer`,
+      message: `${loaded.path}: use an embedded engine (with the embedded trainer or a gRPC one), or SGLang with a gRPC trainer`,
     });
   }
   const baseDirectory = resolve(loaded.path, '..');
@@ -137,6 +137,7 @@ export async function runTraining(
         warmStartExamples: examplesFunction,
         outputDirectory,
         log,
+        resolvePath: loaded.resolvePath,
       })
     : await connectClusterStack(loaded, log);
   const started = performance.now();
