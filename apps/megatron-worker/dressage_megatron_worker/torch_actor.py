@@ -314,7 +314,9 @@ class RankTrainer:
         if all(slot for slot in slots):
             iterations = int(float(slots[0]["step"]))
             state.iterations = iterations
-            state.beta_powers = (BETAS[0] ** iterations, BETAS[1] ** iterations)
+            # tfjs's Adam keeps β^(t+1) after t steps (its running products start at β): written
+            # in its convention, so the embedded trainer resuming this state corrects the same way.
+            state.beta_powers = (BETAS[0] ** (iterations + 1), BETAS[1] ** (iterations + 1))
             state.first_moments = [slot["exp_avg"].numpy() for slot in slots]
             state.second_moments = [slot["exp_avg_sq"].numpy() for slot in slots]
         return state
