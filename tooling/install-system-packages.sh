@@ -5,7 +5,7 @@
 #   python3-grpcio python3-protobuf     the Megatron worker's gRPC server and its tests
 #   python3-numpy protobuf-compiler
 #   protobuf-compiler-grpc
-#   python3-torch                       real CPU tensors for the worker's slime stand-ins (~850 MB)
+#   python3-torch                       the worker's torch actor and real CPU tensors for its slime stand-ins (~850 MB)
 #   chromium                            the inspector's end-to-end test (driven by playwright-core)
 # Runs apt-get as root, or through sudo when available.
 set -euo pipefail
