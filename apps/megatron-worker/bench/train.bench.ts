@@ -7,6 +7,7 @@ import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
   CausalLanguageModel,
+  defaultModelConfig,
   EmbeddedTrainer,
   initializeBackend,
   saveCheckpoint,
@@ -21,16 +22,8 @@ const vocabulary = new TokenVocabulary([
   ...Array.from({ length: 1000 }, (_, index) => index * 97),
   ...Array.from({ length: 26 }, (_, index) => 151643 + index),
 ]);
-const config = {
-  modelDimension: 64,
-  layerCount: 2,
-  headCount: 4,
-  feedForwardDimension: 256,
-  contextLength: 512,
-  seed: 1,
-  positionEncoding: 'rotary' as const,
-  initialization: 'fan_in' as const,
-};
+// The default shape (d_model 64, 2 layers, 4 heads, rotary, fan-in initialization).
+const config = defaultModelConfig;
 const samples = 16;
 const tokensPerSample = 128;
 const responseTokens = 64;
