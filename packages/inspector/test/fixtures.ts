@@ -3,6 +3,7 @@
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type { ChatMessage, SegmentReason } from '@dressage/protocol';
 import type { StoredTrajectory } from '@dressage/proxy';
 import { TrajectoryStore } from '@dressage/proxy';
 import { loadTokenizer, type TitoTokenizer } from '@dressage/tito';
@@ -17,15 +18,15 @@ export interface Part {
 
 /** A segment of a fixture trajectory and the per-token arrays it should show. */
 export interface FixtureSegment {
-  reason: string;
-  reasons: string[];
+  reason: SegmentReason;
+  reasons: SegmentReason[];
   ids: number[];
   mask: number[];
   logprobs: number[];
   versions: string[];
   /** Token positions inside a `<tool_response>` span. */
   toolPositions: Set<number>;
-  messages: unknown[];
+  messages: ChatMessage[];
 }
 
 let tokenizer: Promise<TitoTokenizer> | null = null;
@@ -40,8 +41,8 @@ export function qwenTokenizer(): Promise<TitoTokenizer> {
 export function buildSegment(
   encoder: TitoTokenizer,
   parts: Part[],
-  reason: string,
-  reasons: string[] = [reason],
+  reason: SegmentReason,
+  reasons: SegmentReason[] = [reason],
 ): FixtureSegment {
   const segment: FixtureSegment = {
     reason,
@@ -182,6 +183,23 @@ export function storedTrajectory(
           segment_view: 'lineage',
           segment_reason: segment.reason,
           segment_reasons: segment.reasons,
+          alignment_method: 'tito',
+          token_build_mode: 'tito',
+          context_token_count: 0,
+          context_delta_token_count: 0,
+          output_token_count: 0,
+          num_steps: 1,
+          num_turns: 1,
+          turn_ids: [],
+          lineage_id: `${id}-lineage`,
+          lineage_index: 0,
+          branch_from_step_id: null,
+          step_ids: [`${id}-step-${index}`],
+          timestamp: '0',
+          history_rewritten: false,
+          trajectory_num_segments: segments.length,
+          finalization_complete: true,
+          finalization_id: `${id}-finalization`,
         },
       },
     })),

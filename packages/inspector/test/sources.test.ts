@@ -1,6 +1,7 @@
 import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { segmentToJson, trajectoryReadToJson } from '@dressage/protocol';
 import { TrajectoryStore } from '@dressage/proxy';
 import { describe, expect, it } from 'vitest';
 import { TokenDecoder, tokenPage } from '../src/session-detail.js';
@@ -27,8 +28,8 @@ describe('store directory', () => {
     await proxy.close();
     for (const [index, segment] of session.segments.entries()) {
       expect(segment.tokens).toEqual(segments[index]!.ids);
-      expect(segment.lossMask).toEqual(fromProxy[index]!.full_loss_mask);
-      expect(segment.logprobs).toEqual(fromProxy[index]!.full_logprobs);
+      expect(segment.lossMask).toEqual(Array.from(fromProxy[index]!.full_loss_mask));
+      expect(segment.logprobs).toEqual(Array.from(fromProxy[index]!.full_logprobs));
       expect(segment.versions).toEqual(fromProxy[index]!.full_versions);
       expect(segment.reason).toBe(segments[index]!.reason);
     }
@@ -54,8 +55,11 @@ describe('segment files', () => {
     const folder = mkdtempSync(join(tmpdir(), 'inspector-files-'));
     const json = join(folder, 'read.json');
     const jsonl = join(folder, 'segments.jsonl');
-    writeFileSync(json, JSON.stringify({ success: true, mode: 'trajectory', data: a.data }));
-    writeFileSync(jsonl, `${b.data.map((segment) => JSON.stringify(segment)).join('\n')}\n`);
+    writeFileSync(
+      json,
+      trajectoryReadToJson({ ...a, success: true, mode: 'trajectory', meta_info: copy.stats() }),
+    );
+    writeFileSync(jsonl, `${b.data.map(segmentToJson).join('\n')}\n`);
     const source = loadSegmentFiles([json, jsonl]);
     expect(source.summaries.map((summary) => [summary.id, summary.segmentCount, summary.status])).toEqual([
       ['session-a', 2, 'completed'],
@@ -64,7 +68,7 @@ describe('segment files', () => {
     const decoder = new TokenDecoder(await qwenTokenizer());
     const page = tokenPage(source.load('session-a')!, 'lineage', 0, decoder, 0, 5)!;
     expect(page.tokens.map((token) => token.text)).toEqual(['<|im_start|>', 'system', '\n', 'You', ' are']);
-    expect(page.total).toBe((a.data[0]!.tokens as number[]).length);
+    expect(page.total).toBe(a.data[0]!.tokens.length);
   });
 });
 

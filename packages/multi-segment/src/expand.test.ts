@@ -1,4 +1,4 @@
-import { segmentSchema } from '@dressage/protocol';
+import { segmentSchema, segmentShapeSchema } from '@dressage/protocol';
 import { describe, expect, it } from 'vitest';
 import { failure } from './__fixtures__/failure.js';
 import { segment, template } from './__fixtures__/segments.js';
@@ -102,6 +102,12 @@ describe('expandSegmentsToSamples', () => {
     expect(sample?.response).toBe('hello');
     expect(sample?.rollout_log_probs).toEqual([-0.5, -0.25]);
     expect(sample?.metadata.dressage_end_token_version).toBe('1');
+    // The same record as a client reads it, token data in typed arrays: the same sample.
+    const typed = segmentShapeSchema.parse(parsed);
+    expect(typed.tokens).toBeInstanceOf(Int32Array);
+    const [fromTyped] = expandSegmentsToSamples(template(), [typed]);
+    expect(fromTyped).toEqual(sample);
+    expect(Array.isArray(fromTyped?.tokens)).toBe(true);
   });
 
   describe('errors name the session', () => {

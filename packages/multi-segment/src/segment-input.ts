@@ -1,7 +1,7 @@
 /**
- * The fields of a finalized segment that expansion reads. `@dressage/protocol`'s `Segment` (what
- * `/trajectory/read` returns) satisfies it; the looser shape lets callers pass records that were
- * not parsed with the full schema.
+ * The fields of a finalized segment that expansion reads. `@dressage/protocol`'s `Segment` (typed
+ * token arrays, what `ProxyClient.readTrajectory` returns) and its JSON `SegmentRecord` both
+ * satisfy it; the looser shape lets callers pass records that were not parsed with a schema.
  */
 export interface SegmentInput {
   uid?: string | null;
@@ -11,9 +11,9 @@ export interface SegmentInput {
   segment_count?: number;
   /** The last step's full message snapshot, including the assistant's reply. */
   messages?: readonly unknown[] | null;
-  tokens: readonly number[];
-  full_logprobs: readonly number[];
-  full_loss_mask: readonly number[];
+  tokens: ArrayLike<number>;
+  full_logprobs: ArrayLike<number>;
+  full_loss_mask: ArrayLike<number>;
   /** Per-token weight versions; numbers are stringified and null recorded as `"unknown"`. */
   full_versions?: readonly (string | number | null)[] | null;
   /** R3 routed experts: base64 chunks of `row_count` rows each. */

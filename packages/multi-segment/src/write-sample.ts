@@ -112,18 +112,30 @@ function versionLabels(versions: unknown, length: number, at: string): string[] 
   return labels;
 }
 
+// A JSON array or a typed array (a `Segment` read from the proxy carries its token data in those).
+function isNumberList(value: unknown): value is ArrayLike<number> {
+  return Array.isArray(value) || (ArrayBuffer.isView(value) && !(value instanceof DataView));
+}
+
+// The first `length` entries as plain numbers: samples keep their token data in arrays.
+function head(values: ArrayLike<number>, length: number): number[] {
+  const out = new Array<number>(length);
+  for (let index = 0; index < length; index++) out[index] = values[index] as number;
+  return out;
+}
+
 function validateSegment(segment: SegmentInput, options: WriteSampleOptions): string[] | null {
   const at = where(segment, options);
   const { tokens, full_loss_mask: mask, full_logprobs: logprobs } = segment;
-  if (!Array.isArray(tokens) || tokens.length === 0) {
+  if (!isNumberList(tokens) || tokens.length === 0) {
     throw invalid(`${at}: tokens must be a non-empty list`, { field: 'tokens' });
   }
-  if (!Array.isArray(mask) || mask.length !== tokens.length) {
+  if (!isNumberList(mask) || mask.length !== tokens.length) {
     throw invalid(`${at}: full_loss_mask has ${mask?.length ?? 0} entries but tokens has ${tokens.length}`, {
       field: 'full_loss_mask',
     });
   }
-  if (!Array.isArray(logprobs) || logprobs.length !== tokens.length) {
+  if (!isNumberList(logprobs) || logprobs.length !== tokens.length) {
     throw invalid(
       `${at}: full_logprobs has ${logprobs?.length ?? 0} entries but tokens has ${tokens.length}`,
       {
@@ -229,9 +241,9 @@ export function writeSampleFromSegment(
   const length = cap === null ? fullLength : Math.min(fullLength, cap);
   const truncated = length < fullLength;
 
-  const tokens = segment.tokens.slice(0, length);
-  const originalMask = segment.full_loss_mask.slice(0, length);
-  const logprobs = segment.full_logprobs.slice(0, length);
+  const tokens = head(segment.tokens, length);
+  const originalMask = head(segment.full_loss_mask, length);
+  const logprobs = head(segment.full_logprobs, length);
   const versions = allVersions === null ? null : allVersions.slice(0, length);
   const routedExperts = routedExpertsOf(segment, options, length);
 

@@ -1,6 +1,11 @@
 // Public surface of @dressage/paddock: sandboxes, the BlackboxServer with its agent adapters and LLM
 // proxy, and the paddock clients and generate functions that turn agent runs into samples.
 
+export type {
+  BlackboxServerStatus as ServerStatus,
+  BlackboxSessionState as SessionState,
+  BlackboxTurnStatus as TurnStatus,
+} from '@dressage/protocol';
 export {
   type AgentPackage,
   agentBinDirectories,
@@ -53,29 +58,6 @@ export {
   type RolloutLlmProxyOptions,
   syntheticEmptyCompletion,
 } from './blackbox/llm-proxy.js';
-export type {
-  AbortBody,
-  BindingInfo,
-  CancelBody,
-  ConfigBody,
-  ExecuteCommandBody,
-  HealthBody,
-  MessagesAcceptedBody,
-  MessagesBody,
-  PauseBody,
-  PauseStateBody,
-  RegisterBody,
-  ResumeBody,
-  ServerStatus,
-  SessionBody,
-  SessionCounts,
-  SessionState,
-  StatusBody,
-  TurnBackend,
-  TurnBody,
-  TurnError,
-  TurnStatus,
-} from './blackbox/responses.js';
 export { blackboxServerVersion } from './blackbox/routes.js';
 export { type BlackboxMessage, idPattern, type ProxyOptions, type TurnUsage } from './blackbox/schemas.js';
 export { BlackboxServer, type BlackboxServerOptions } from './blackbox/server.js';

@@ -23,6 +23,7 @@ export {
   type UnpackOptions,
   unpackTypedArray,
 } from './packing.js';
+export * from './schemas/blackbox-responses.js';
 export {
   type AssistantMessage,
   assistantMessageSchema,
@@ -72,6 +73,26 @@ export {
   promptSchema,
 } from './schemas/prompt.js';
 export {
+  type CapabilitiesResponse,
+  capabilitiesResponseSchema,
+  type DiscardResponse,
+  discardResponseSchema,
+  type FinalizeResponse,
+  finalizeResponseSchema,
+  type RolloutPauseResponse,
+  type RolloutPauseState,
+  type RolloutResumeResponse,
+  rolloutPauseResponseSchema,
+  rolloutPauseStateSchema,
+  rolloutResumeResponseSchema,
+  type TrajectoryReadResponse,
+  type TrajectoryStats,
+  trajectoryReadResponseSchema,
+  trajectoryReadShapeSchema,
+  trajectoryReadToJson,
+  trajectoryStatsSchema,
+} from './schemas/proxy-responses.js';
+export {
   createSample,
   prefixCacheInfoSchema,
   type Sample,
@@ -82,11 +103,18 @@ export {
   specInfoSchema,
 } from './schemas/sample.js';
 export {
+  type LineageExtraInfo,
   lineageExtraInfoSchema,
   type Segment,
   type SegmentExtraInfo,
+  type SegmentMeta,
+  type SegmentRecord,
   segmentExtraInfoSchema,
+  segmentFromRecord,
   segmentSchema,
+  segmentShapeSchema,
+  segmentToJson,
+  type TimelineExtraInfo,
   timelineExtraInfoSchema,
 } from './schemas/segment.js';
 export {

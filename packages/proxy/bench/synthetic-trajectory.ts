@@ -1,5 +1,7 @@
 // A finalized trajectory as the proxy stores it: a TITO lineage of `tokens` tokens over `turns` turns
 // (one block, loss mask on the second half of each turn) with one timeline record per turn.
+
+import { segmentMeta } from '../src/__fixtures__/segment-meta.js';
 import type { StoredTrajectory } from '../src/trajectory-store.js';
 
 /** Trajectory `t<index>` of instance group `g<index % 64>`. */
@@ -17,7 +19,7 @@ export function syntheticTrajectory(index: number, tokens: number, turns = 20): 
     {
       view: 'lineage',
       segmentIndex: 0,
-      meta: { uid: `t${index}:lineage:0` },
+      meta: segmentMeta(`t${index}:lineage:0`),
       block: 0,
       end: tokens,
       responseStart: null,
@@ -27,7 +29,7 @@ export function syntheticTrajectory(index: number, tokens: number, turns = 20): 
     records.push({
       view: 'timeline',
       segmentIndex: turn,
-      meta: { uid: `t${index}:timeline:${turn}` },
+      meta: segmentMeta(`t${index}:timeline:${turn}`, { segment_index: turn }),
       block: 0,
       end: (turn + 1) * step,
       responseStart: turn * step + step / 2,

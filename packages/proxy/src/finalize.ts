@@ -1,12 +1,18 @@
 import { randomBytes } from 'node:crypto';
-import { isRealVersion, type SegmentReason } from '@dressage/protocol';
+import {
+  type FinalizeResponse,
+  isRealVersion,
+  type LineageExtraInfo,
+  type SegmentReason,
+  type TimelineExtraInfo,
+} from '@dressage/protocol';
 import type { ProxyConfig } from './config.js';
 import type { LineageSegment, Session, Step } from './session.js';
 import type { TokenBuffer } from './token-buffer.js';
 import type { StoredBlock, StoredRecord, StoredTrajectory } from './trajectory-store.js';
 
 /** The finalize response body (§1.10). */
-export type FinalizeResult = Record<string, unknown>;
+export type FinalizeResult = FinalizeResponse;
 
 function freeze(buffer: TokenBuffer, end: number, maskNonlast: boolean): StoredBlock {
   const ids = buffer.ids.slice(0, end);
@@ -106,7 +112,7 @@ export function buildTrajectory(
     blocks.push(freeze(segment.buffer, segment.buffer.length, config.maskNonlastVersionTokens));
     const reasons: SegmentReason[] = segment.reasons.length > 0 ? segment.reasons : ['initial'];
     const turnIds = distinctTurns(segment.steps);
-    const extra: Record<string, unknown> = {
+    const extra: LineageExtraInfo = {
       alignment_method: 'tito',
       token_build_mode: 'tito',
       segment_view: 'lineage',
@@ -122,7 +128,7 @@ export function buildTrajectory(
       step_ids: segment.steps.map((step) => step.stepId),
       timestamp: String(last.timestamp),
       history_rewritten: session.historyRewritten,
-      segment_reason: reasons[0],
+      segment_reason: reasons[0] ?? 'initial',
       segment_reasons: reasons,
       trajectory_num_segments: lineageSegments.length,
       mask_nonlast_version_tokens: config.maskNonlastVersionTokens,
@@ -157,7 +163,7 @@ export function buildTrajectory(
     }
     const reasons: SegmentReason[] =
       step.segmentReasonsBefore.length > 0 ? step.segmentReasonsBefore : ['initial'];
-    const extra: Record<string, unknown> = {
+    const extra: TimelineExtraInfo = {
       alignment_method: 'snapshot_step',
       token_build_mode: config.tokenBuildMode,
       segment_view: 'timeline',
@@ -171,7 +177,7 @@ export function buildTrajectory(
       lineage_index: step.lineage.index,
       route_type: step.routeType,
       route_base_step_id: step.routeBaseStepId,
-      segment_reason: reasons[0],
+      segment_reason: reasons[0] ?? 'initial',
       segment_reasons: reasons,
       timestamp: String(step.timestamp),
       history_rewritten: session.historyRewritten,

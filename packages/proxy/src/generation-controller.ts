@@ -1,5 +1,11 @@
 import { randomUUID } from 'node:crypto';
-import { isRealVersion, UNKNOWN_TOKEN_VERSION } from '@dressage/protocol';
+import {
+  isRealVersion,
+  type RolloutPauseResponse,
+  type RolloutPauseState,
+  type RolloutResumeResponse,
+  UNKNOWN_TOKEN_VERSION,
+} from '@dressage/protocol';
 import type { EngineClient, GenerateResult } from './engine-client.js';
 import { detailError } from './http-error.js';
 
@@ -127,7 +133,7 @@ export class GenerationController {
   }
 
   /** `GET /v1/rollout/pause_state`. */
-  state(): Record<string, unknown> {
+  state(): RolloutPauseState {
     return {
       paused: this.paused,
       reason: this.reason,
@@ -166,7 +172,7 @@ export class GenerationController {
    * `POST /v1/rollout/pause`: sets the global pause, aborts matching running requests by rid and
    * waits until each returned its partial chunk (or the timeout passed).
    */
-  async pause(request: PauseRequest): Promise<Record<string, unknown>> {
+  async pause(request: PauseRequest): Promise<RolloutPauseResponse> {
     const mode = request.mode ?? 'preempt';
     if (mode !== 'preempt') {
       throw detailError(
@@ -225,10 +231,7 @@ export class GenerationController {
    * `POST /v1/rollout/resume`: waits for a healthy worker, sets the version, bumps the epoch (only
    * when it was paused) and releases every waiting call.
    */
-  async resume(request: {
-    version?: string | null;
-    reason?: string | null;
-  }): Promise<Record<string, unknown>> {
+  async resume(request: { version?: string | null; reason?: string | null }): Promise<RolloutResumeResponse> {
     if (this.shuttingDown) {
       throw detailError(503, { status: 'shutting_down', paused: this.paused, shutting_down: true });
     }
@@ -253,7 +256,7 @@ export class GenerationController {
     const waiters = this.#resumeWaiters;
     this.#resumeWaiters = [];
     for (const waiter of waiters) waiter();
-    const body: Record<string, unknown> = {
+    const body: RolloutResumeResponse = {
       status: wasPaused ? 'resumed' : 'already_running',
       reason: this.reason,
       version: this.currentVersion,

@@ -1,5 +1,6 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { DressageError } from '@dressage/protocol';
 import { describe, expect, it } from 'vitest';
 import { ProxyClient, ProxyClientError } from './proxy-client.js';
 
@@ -36,6 +37,23 @@ describe('ProxyClient (§1.12)', () => {
         'x-dressage-expected-version': 'v9',
         authorization: 'Bearer k',
       });
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('checks the shape of a trajectory read and refuses one that does not fit, by field', async () => {
+    const server = await serve([200]);
+    try {
+      const client = new ProxyClient({ baseUrl: server.url });
+      // The stub answers `{ok: true}`: no mode, no data.
+      const error = await client.readTrajectory({ trajectoryId: 's' }).catch((caught: unknown) => caught);
+      expect(error).toBeInstanceOf(DressageError);
+      expect((error as DressageError).code).toBe('internal');
+      expect((error as DressageError).message).toContain(
+        '/trajectory/read answered a body of the wrong shape',
+      );
+      expect((error as DressageError).message).toContain('mode');
     } finally {
       await server.close();
     }

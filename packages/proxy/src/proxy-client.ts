@@ -1,4 +1,23 @@
-import { DressageError } from '@dressage/protocol';
+import {
+  type CapabilitiesResponse,
+  capabilitiesResponseSchema,
+  type DiscardResponse,
+  DressageError,
+  discardResponseSchema,
+  type FinalizeResponse,
+  finalizeResponseSchema,
+  type RolloutPauseResponse,
+  type RolloutPauseState,
+  type RolloutResumeResponse,
+  rolloutPauseResponseSchema,
+  rolloutPauseStateSchema,
+  rolloutResumeResponseSchema,
+  type TrajectoryReadResponse,
+  type TrajectoryStats,
+  trajectoryReadShapeSchema,
+  trajectoryStatsSchema,
+} from '@dressage/protocol';
+import type { z } from 'zod';
 import { identifierProblem } from './identifiers.js';
 
 /** Options of {@link ProxyClient}. */
@@ -47,6 +66,9 @@ export interface CompletionIds {
   /** Pins the weight version (`X-Dressage-Expected-Version`). */
   expectedVersion?: string;
 }
+
+/** A `/trajectory/read` answer for one trajectory. */
+export type TrajectoryRead = Extract<TrajectoryReadResponse, { mode: 'trajectory' }>;
 
 /** Arguments of {@link ProxyClient.readTrajectory}. */
 export interface ReadTrajectoryOptions {
@@ -123,69 +145,112 @@ export class ProxyClient {
     if (ids.instanceId) headers['x-instance-id'] = ids.instanceId;
     if (ids.turnId) headers['x-turn-id'] = ids.turnId;
     if (ids.expectedVersion) headers['x-dressage-expected-version'] = ids.expectedVersion;
-    return this.#call('POST', '/v1/chat/completions', { ...body, stream: false }, headers);
+    const answer = await this.#call('POST', '/v1/chat/completions', { ...body, stream: false }, headers);
+    // The completion is the engine's answer passed through as is (OpenAI's shape); it is not on
+    // the trajectory path, so it is not checked here.
+    return answer as Record<string, unknown>;
   }
 
   /** `POST /session/finalize`. */
   finalizeSession(
     sessionId: string,
     options: { instanceId?: string; label?: unknown } = {},
-  ): Promise<Record<string, unknown>> {
+  ): Promise<FinalizeResponse> {
     const body: Record<string, unknown> = { session_id: sessionId };
     if (options.instanceId) body.instance_id = options.instanceId;
     if (options.label !== undefined) body.label = options.label;
-    return this.#call('POST', '/session/finalize', body);
+    return this.#call('POST', '/session/finalize', body).then((answer) =>
+      this.#answer(finalizeResponseSchema, answer, '/session/finalize'),
+    );
   }
 
   /** `POST /session/discard`. */
-  discardSession(sessionId: string): Promise<Record<string, unknown>> {
-    return this.#call('POST', '/session/discard', { session_id: sessionId });
+  discardSession(sessionId: string): Promise<DiscardResponse> {
+    return this.#call('POST', '/session/discard', { session_id: sessionId }).then((answer) =>
+      this.#answer(discardResponseSchema, answer, '/session/discard'),
+    );
   }
 
-  /** `POST /trajectory/read`: by id, or batch mode without one. */
-  readTrajectory(options: ReadTrajectoryOptions = {}): Promise<{
-    success: boolean;
-    mode: 'trajectory' | 'batch';
-    data: unknown[];
-    meta_info: Record<string, unknown>;
-    drained?: boolean;
-  }> {
+  /**
+   * `POST /trajectory/read`: one trajectory's segments by id, or (without an id) the ready groups
+   * of batch mode. Token data arrives in typed arrays; the answer's shape is checked, not every
+   * token.
+   */
+  readTrajectory(
+    options: ReadTrajectoryOptions & ({ trajectoryId: string } | { sessionId: string }),
+  ): Promise<TrajectoryRead>;
+  readTrajectory(options?: ReadTrajectoryOptions): Promise<TrajectoryReadResponse>;
+  async readTrajectory(options: ReadTrajectoryOptions = {}): Promise<TrajectoryReadResponse> {
     const body: Record<string, unknown> = { drain: options.drain ?? false };
     if (options.trajectoryId) body.trajectory_id = options.trajectoryId;
     if (options.sessionId) body.session_id = options.sessionId;
     if (options.instanceId) body.instance_id = options.instanceId;
     if (options.maxGroups) body.max_groups = options.maxGroups;
     if (options.segmentView) body.segment_view = options.segmentView;
-    return this.#call('POST', '/trajectory/read', body) as never;
+    const answer = await this.#call('POST', '/trajectory/read', body);
+    const read = this.#answer(trajectoryReadShapeSchema, answer, '/trajectory/read');
+    const expected = options.trajectoryId || options.sessionId ? 'trajectory' : 'batch';
+    if (read.mode !== expected) {
+      throw new DressageError({
+        code: 'internal',
+        message: `/trajectory/read answered mode ${read.mode} to a ${expected} read`,
+        details: { path: '/trajectory/read' },
+      });
+    }
+    return read;
   }
 
   /** `GET /trajectory/stats`. */
-  trajectoryStats(): Promise<Record<string, unknown>> {
-    return this.#call('GET', '/trajectory/stats');
+  trajectoryStats(): Promise<TrajectoryStats> {
+    return this.#call('GET', '/trajectory/stats').then((answer) =>
+      this.#answer(trajectoryStatsSchema, answer, '/trajectory/stats'),
+    );
   }
 
   /** `POST /v1/rollout/pause`. */
-  pauseRollout(reason = 'weight_update', timeoutSeconds?: number): Promise<Record<string, unknown>> {
+  pauseRollout(reason = 'weight_update', timeoutSeconds?: number): Promise<RolloutPauseResponse> {
     const body: Record<string, unknown> = { reason };
     if (timeoutSeconds !== undefined) body.timeout_seconds = timeoutSeconds;
-    return this.#call('POST', '/v1/rollout/pause', body);
+    return this.#call('POST', '/v1/rollout/pause', body).then((answer) =>
+      this.#answer(rolloutPauseResponseSchema, answer, '/v1/rollout/pause'),
+    );
   }
 
   /** `POST /v1/rollout/resume`. */
-  resumeRollout(version?: string, reason = 'weight_update'): Promise<Record<string, unknown>> {
+  resumeRollout(version?: string, reason = 'weight_update'): Promise<RolloutResumeResponse> {
     const body: Record<string, unknown> = { reason };
     if (version !== undefined) body.version = version;
-    return this.#call('POST', '/v1/rollout/resume', body);
+    return this.#call('POST', '/v1/rollout/resume', body).then((answer) =>
+      this.#answer(rolloutResumeResponseSchema, answer, '/v1/rollout/resume'),
+    );
   }
 
   /** `GET /v1/rollout/pause_state`. */
-  pauseState(): Promise<Record<string, unknown>> {
-    return this.#call('GET', '/v1/rollout/pause_state');
+  pauseState(): Promise<RolloutPauseState> {
+    return this.#call('GET', '/v1/rollout/pause_state').then((answer) =>
+      this.#answer(rolloutPauseStateSchema, answer, '/v1/rollout/pause_state'),
+    );
   }
 
   /** `GET /integration/capabilities`. */
-  capabilities(): Promise<Record<string, unknown>> {
-    return this.#call('GET', '/integration/capabilities');
+  capabilities(): Promise<CapabilitiesResponse> {
+    return this.#call('GET', '/integration/capabilities').then((answer) =>
+      this.#answer(capabilitiesResponseSchema, answer, '/integration/capabilities'),
+    );
+  }
+
+  // A 2xx answer that does not have the documented shape is the proxy's fault, not the caller's.
+  #answer<T extends z.ZodType>(schema: T, answer: unknown, path: string): z.output<T> {
+    const result = schema.safeParse(answer);
+    if (result.success) return result.data;
+    throw new DressageError({
+      code: 'internal',
+      message: `${path} answered a body of the wrong shape: ${result.error.issues
+        .slice(0, 3)
+        .map((issue) => `${issue.path.join('.') || '(root)'}: ${issue.message}`)
+        .join('; ')}`,
+      details: { path },
+    });
   }
 
   async #call(
@@ -193,7 +258,7 @@ export class ProxyClient {
     path: string,
     body?: unknown,
     extraHeaders: Record<string, string> = {},
-  ): Promise<Record<string, unknown>> {
+  ): Promise<unknown> {
     const headers: Record<string, string> = { ...extraHeaders };
     if (body !== undefined) headers['content-type'] = 'application/json';
     if (this.#options.apiKey) headers.authorization = `Bearer ${this.#options.apiKey}`;
@@ -229,7 +294,7 @@ export class ProxyClient {
       } catch {
         parsed = text;
       }
-      if (response.ok) return parsed as Record<string, unknown>;
+      if (response.ok) return parsed;
       if (response.status === 503 && attempt < this.#options.maxRetries) {
         await sleep(this.#options.backoffMs * 2 ** attempt);
         continue;

@@ -1,13 +1,19 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingHttpHeaders } from 'node:http';
 import {
+  type CapabilitiesResponse,
   type ChatCompletionRequest,
   type ChatMessage,
   chatCompletionRequestSchema,
+  type DiscardResponse,
   isRealVersion,
+  type RolloutPauseResponse,
+  type RolloutResumeResponse,
   safeParseWire,
   type Tool,
   type ToolMessage,
+  type TrajectoryReadResponse,
+  type TrajectoryStats,
 } from '@dressage/protocol';
 import type { z } from 'zod';
 import type { ProxyConfig } from './config.js';
@@ -690,7 +696,7 @@ export class ProxyService {
    * `POST /session/discard`: idempotent. `session_removed` is true when an active or finalized
    * session was forgotten; `segments_removed` counts the stored records dropped with it.
    */
-  async discard(rawBody: unknown): Promise<Record<string, unknown>> {
+  async discard(rawBody: unknown): Promise<DiscardResponse> {
     const body = parseBody(discardRequestSchema, rawBody, 'discard request');
     const session = this.#sessions.get(body.session_id);
     let sessionRemoved = false;
@@ -716,7 +722,7 @@ export class ProxyService {
   }
 
   /** `POST /trajectory/read`. */
-  async read(rawBody: unknown): Promise<Record<string, unknown>> {
+  async read(rawBody: unknown): Promise<TrajectoryReadResponse> {
     const body = parseBody(readRequestSchema, rawBody ?? {}, 'trajectory read request');
     const id = body.trajectory_id ?? body.session_id ?? null;
     if (id !== null) {
@@ -736,12 +742,12 @@ export class ProxyService {
   }
 
   /** `GET /trajectory/stats`. */
-  stats(): Record<string, unknown> {
+  stats(): TrajectoryStats {
     return { ...this.store.stats(this.config.minGroupSize, this.config.groupTimeoutSeconds * 1000) };
   }
 
   /** `POST /v1/rollout/pause`. */
-  async pause(rawBody: unknown): Promise<Record<string, unknown>> {
+  async pause(rawBody: unknown): Promise<RolloutPauseResponse> {
     const body = parseBody(pauseRequestSchema, rawBody ?? {}, 'pause request');
     return this.controller.pause({
       session_id: body.session_id ?? null,
@@ -753,7 +759,7 @@ export class ProxyService {
   }
 
   /** `POST /v1/rollout/resume`. */
-  async resume(rawBody: unknown): Promise<Record<string, unknown>> {
+  async resume(rawBody: unknown): Promise<RolloutResumeResponse> {
     const body = parseBody(resumeRequestSchema, rawBody ?? {}, 'resume request');
     return this.controller.resume({
       version: body.version === null || body.version === undefined ? null : String(body.version),
@@ -762,10 +768,10 @@ export class ProxyService {
   }
 
   /** `GET /integration/capabilities`: probes the workers' weight versions. */
-  async capabilities(): Promise<Record<string, unknown>> {
+  async capabilities(): Promise<CapabilitiesResponse> {
     const controller = this.controller;
     const cached = controller.currentVersion;
-    let source = 'unavailable';
+    let source: CapabilitiesResponse['weight_version_source'] = 'unavailable';
     let consistent = true;
     let workerCount = 0;
     let current = cached;

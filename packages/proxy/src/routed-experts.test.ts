@@ -9,6 +9,7 @@ import { convertSamplesToTrainData } from '@dressage/trainer-bridge';
 import { afterEach, describe, expect, it } from 'vitest';
 import { type Harness, startHarness, temporaryDirectory } from './__fixtures__/harness.js';
 import { scriptedExpert } from './__fixtures__/scripted-engine.js';
+import { segmentMeta } from './__fixtures__/segment-meta.js';
 import { TrajectoryStore } from './trajectory-store.js';
 
 let harness: Harness | undefined;
@@ -155,7 +156,7 @@ describe('R3 routed experts', () => {
           {
             view: 'lineage',
             segmentIndex: 0,
-            meta: { uid: 't:lineage:0' },
+            meta: segmentMeta('t:lineage:0'),
             block: 0,
             end: 4,
             responseStart: null,

@@ -1,6 +1,6 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
-import { bearerMatches, reachableHost } from '@dressage/protocol';
+import { bearerMatches, reachableHost, trajectoryReadToJson } from '@dressage/protocol';
 import type { ProxyConfig } from './config.js';
 import { detailError, ProxyHttpError, toHttpResponse } from './http-error.js';
 import { identifierProblem } from './identifiers.js';
@@ -83,12 +83,17 @@ function splitSessionPath(path: string): { session: string | null; path: string 
   return { session, path: end === -1 ? '/' : path.slice(end) };
 }
 
+/** A body already written as JSON text (typed arrays written straight into it). */
+class JsonText {
+  constructor(readonly text: string) {}
+}
+
 function sendJson(response: ServerResponse, status: number, body: unknown): void {
   if (response.headersSent) {
     response.end();
     return;
   }
-  const text = JSON.stringify(body);
+  const text = body instanceof JsonText ? body.text : JSON.stringify(body);
   response.writeHead(status, {
     'content-type': 'application/json',
     'content-length': Buffer.byteLength(text),
@@ -221,7 +226,14 @@ export function createProxyHttpServer(service: ProxyService): Server {
     ['/v1/chat/completions', { method: 'POST', auth: true, bytesHandler: chat }],
     ['/session/finalize', { method: 'POST', auth: true, handler: (_, body) => service.finalize(body) }],
     ['/session/discard', { method: 'POST', auth: true, handler: (_, body) => service.discard(body) }],
-    ['/trajectory/read', { method: 'POST', auth: true, handler: (_, body) => service.read(body) }],
+    [
+      '/trajectory/read',
+      {
+        method: 'POST',
+        auth: true,
+        handler: async (_, body) => new JsonText(trajectoryReadToJson(await service.read(body))),
+      },
+    ],
     ['/trajectory/stats', { method: 'GET', auth: true, handler: async () => service.stats() }],
     ['/v1/rollout/pause', { method: 'POST', auth: true, handler: (_, body) => service.pause(body) }],
     ['/v1/rollout/resume', { method: 'POST', auth: true, handler: (_, body) => service.resume(body) }],

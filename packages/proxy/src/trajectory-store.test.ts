@@ -3,6 +3,7 @@ import { open } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { temporaryDirectory } from './__fixtures__/harness.js';
+import { segmentMeta } from './__fixtures__/segment-meta.js';
 import { ProxyHttpError } from './http-error.js';
 import { type StoredTrajectory, type StoreLogFile, TrajectoryStore } from './trajectory-store.js';
 
@@ -24,7 +25,7 @@ function trajectory(id: string, tokens: number, instanceId = 'g'): StoredTraject
       {
         view: 'lineage',
         segmentIndex: 0,
-        meta: { uid: `${id}:0`, segment_index: 0 },
+        meta: segmentMeta(`${id}:0`),
         block: 0,
         end: tokens,
         responseStart: null,
@@ -63,9 +64,9 @@ describe('TrajectoryStore', () => {
     const after = await second.read('a', {});
     expect(after).toEqual(before);
     expect(after.data[0]).toMatchObject({
-      tokens: [1, 2, 3, 4, 5, 6, 7, 8],
-      full_loss_mask: [0, 0, 0, 0, 1, 1, 1, 1],
-      full_logprobs: [0, 0, 0, 0, -0.25, -0.25, -0.25, -0.25],
+      tokens: Int32Array.of(1, 2, 3, 4, 5, 6, 7, 8),
+      full_loss_mask: Uint8Array.of(0, 0, 0, 0, 1, 1, 1, 1),
+      full_logprobs: Float64Array.of(0, 0, 0, 0, -0.25, -0.25, -0.25, -0.25),
       full_versions: ['-1', '-1', '-1', '-1', 'v3', 'v3', 'v3', 'v3'],
       aligned_response_length: 4,
     });
@@ -146,7 +147,7 @@ describe('TrajectoryStore under faults', () => {
     await racing;
     expect(store.residentBytes).toBe(0);
     const batch = await store.readBatch({ minGroupSize: 1, groupTimeoutMs: 0 });
-    expect(batch.map((group) => group.map((segment) => segment.tokens))).toEqual([
+    expect(batch.map((group) => group.map((segment) => Array.from(segment.tokens)))).toEqual([
       [[1, 2, 3, 4, 5, 6, 7, 8]],
     ]);
     await store.close();
@@ -203,7 +204,7 @@ describe('TrajectoryStore under faults', () => {
     await store.close();
     const reopened = await TrajectoryStore.open({ directory: directory.path });
     expect([reopened.has('a'), reopened.has('b'), reopened.has('c')]).toEqual([true, false, true]);
-    expect((await reopened.read('c', {})).data[0]?.tokens).toEqual([1, 2, 3, 4]);
+    expect(Array.from((await reopened.read('c', {})).data[0]?.tokens ?? [])).toEqual([1, 2, 3, 4]);
     await reopened.close();
   });
 

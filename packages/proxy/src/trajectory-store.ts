@@ -1,7 +1,14 @@
 import { closeSync, constants, openSync, readSync } from 'node:fs';
 import { mkdir, open, rename, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import { DressageError, packTypedArray, unpackTypedArray } from '@dressage/protocol';
+import {
+  DressageError,
+  packTypedArray,
+  type Segment,
+  type SegmentMeta,
+  type TrajectoryStats,
+  unpackTypedArray,
+} from '@dressage/protocol';
 import { ProxyHttpError } from './http-error.js';
 import { expandVersionRuns, type RoutingRows, type VersionRun } from './token-buffer.js';
 
@@ -21,7 +28,7 @@ export interface StoredRecord {
   view: 'lineage' | 'timeline';
   segmentIndex: number;
   /** Every segment field except the token arrays and `aligned_response_length`. */
-  meta: Record<string, unknown>;
+  meta: SegmentMeta;
   block: number;
   /** Tokens `[0, end)` of the block. */
   end: number;
@@ -162,7 +169,7 @@ interface SerializedTrajectory {
   records: Array<{
     view: 'lineage' | 'timeline';
     segment_index: number;
-    meta: Record<string, unknown>;
+    meta: SegmentMeta;
     block: number;
     end: number;
     response_start: number | null;
@@ -231,34 +238,31 @@ function float32ToNumber(value: number): number {
   return value;
 }
 
-/** Materialises a record as the `/trajectory/read` segment JSON. */
-export function recordToSegment(
-  record: StoredRecord,
-  block: StoredBlock,
-  recordVersions: boolean,
-): Record<string, unknown> {
+/**
+ * Materialises a record as a {@link Segment}: the token data in typed arrays (float64 logprobs,
+ * each the shortest decimal of the stored float32), as `/trajectory/read` writes it.
+ */
+export function recordToSegment(record: StoredRecord, block: StoredBlock, recordVersions: boolean): Segment {
   const length = record.end;
-  const tokens = new Array<number>(length);
-  const logprobs = new Array<number>(length);
-  const mask = new Array<number>(length).fill(0);
-  for (let index = 0; index < length; index++) tokens[index] = block.ids[index]!;
+  const tokens = block.ids.slice(0, length);
+  const logprobs = new Float64Array(length);
+  const mask = new Uint8Array(length);
   let aligned = 0;
   const ranges =
     record.responseStart === null ? block.maskRanges : Uint32Array.of(record.responseStart, record.end);
-  for (let index = 0; index < length; index++) logprobs[index] = 0;
   for (let range = 0; range < ranges.length; range += 2) {
     const start = ranges[range]!;
     const end = Math.min(ranges[range + 1]!, length);
-    for (let index = start; index < end; index++) {
-      mask[index] = 1;
-      aligned += 1;
+    if (end > start) {
+      mask.fill(1, start, end);
+      aligned += end - start;
     }
   }
   // Logprobs cover every model-output token (masked-out stale versions keep theirs).
   const logprobStart = record.responseStart ?? 0;
   for (let index = logprobStart; index < length; index++)
     logprobs[index] = float32ToNumber(block.logprobs[index]!);
-  const segment: Record<string, unknown> = {
+  const segment: Segment = {
     ...record.meta,
     tokens,
     full_logprobs: logprobs,
@@ -286,11 +290,7 @@ export function recordToSegment(
 }
 
 /** Statistics of `/trajectory/stats`. */
-export interface StoreStats {
-  total_items: number;
-  total_instances: number;
-  ready_instances: number;
-}
+export type StoreStats = TrajectoryStats;
 
 /**
  * Finalized trajectories waiting to be read. Token data lives in typed arrays; with a directory,
@@ -378,7 +378,7 @@ export class TrajectoryStore {
   async read(
     trajectoryId: string,
     options: { instanceId?: string | null; view?: 'lineage' | 'timeline' | null; drain?: boolean },
-  ): Promise<{ data: Record<string, unknown>[]; drained: boolean }> {
+  ): Promise<{ data: Segment[]; drained: boolean }> {
     const entry = this.#entries.get(trajectoryId);
     if (!entry || (options.instanceId && entry.trajectory.instanceId !== options.instanceId)) {
       return { data: [], drained: false };
@@ -400,12 +400,12 @@ export class TrajectoryStore {
     minGroupSize: number;
     groupTimeoutMs: number;
     maxGroups?: number | null;
-  }): Promise<Record<string, unknown>[][]> {
+  }): Promise<Segment[][]> {
     const groups = this.#readyGroups(options.minGroupSize, options.groupTimeoutMs);
     const selected = options.maxGroups ? groups.slice(0, options.maxGroups) : groups;
-    const out: Record<string, unknown>[][] = [];
+    const out: Segment[][] = [];
     for (const group of selected) {
-      const segments: Record<string, unknown>[] = [];
+      const segments: Segment[] = [];
       for (const entry of group) segments.push(...this.#segments(entry, null));
       out.push(segments);
     }
@@ -466,7 +466,7 @@ export class TrajectoryStore {
     return ready;
   }
 
-  #segments(entry: Entry, view: 'lineage' | 'timeline' | null): Record<string, unknown>[] {
+  #segments(entry: Entry, view: 'lineage' | 'timeline' | null): Segment[] {
     const { trajectory } = entry;
     const chosen =
       view ?? (trajectory.records.some((record) => record.view === 'lineage') ? 'lineage' : 'timeline');

@@ -72,9 +72,32 @@ function segmentOf(sessionId: string, instanceId: string, steps: RecordedStep[])
     aligned_response_length: trainable,
     finish_reason: 'stop',
     timestamp: Date.now() / 1000,
-    extra_info: { segment_view: 'lineage', num_steps: steps.length },
+    extra_info: {
+      segment_view: 'lineage',
+      alignment_method: 'tito',
+      token_build_mode: 'tito',
+      context_token_count: tokens.length - trainable,
+      context_delta_token_count: tokens.length - trainable,
+      output_token_count: trainable,
+      num_steps: steps.length,
+      num_turns: 1,
+      turn_ids: last.turnId === null ? [] : [last.turnId],
+      lineage_id: `${sessionId}-lineage`,
+      lineage_index: 0,
+      branch_from_step_id: null,
+      step_ids: steps.map((_, index) => `${sessionId}-step-${index}`),
+      timestamp: String(Date.now() / 1000),
+      history_rewritten: false,
+      segment_reason: 'initial',
+      segment_reasons: ['initial'],
+      trajectory_num_segments: 1,
+      finalization_complete: true,
+      finalization_id: `${sessionId}-finalization`,
+    },
   };
 }
+
+const storeStats = { total_items: 0, total_instances: 0, ready_instances: 0 };
 
 /** The scripted model server. */
 export class ScriptedModelServer {
@@ -177,17 +200,39 @@ export class ScriptedModelServer {
           success: true,
           session_id: body.session_id,
           trajectory_id: body.session_id,
+          instance_id: session.instanceId,
+          finalization_id: `${String(body.session_id)}-finalization`,
+          num_steps: session.steps.length,
+          num_turns: 1,
           num_segments: 1,
+          num_timeline_segments: session.steps.length,
+          history_rewritten: false,
+          token_build_mode: 'tito',
+          token_build_model: 'qwen3',
+          record_token_versions: false,
+          mask_nonlast_version_tokens: false,
         });
       }
       if (path === '/trajectory/read') {
         const id = String(body.trajectory_id ?? body.session_id);
         const session = this.sessions.get(id);
         if (!session?.finalized)
-          return send(200, { success: false, mode: 'trajectory', data: [], drained: false });
+          return send(200, {
+            success: false,
+            mode: 'trajectory',
+            data: [],
+            meta_info: storeStats,
+            drained: false,
+          });
         const data = [segmentOf(id, session.instanceId, session.steps)];
         if (body.drain === true) this.sessions.delete(id);
-        return send(200, { success: true, mode: 'trajectory', data, drained: body.drain === true });
+        return send(200, {
+          success: true,
+          mode: 'trajectory',
+          data,
+          meta_info: storeStats,
+          drained: body.drain === true,
+        });
       }
       if (path === '/session/discard') {
         const removed = this.sessions.delete(String(body.session_id));
@@ -196,6 +241,7 @@ export class ScriptedModelServer {
           session_id: body.session_id,
           session_removed: removed,
           segments_removed: 0,
+          tool_call_hook_keys_purged: 0,
         });
       }
       if (path === '/health') return send(200, { status: 'ok' });

@@ -1,4 +1,4 @@
-import { DressageError } from '@dressage/protocol';
+import { type BlackboxCapabilities, DressageError } from '@dressage/protocol';
 import type { BlackboxMessage, ProxyOptions } from './schemas.js';
 
 /** What the server tells an agent adapter at registration. */
@@ -50,15 +50,7 @@ export interface AdapterTurnResult {
 }
 
 /** Capabilities the server advertises for a backend. */
-export interface AdapterCapabilities {
-  chat: boolean;
-  abort: boolean;
-  pause_resume: boolean;
-  stream: boolean;
-  multi_message_input: boolean;
-  system_message: boolean;
-  history_injection: boolean;
-}
+export type AdapterCapabilities = BlackboxCapabilities;
 
 /** The capabilities of every built-in adapter. */
 export const defaultCapabilities: AdapterCapabilities = {

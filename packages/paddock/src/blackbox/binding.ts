@@ -1,6 +1,14 @@
 import { randomBytes } from 'node:crypto';
 import { copyFile, mkdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import type {
+  BlackboxBinding,
+  BlackboxConfigBody,
+  BlackboxRegisterResponse,
+  BlackboxServerStatus,
+  BlackboxSessionCounts,
+  BlackboxStatusResponse,
+} from '@dressage/protocol';
 import type { z } from 'zod';
 import { type SocketPipe, startSocketPipe } from '../sandbox/socket-pipe.js';
 import {
@@ -16,14 +24,6 @@ import { fingerprintOf } from './fingerprint.js';
 import { BlackboxHttpError, parseBody, validationError } from './http-error.js';
 import { type ProxyIncident, RolloutLlmProxy } from './llm-proxy.js';
 import { ownDirectory, ownFile } from './own-paths.js';
-import type {
-  BindingInfo,
-  ConfigBody,
-  RegisterBody,
-  ServerStatus,
-  SessionCounts,
-  StatusBody,
-} from './responses.js';
 import { proxyOptionsSchema, type RegisterRequest, registerRequestSchema } from './schemas.js';
 
 /** What the binding tells the session table and asks of the pause control. */
@@ -84,7 +84,7 @@ export class RolloutBinding {
   /** The settings in force for the current binding. */
   effective: BlackboxServerConfig;
   /** Overall server state. */
-  status: ServerStatus = 'idle';
+  status: BlackboxServerStatus = 'idle';
   /** The agent adapter of the current binding. */
   adapter: BlackboxAdapter | null = null;
   /** The LLM proxy of the current binding. */
@@ -93,7 +93,7 @@ export class RolloutBinding {
   private readonly workDir: string;
   private readonly upstreamSocket: string | null;
   private readonly hooks: BindingHooks;
-  private info: BindingInfo | null = null;
+  private info: BlackboxBinding | null = null;
   private fingerprint: string | null = null;
   private upstreamPipe: Promise<SocketPipe> | null = null;
   private healthTimer: NodeJS.Timeout | null = null;
@@ -109,7 +109,7 @@ export class RolloutBinding {
   }
 
   /** The current binding, or null before a registration. */
-  get current(): BindingInfo | null {
+  get current(): BlackboxBinding | null {
     return this.info;
   }
 
@@ -119,7 +119,7 @@ export class RolloutBinding {
   }
 
   /** `GET /v1/status`. */
-  statusBody(sessions: Omit<SessionCounts, 'max_sessions'>): StatusBody {
+  statusBody(sessions: Omit<BlackboxSessionCounts, 'max_sessions'>): BlackboxStatusResponse {
     return {
       status: this.status,
       binding: this.info,
@@ -133,7 +133,7 @@ export class RolloutBinding {
   }
 
   /** `POST /v1/rollout/register`: binds the server to a rollout session and starts its agent. */
-  async register(body: unknown): Promise<RegisterBody> {
+  async register(body: unknown): Promise<BlackboxRegisterResponse> {
     const request = parseBody(registerRequestSchema, body, 'register request');
     if (this.status === 'shutting_down')
       throw new BlackboxHttpError(503, 'shutting_down', 'Server is shutting down');
@@ -263,12 +263,12 @@ export class RolloutBinding {
     return this.adapter?.capabilities ?? defaultCapabilities;
   }
 
-  private configBody(): ConfigBody {
+  private configBody(): BlackboxConfigBody {
     const { host: _host, port: _port, ...rest } = this.effective;
     return rest;
   }
 
-  private registerBody(): RegisterBody {
+  private registerBody(): BlackboxRegisterResponse {
     return {
       status: this.status,
       binding: this.info,
@@ -304,7 +304,7 @@ export class RolloutBinding {
     const runtimeDir = join(this.effective.runtime_root, runtimeId);
     await mkdir(runtimeDir, { recursive: true });
     let systemPrompt: string | null = null;
-    let systemPromptBinding: BindingInfo['system_prompt'] = null;
+    let systemPromptBinding: BlackboxBinding['system_prompt'] = null;
     if (request.system_prompt_file) {
       const runtimeFile = join(runtimeDir, 'system_prompt.txt');
       await copyFile(request.system_prompt_file, runtimeFile);

@@ -1,6 +1,6 @@
+import type { BlackboxExecuteCommandResponse } from '@dressage/protocol';
 import { runProcessGroup } from '../sandbox/process-group.js';
 import { BlackboxHttpError, parseBody } from './http-error.js';
-import type { ExecuteCommandBody } from './responses.js';
 import { executeCommandRequestSchema } from './schemas.js';
 import { isTerminal, type Session } from './turns.js';
 
@@ -25,7 +25,7 @@ export interface ExecuteCommandContext {
 export async function executeCommand(
   body: unknown,
   context: ExecuteCommandContext,
-): Promise<ExecuteCommandBody> {
+): Promise<BlackboxExecuteCommandResponse> {
   const request = parseBody(executeCommandRequestSchema, body, 'execute_cmd request');
   if (/[\n\r\0]/.test(request.cmd)) {
     throw new BlackboxHttpError(400, 'request_error', 'cmd must be a single line', {

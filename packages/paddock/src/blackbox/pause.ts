@@ -1,6 +1,6 @@
+import type { BlackboxPauseResponse, BlackboxPauseState, BlackboxResumeResponse } from '@dressage/protocol';
 import { BlackboxHttpError, parseBody } from './http-error.js';
 import type { RolloutLlmProxy } from './llm-proxy.js';
-import type { PauseBody, PauseStateBody, ResumeBody } from './responses.js';
 import { pauseRequestSchema, resumeRequestSchema } from './schemas.js';
 
 /** What the pause control reads from the rest of the server. */
@@ -48,7 +48,7 @@ export class PauseControl {
   }
 
   /** `POST /v1/rollout/pause`: 503 `pause_timeout` when generations do not quiesce in time. */
-  async pause(body: unknown): Promise<PauseBody> {
+  async pause(body: unknown): Promise<BlackboxPauseResponse> {
     const request = parseBody(pauseRequestSchema, body, 'pause request');
     if (!this.pausedFlag) {
       this.pausedFlag = true;
@@ -66,7 +66,7 @@ export class PauseControl {
       }
     }
     const quiesced = proxy ? await proxy.drain((request.timeout_seconds ?? 30) * 1000) : true;
-    const response: PauseBody = {
+    const response: BlackboxPauseResponse = {
       status: 'paused',
       reason: request.reason,
       quiesced,
@@ -85,7 +85,7 @@ export class PauseControl {
   }
 
   /** `POST /v1/rollout/resume`. */
-  async resume(body: unknown): Promise<ResumeBody> {
+  async resume(body: unknown): Promise<BlackboxResumeResponse> {
     const request = parseBody(resumeRequestSchema, body, 'resume request');
     if (request.version !== null && request.version !== undefined)
       this.weightVersion = String(request.version);
@@ -108,7 +108,7 @@ export class PauseControl {
   }
 
   /** `GET /v1/rollout/pause_state`. */
-  state(): PauseStateBody {
+  state(): BlackboxPauseState {
     const proxy = this.context.proxy();
     return {
       paused: this.pausedFlag,

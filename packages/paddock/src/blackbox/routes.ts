@@ -1,8 +1,8 @@
+import type { BlackboxHealth } from '@dressage/protocol';
 import type { RolloutBinding } from './binding.js';
 import { executeCommand } from './execute-command.js';
 import { BlackboxHttpError } from './http-error.js';
 import type { PauseControl } from './pause.js';
-import type { HealthBody } from './responses.js';
 import { idPattern } from './schemas.js';
 import type { TurnEngine } from './turns.js';
 
@@ -54,7 +54,7 @@ export async function routeBlackbox(
   const { binding, turns, pause } = parts;
   const path = routePath(url);
   if (method === 'GET' && path === '/health') {
-    const health: HealthBody = {
+    const health: BlackboxHealth = {
       healthy: binding.status !== 'error' && binding.status !== 'shutting_down',
       version: blackboxServerVersion,
     };

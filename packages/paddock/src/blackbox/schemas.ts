@@ -1,4 +1,7 @@
+import { type BlackboxMessage, blackboxMessageSchema, type TurnUsage } from '@dressage/protocol';
 import { z } from 'zod';
+
+export type { BlackboxMessage, TurnUsage };
 
 /** Session, turn and instance ids. */
 export const idPattern = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
@@ -46,17 +49,7 @@ export const registerRequestSchema = z.strictObject({
 export type RegisterRequest = z.output<typeof registerRequestSchema>;
 
 /** One chat message of the BlackboxServer API. */
-export const messageSchema = z.looseObject({
-  role: z.enum(['system', 'user', 'assistant', 'tool']),
-  content: z.unknown().optional(),
-  reasoning_content: z.string().nullable().optional(),
-  tool_calls: z.array(z.unknown()).nullable().optional(),
-  tool_call_id: z.string().nullable().optional(),
-  name: z.string().nullable().optional(),
-});
-
-/** A message in or out of a turn. */
-export type BlackboxMessage = z.infer<typeof messageSchema>;
+export const messageSchema = blackboxMessageSchema;
 
 /** POST /v1/sessions/{id}/messages. */
 export const messagesRequestSchema = z.strictObject({
@@ -83,16 +76,6 @@ export const resumeRequestSchema = z.strictObject({
   reason: z.string().min(1).default('weight_update'),
   version: z.union([z.string(), z.number()]).nullable().optional(),
 });
-
-/** Token and step counts of a turn. */
-export interface TurnUsage {
-  total_tokens: number;
-  input_tokens: number;
-  output_tokens: number;
-  reasoning_tokens: number;
-  steps: number;
-  tool_calls: number;
-}
 
 /** An empty {@link TurnUsage}. */
 export function emptyUsage(): TurnUsage {

@@ -1,23 +1,23 @@
 import { randomBytes } from 'node:crypto';
+import type {
+  BlackboxAbortResponse,
+  BlackboxCancelResponse,
+  BlackboxMessagesAccepted,
+  BlackboxMessagesResponse,
+  BlackboxSessionCounts,
+  BlackboxSessionResponse,
+  BlackboxSessionState,
+  BlackboxTurn,
+  BlackboxTurnStatus,
+  TurnBackend,
+  TurnError,
+} from '@dressage/protocol';
 import { type AdapterTurnResult, AgentTurnError } from './adapter.js';
 import type { RolloutBinding } from './binding.js';
 import { fingerprintOf } from './fingerprint.js';
 import { BlackboxHttpError, parseBody, unknownTurn } from './http-error.js';
 import type { ProxyIncident } from './llm-proxy.js';
 import type { PauseControl } from './pause.js';
-import type {
-  AbortBody,
-  CancelBody,
-  MessagesAcceptedBody,
-  MessagesBody,
-  SessionBody,
-  SessionCounts,
-  SessionState,
-  TurnBackend,
-  TurnBody,
-  TurnError,
-  TurnStatus,
-} from './responses.js';
 import { type BlackboxMessage, emptyUsage, messagesRequestSchema, type TurnUsage } from './schemas.js';
 
 /** One turn of a session and where it stands. */
@@ -26,7 +26,7 @@ export interface Turn {
   fingerprint: string;
   messages: BlackboxMessage[];
   metadata: Record<string, unknown> | null;
-  status: TurnStatus;
+  status: BlackboxTurnStatus;
   outputs: BlackboxMessage[] | null;
   usage: TurnUsage | null;
   backend: TurnBackend | null;
@@ -45,7 +45,7 @@ export interface Turn {
 export interface Session {
   id: string;
   instanceId: string;
-  state: SessionState;
+  state: BlackboxSessionState;
   turnMode: 'single' | 'explicit' | null;
   singleTurnId: string | null;
   turns: Map<string, Turn>;
@@ -60,8 +60,8 @@ export interface Session {
 
 /** A sync or async answer to a messages request. */
 export type MessagesResult =
-  | { status: 202; body: MessagesAcceptedBody }
-  | { status: 200; body: MessagesBody };
+  | { status: 202; body: BlackboxMessagesAccepted }
+  | { status: 200; body: BlackboxMessagesResponse };
 
 const now = () => new Date().toISOString();
 
@@ -70,7 +70,7 @@ function sleep(ms: number): Promise<void> {
 }
 
 /** True once a turn can no longer change. */
-export function isTerminal(status: TurnStatus): boolean {
+export function isTerminal(status: BlackboxTurnStatus): boolean {
   return status === 'committed' || status === 'failed' || status === 'cancelled' || status === 'unknown';
 }
 
@@ -149,7 +149,7 @@ export class TurnEngine {
   }
 
   /** Sessions by state. */
-  counts(): Omit<SessionCounts, 'max_sessions'> {
+  counts(): Omit<BlackboxSessionCounts, 'max_sessions'> {
     let active = 0;
     let desynced = 0;
     let aborted = 0;
@@ -324,7 +324,7 @@ export class TurnEngine {
   }
 
   /** `GET /v1/sessions/{id}/turns/{turn}`, waiting up to `wait` seconds (at most 60) for it to end. */
-  async turnStatus(sessionId: string, turnId: string, wait: string | null): Promise<TurnBody> {
+  async turnStatus(sessionId: string, turnId: string, wait: string | null): Promise<BlackboxTurn> {
     const session = this.boundSession(sessionId);
     const turn = session.turns.get(turnId);
     if (!turn) throw unknownTurn(turnId);
@@ -334,11 +334,11 @@ export class TurnEngine {
   }
 
   /** `POST /v1/sessions/{id}/turns/{turn}/cancel`. */
-  cancel(sessionId: string, turnId: string): CancelBody {
+  cancel(sessionId: string, turnId: string): BlackboxCancelResponse {
     const session = this.boundSession(sessionId);
     const turn = session.turns.get(turnId);
     if (!turn) throw unknownTurn(turnId);
-    let status: CancelBody['status'] = turn.status;
+    let status: BlackboxCancelResponse['status'] = turn.status;
     if (!isTerminal(turn.status)) {
       turn.cancelRequested = true;
       this.stopTurn(turn, {
@@ -359,7 +359,7 @@ export class TurnEngine {
   }
 
   /** `POST /v1/sessions/{id}/abort`: ends the session; an active turn fails with `aborted`. */
-  async abort(sessionId: string): Promise<AbortBody> {
+  async abort(sessionId: string): Promise<BlackboxAbortResponse> {
     const session = this.boundSession(sessionId);
     const mode = session.state === 'aborted' ? 'noop' : 'best_effort';
     session.state = 'aborted';
@@ -386,7 +386,7 @@ export class TurnEngine {
   }
 
   /** `GET /v1/sessions/{id}` with the optional history, turns and trace. */
-  session(sessionId: string, query: URLSearchParams): SessionBody {
+  session(sessionId: string, query: URLSearchParams): BlackboxSessionResponse {
     const session = this.boundSession(sessionId);
     const flag = (name: string) => ['1', 'true', 'yes'].includes((query.get(name) ?? '').toLowerCase());
     const latest = session.order.at(-1);
@@ -586,7 +586,7 @@ export class TurnEngine {
 }
 
 /** One turn as the API reports it. */
-export function turnBody(session: Session, turn: Turn): TurnBody {
+export function turnBody(session: Session, turn: Turn): BlackboxTurn {
   return {
     session_id: session.id,
     instance_id: session.instanceId,

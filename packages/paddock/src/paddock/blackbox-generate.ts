@@ -1,6 +1,13 @@
 import { randomBytes, randomUUID } from 'node:crypto';
-import { expandSegmentsToSamples, markAbortedNoGrad, type SegmentInput } from '@dressage/multi-segment';
-import { blackboxExecuteCommandsSchema, DressageError, type Sample } from '@dressage/protocol';
+import { expandSegmentsToSamples, markAbortedNoGrad } from '@dressage/multi-segment';
+import {
+  blackboxExecuteCommandsSchema,
+  type DiscardResponse,
+  DressageError,
+  type FinalizeResponse,
+  type Sample,
+  type Segment,
+} from '@dressage/protocol';
 import { codeOfStatus } from '../blackbox/http-error.js';
 import { sandboxPaths } from '../sandbox/bwrap-command.js';
 import type { SandboxLease, SandboxProvider } from '../sandbox/types.js';
@@ -11,9 +18,13 @@ type Json = Record<string, unknown>;
  * The proxy calls a paddock needs. `@dressage/proxy`'s `ProxyClient` satisfies it structurally.
  */
 export interface TrajectoryProxy {
-  finalizeSession(sessionId: string, options?: { instanceId?: string; label?: unknown }): Promise<Json>;
-  readTrajectory(options: { trajectoryId?: string; drain?: boolean }): Promise<{ data: unknown[] }>;
-  discardSession(sessionId: string): Promise<Json>;
+  finalizeSession(
+    sessionId: string,
+    options?: { instanceId?: string; label?: unknown },
+  ): Promise<FinalizeResponse>;
+  /** One trajectory's segments, token data in typed arrays. */
+  readTrajectory(options: { trajectoryId: string; drain?: boolean }): Promise<{ data: Segment[] }>;
+  discardSession(sessionId: string): Promise<DiscardResponse>;
 }
 
 /** An HTTP error answered by a BlackboxServer, with its error envelope. */
@@ -282,16 +293,12 @@ export function createBlackboxGenerate(options: BlackboxGenerateOptions) {
       await options.proxy.finalizeSession(sessionId, { instanceId, label: sample.label ?? undefined });
       const read = await options.proxy.readTrajectory({ trajectoryId: sessionId, drain: true });
       if (read.data.length === 0) return await abort('the proxy recorded no segments');
-      return expandSegmentsToSamples(
-        { ...sample, session_id: sessionId, metadata },
-        read.data as SegmentInput[],
-        {
-          sessionId,
-          instanceId,
-          agentResponse,
-          maxTokensPerGpu: options.maxTokensPerGpu ?? null,
-        },
-      );
+      return expandSegmentsToSamples({ ...sample, session_id: sessionId, metadata }, read.data, {
+        sessionId,
+        instanceId,
+        agentResponse,
+        maxTokensPerGpu: options.maxTokensPerGpu ?? null,
+      });
     } catch (error) {
       return await abort(error instanceof Error ? error.message : String(error), {
         blackbox_agent_error_kind: error instanceof BlackboxCallError ? error.error : 'paddock_error',

@@ -1,6 +1,14 @@
 import { randomBytes } from 'node:crypto';
-import { expandSegmentsToSamples, markAbortedNoGrad, type SegmentInput } from '@dressage/multi-segment';
-import { DressageError, type Sample } from '@dressage/protocol';
+import { expandSegmentsToSamples, markAbortedNoGrad } from '@dressage/multi-segment';
+import {
+  DressageError,
+  discardResponseSchema,
+  finalizeResponseSchema,
+  issuesFromZodError,
+  type Sample,
+  trajectoryReadShapeSchema,
+} from '@dressage/protocol';
+import type { z } from 'zod';
 import { shellJoin } from '../sandbox/local-bwrap-provider.js';
 import type { CommandResult, SandboxLease, SandboxProvider } from '../sandbox/types.js';
 import type { TrajectoryProxy } from './blackbox-generate.js';
@@ -221,7 +229,7 @@ export function makeGenerate(AgentClass: WhiteboxAgentClass, options: WhiteboxGe
           session_id: sessionId,
           metadata: { ...sample.metadata, ...context.metadata, instance_id: instanceId },
         },
-        read.data as SegmentInput[],
+        read.data,
         { sessionId, instanceId, agentResponse: response, maxTokensPerGpu: options.maxTokensPerGpu ?? null },
       );
     } catch (error) {
@@ -233,33 +241,57 @@ export function makeGenerate(AgentClass: WhiteboxAgentClass, options: WhiteboxGe
 /** A {@link TrajectoryProxy} over HTTP (the Dressage proxy's `/session/*` and `/trajectory/read`). */
 export function httpTrajectoryProxy(baseUrl: string): TrajectoryProxy {
   const base = baseUrl.replace(/\/+$/, '');
-  const post = async (path: string, body: Json) => {
+  const post = async <T extends z.ZodType>(path: string, body: Json, schema: T): Promise<z.output<T>> => {
     const response = await fetch(`${base}${path}`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify(body),
     });
-    const parsed = (await response.json()) as Json;
+    const parsed: unknown = await response.json();
     if (!response.ok)
       throw new DressageError({
         code: 'unavailable',
         message: `${path} answered ${response.status}: ${JSON.stringify(parsed).slice(0, 300)}`,
         details: { status: response.status },
       });
-    return parsed;
+    const result = schema.safeParse(parsed);
+    if (!result.success) {
+      throw new DressageError({
+        code: 'internal',
+        message: `${path} answered a body of the wrong shape: ${issuesFromZodError(result.error)
+          .slice(0, 3)
+          .map((issue) => `${issue.path}: ${issue.message}`)
+          .join('; ')}`,
+        details: { path },
+      });
+    }
+    return result.data;
   };
   return {
     finalizeSession: (sessionId, options = {}) =>
-      post('/session/finalize', {
-        session_id: sessionId,
-        ...(options.instanceId ? { instance_id: options.instanceId } : {}),
-        ...(options.label !== undefined ? { label: options.label } : {}),
-      }),
-    readTrajectory: async (options) =>
-      (await post('/trajectory/read', {
-        trajectory_id: options.trajectoryId,
-        drain: options.drain ?? false,
-      })) as { data: unknown[] },
-    discardSession: (sessionId) => post('/session/discard', { session_id: sessionId }),
+      post(
+        '/session/finalize',
+        {
+          session_id: sessionId,
+          ...(options.instanceId ? { instance_id: options.instanceId } : {}),
+          ...(options.label !== undefined ? { label: options.label } : {}),
+        },
+        finalizeResponseSchema,
+      ),
+    readTrajectory: async (options) => {
+      const read = await post(
+        '/trajectory/read',
+        { trajectory_id: options.trajectoryId, drain: options.drain ?? false },
+        trajectoryReadShapeSchema,
+      );
+      if (read.mode !== 'trajectory') {
+        throw new DressageError({
+          code: 'internal',
+          message: `/trajectory/read answered mode ${read.mode} to a read by id`,
+        });
+      }
+      return read;
+    },
+    discardSession: (sessionId) => post('/session/discard', { session_id: sessionId }, discardResponseSchema),
   };
 }
