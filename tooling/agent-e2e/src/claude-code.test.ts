@@ -1,3 +1,6 @@
 import { describeCli } from './cli-case.js';
 
-describeCli('claude_code', { segmentReasons: ['initial'] });
+describeCli('claude_code', {
+  segmentReasons: ['initial'],
+  threeTurnReasons: ['initial', 'initial', 'initial'],
+});

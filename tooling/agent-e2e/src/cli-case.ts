@@ -2,7 +2,7 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Sample } from '@dressage/protocol';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CliEndToEnd, type CliType, rewardFromCheck, trainOnce } from './harness.js';
+import { CliEndToEnd, type CliType, rewardFromCheck, task, trainOnce } from './harness.js';
 
 type Json = Record<string, unknown>;
 
@@ -10,6 +10,8 @@ type Json = Record<string, unknown>;
 export interface Expected {
   /** Segments the proxy records for the task, and the reason each starts with. */
   segmentReasons: string[];
+  /** The same for three tool-using turns in one session. */
+  threeTurnReasons: string[];
 }
 
 /**
@@ -91,6 +93,37 @@ export function describeCli(type: CliType, expected: Expected, backendOptions: J
       const result = await trainOnce(rewarded);
       expect(result.optimizer_steps).toBe(1);
     }, 600_000);
+
+    it('three tool-using turns: segments and boundary reasons as the README states', async (context) => {
+      if (run === null) return context.skip(skipReason ?? 'not started');
+      const before = run.model.replies.length;
+      const turns = [1, 2, 3].map((index) => task(`turn-${index}.txt`, `word-${index}`));
+      const { turns: statuses, segments } = await run.runTurns(turns);
+      expect(statuses.map((status) => status.status)).toEqual(['committed', 'committed', 'committed']);
+      const replies = run.model.replies.slice(before);
+      const reasons = segments.map((segment) => String((segment.extra_info as Json).segment_reason));
+      // The measured row of the README table.
+      console.log(
+        `[agent-e2e] ${type}: ${JSON.stringify({
+          requests: replies.length,
+          side_requests: replies.filter((reply) => reply.kind === 'side').length,
+          system_prompt_tokens: replies[0]?.systemTokens,
+          tools: replies[0]?.tools.length,
+          first_prompt_tokens: replies[0]?.promptTokens,
+          segments: reasons,
+          reasons: segments.map((segment) => (segment.extra_info as Json).segment_reasons),
+        })}`,
+      );
+      expect(replies.filter((reply) => reply.kind !== 'side').map((reply) => reply.kind)).toEqual([
+        'tool_call',
+        'final',
+        'tool_call',
+        'final',
+        'tool_call',
+        'final',
+      ]);
+      expect(reasons).toEqual(expected.threeTurnReasons);
+    }, 900_000);
   });
 }
 

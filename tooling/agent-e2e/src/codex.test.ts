@@ -1,3 +1,3 @@
 import { describeCli } from './cli-case.js';
 
-describeCli('codex', { segmentReasons: ['initial'] });
+describeCli('codex', { segmentReasons: ['initial'], threeTurnReasons: ['initial', 'initial', 'initial'] });

@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
@@ -84,7 +84,11 @@ export class CliEndToEnd {
   ) {}
 
   /** Installs the CLI (once, into the agent cache) and starts everything; a reason string when it cannot. */
-  static async start(type: CliType, backendOptions: Json = {}): Promise<CliEndToEnd | string> {
+  static async start(
+    type: CliType,
+    backendOptions: Json = {},
+    proxyFlags: readonly string[] = [],
+  ): Promise<CliEndToEnd | string> {
     if (!bwrapAvailable) return 'bubblewrap is not available';
     const agent: AgentPackage = agentPackages[type];
     let bin: string;
@@ -99,6 +103,7 @@ export class CliEndToEnd {
       '--store-dir',
       join(scratch, 'store'),
       '--record-token-versions',
+      ...proxyFlags,
     ]);
     const provider = new LocalBwrapProvider({
       slots: 1,
@@ -181,6 +186,46 @@ export class CliEndToEnd {
     } finally {
       await this.provider.terminate(lease).catch(() => undefined);
     }
+  }
+
+  /**
+   * SIGKILLs the processes of this pool's slots (descendants of this test process, as the pool
+   * started them) whose command line contains `pattern`. Returns how many were killed.
+   */
+  killInSlots(pattern: string): number {
+    const parents = new Map<number, number>();
+    const commands = new Map<number, string>();
+    for (const entry of readdirSync('/proc')) {
+      if (!/^\d+$/.test(entry)) continue;
+      try {
+        const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+        // The parent pid is the second field after the parenthesised command name.
+        parents.set(Number(entry), Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]));
+        commands.set(Number(entry), readFileSync(`/proc/${entry}/cmdline`, 'utf8').replaceAll('\0', ' '));
+      } catch {
+        // Gone already.
+      }
+    }
+    const descends = (pid: number): boolean => {
+      for (
+        let current = parents.get(pid);
+        current !== undefined && current > 1;
+        current = parents.get(current)
+      )
+        if (current === process.pid) return true;
+      return false;
+    };
+    let killed = 0;
+    for (const [pid, command] of commands) {
+      if (!command.includes(pattern) || !descends(pid)) continue;
+      try {
+        process.kill(pid, 'SIGKILL');
+        killed += 1;
+      } catch {
+        // Gone already.
+      }
+    }
+    return killed;
   }
 
   async close(): Promise<void> {

@@ -1,3 +1,3 @@
 import { describeCli } from './cli-case.js';
 
-describeCli('opencode', { segmentReasons: ['initial'] });
+describeCli('opencode', { segmentReasons: ['initial'], threeTurnReasons: ['initial', 'initial', 'initial'] });

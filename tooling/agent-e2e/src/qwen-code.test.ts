@@ -1,3 +1,6 @@
 import { describeCli } from './cli-case.js';
 
-describeCli('qwen_code', { segmentReasons: ['initial'] });
+describeCli('qwen_code', {
+  segmentReasons: ['initial'],
+  threeTurnReasons: ['initial', 'initial', 'initial'],
+});
