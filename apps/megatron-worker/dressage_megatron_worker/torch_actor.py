@@ -160,7 +160,9 @@ class RankTrainer:
                         entropy=entropy if options.entropy_coef != 0 else (None if entropy is None else entropy.detach()),
                         ref_log_probs=ref,
                     )
-                    if prepared["rollout"] is not None and step == 0:
+                    # Parity is measured with the weights before any update: this pass's own in
+                    # a single-step batch, the precomputed old logprobs otherwise (every step).
+                    if prepared["rollout"] is not None and (step == 0 or old is not None):
                         before = log_probs.detach() if old is None else old[id(indices)]
                         difference = (before - prepared["rollout"]).abs()
                         parity_sum += float(difference.sum())

@@ -115,6 +115,21 @@ class TorchActorTest(unittest.TestCase):
         batch.rollout_log_probs = batch.rollout_log_probs - 0.5
         self.assertAlmostEqual(actor.train(2, header(), batch, {}).metrics["train_rollout_logprob_abs_diff"], 0.5, delta=0.05)
 
+    def test_a_batch_of_two_steps_measures_parity_on_every_token_before_any_update(self) -> None:
+        actor = self.actor()
+        batch = policy_batch()
+        ends = np.cumsum(batch.total_lengths)
+        sequences = [batch.tokens[end - total : end] for end, total in zip(ends, batch.total_lengths)]
+        own = actor.rank.model.sequence_logprobs(sequences)
+        # The second step's samples (rollouts 4-7) carry logprobs 0.5 off.
+        batch.rollout_log_probs = np.concatenate(
+            [values[len(values) - response :] - (0.5 if sample >= 4 else 0.0)
+             for sample, (values, response) in enumerate(zip(own, batch.response_lengths))]
+        ).astype(np.float32)
+        result = actor.train(1, trainer_pb2.TrainBatchHeader(global_batch_size=4, loss=trainer_pb2.LossConfig(learning_rate=0.05)), batch, {})
+        self.assertEqual(result.optimizer_steps, 2)
+        self.assertAlmostEqual(result.metrics["train_rollout_logprob_abs_diff_max"], 0.5, delta=1e-4)
+
     def test_non_finite_inputs_are_refused_naming_the_field(self) -> None:
         stub = self.serve(self.actor())
         for field, index, value, expected in [
