@@ -209,8 +209,10 @@ class TorchActorTest(unittest.TestCase):
         # Same moments and step count: the resumed step is the step that was not interrupted.
         for name in one:
             np.testing.assert_allclose(one[name], two[name], rtol=0, atol=1e-6)
+        other = write_tiny_checkpoint(modelDimension=8, feedForwardDimension=16)
+        self.addCleanup(shutil.rmtree, other, True)
         with self.assertRaises(WorkerError) as caught:
-            second.load_checkpoint(write_tiny_checkpoint(modelDimension=8, feedForwardDimension=16))
+            second.load_checkpoint(other)
         self.assertEqual(caught.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
 
     def test_a_checkpoint_with_non_finite_weights_or_moments_is_refused(self) -> None:
