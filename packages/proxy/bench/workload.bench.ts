@@ -6,9 +6,9 @@
 // are the baseline, in the same run), requests/s, and the session structures' bytes by kind.
 //
 //   node --import tsx bench/workload.bench.ts [--sessions 64,128,256] [--tokens 68000]
-//     [--think-ms-per-session 8] [--tool-output-bytes 3000]
+//     [--think-ms-per-session 30] [--tool-output-bytes 3000]
 //
-// Think time scales with the number of sessions (default 8 ms per session: 4 s at 512) so every
+// Think time scales with the number of sessions (default 30 ms per session: 7.7 s at 256) so every
 // size runs at the same request rate, below saturation: latency is then the proxy's work, not a
 // queue. The last line is one JSON object (`workload_<N>_peak_rss_gib`, `workload_<N>_added_p99_ms`,
 // ...), plus the resident memory projected for 4,096 sessions from the measured slope.
@@ -30,7 +30,7 @@ const { values: flags } = parseArgs({
   options: {
     sessions: { type: 'string', default: '64,128,256' },
     tokens: { type: 'string', default: '68000' },
-    'think-ms-per-session': { type: 'string', default: '8' },
+    'think-ms-per-session': { type: 'string', default: '30' },
     'tool-output-bytes': { type: 'string', default: '3000' },
   },
 });
