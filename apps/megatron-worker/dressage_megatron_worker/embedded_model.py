@@ -47,12 +47,19 @@ def alibi_slopes(heads: int) -> np.ndarray:
 class EmbeddedModel:
     """Parameters as leaf tensors by name (what the optimizer updates) and the full forward pass."""
 
-    def __init__(self, config: dict[str, Any], vocabulary: np.ndarray, weights: dict[str, np.ndarray]) -> None:
+    def __init__(
+        self,
+        config: dict[str, Any],
+        vocabulary: np.ndarray,
+        weights: dict[str, np.ndarray],
+        device: torch.device | None = None,
+    ) -> None:
         self.config = config
+        self.device = device or torch.device("cpu")
         self.vocabulary = np.asarray(vocabulary, dtype=np.int64)
         self.specs = parameter_specs(config, int(self.vocabulary.size))
         self.parameters: dict[str, torch.Tensor] = {
-            name: torch.tensor(np.array(weights[name], dtype=np.float32).reshape(shape), requires_grad=True)
+            name: torch.tensor(np.array(weights[name], dtype=np.float32).reshape(shape), device=self.device, requires_grad=True)
             for name, shape in self.specs
         }
         width, heads = config["modelDimension"], config["headCount"]
@@ -61,11 +68,13 @@ class EmbeddedModel:
         context = config["contextLength"]
         encoding = config["positionEncoding"]
         self._rotary = (
-            tuple(torch.from_numpy(table) for table in rotary_tables(context, self.head_dimension))
+            tuple(torch.from_numpy(table).to(self.device) for table in rotary_tables(context, self.head_dimension))
             if encoding == "rotary"
             else None
         )
-        self._positions = torch.from_numpy(sinusoidal_table(context, width)) if encoding == "sinusoidal" else None
+        self._positions = (
+            torch.from_numpy(sinusoidal_table(context, width)).to(self.device) if encoding == "sinusoidal" else None
+        )
         self._slopes = alibi_slopes(heads) if encoding == "alibi" else None
 
     @property
@@ -84,7 +93,7 @@ class EmbeddedModel:
 
     def weights(self) -> dict[str, np.ndarray]:
         """A float32 copy of every weight, by name."""
-        return {name: tensor.detach().numpy().copy() for name, tensor in self.parameters.items()}
+        return {name: tensor.detach().cpu().numpy().copy() for name, tensor in self.parameters.items()}
 
     def set_weights(self, weights: dict[str, np.ndarray]) -> None:
         with torch.no_grad():
@@ -95,10 +104,10 @@ class EmbeddedModel:
         rows = np.arange(length)[:, None]
         columns = np.arange(length)[None, :]
         if self._slopes is None:
-            return torch.from_numpy(np.where(columns > rows, MASK_VALUE, 0.0).astype(np.float32))
+            return torch.from_numpy(np.where(columns > rows, MASK_VALUE, 0.0).astype(np.float32)).to(self.device)
         distance = (rows - columns).astype(np.float64)
         values = np.where(columns <= rows, -self._slopes[:, None, None] * distance[None], MASK_VALUE)
-        return torch.from_numpy(values.astype(np.float32))
+        return torch.from_numpy(values.astype(np.float32)).to(self.device)
 
     def _layer_norm(self, hidden: torch.Tensor, prefix: str, params: dict[str, torch.Tensor]) -> torch.Tensor:
         mean = hidden.mean(dim=-1, keepdim=True)
@@ -156,11 +165,12 @@ class EmbeddedModel:
             slots[row, : len(ids) - 1] = self.slots_of(ids[:-1])
             targets[row, : len(ids) - 1] = self.output_classes_of(ids[1:])
         with torch.no_grad():
-            logits = self.logits(torch.from_numpy(slots))
+            logits = self.logits(torch.from_numpy(slots).to(self.device))
             if temperature != 1:
                 logits = logits / temperature
             logprobs = torch.log_softmax(logits, dim=-1)
-            picked = torch.gather(logprobs, 2, torch.from_numpy(np.maximum(targets, 0))[..., None])[..., 0].numpy()
+            indices = torch.from_numpy(np.maximum(targets, 0)).to(self.device)[..., None]
+            picked = torch.gather(logprobs, 2, indices)[..., 0].cpu().numpy()
         result = []
         for row, sequence in enumerate(sequences):
             values = picked[row, : len(sequence) - 1].copy()

@@ -88,6 +88,7 @@ def build_actor(kind: str, verify: str | None, slime_argv: Sequence[str], option
                 engine_urls=tuple(options.engine_url),
                 weights_directory=options.weights_dir,
                 abort_all_requests=options.abort_all_requests,
+                device=options.device,
             )
         )
     if kind == "sink":
@@ -123,6 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch_options.add_argument("--max-tokens-per-micro-batch", type=int, default=4096)
     torch_options.add_argument("--engine-url", action="append", default=[], help="an engine UpdateWeights publishes to")
     torch_options.add_argument("--weights-dir", default=None, help="where published weights go (default: a temporary folder)")
+    torch_options.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda: one GPU per process, nccl")
     torch_options.add_argument("--abort-all-requests", action="store_true", help="engines abort running requests on update")
     parser.add_argument("--model-name", default="")
     parser.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES)

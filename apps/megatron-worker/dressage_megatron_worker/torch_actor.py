@@ -85,6 +85,21 @@ class TorchSettings:
     engine_urls: tuple[str, ...] = ()
     weights_directory: str | None = None
     abort_all_requests: bool = False
+    # "cpu" (gloo between ranks) or "cuda" (one GPU per rank, nccl).
+    device: str = "cpu"
+
+
+def rank_device(settings: TorchSettings, rank: int) -> torch.device:
+    """The rank's device: the CPU, or GPU `rank` (made the current device, as nccl needs)."""
+    if settings.device != "cuda":
+        return torch.device("cpu")
+    device = torch.device("cuda", rank % torch.cuda.device_count())
+    torch.cuda.set_device(device)
+    return device
+
+
+def distributed_backend(device: torch.device) -> str:
+    return "nccl" if device.type == "cuda" else "gloo"
 
 
 class RankTrainer:
@@ -94,7 +109,8 @@ class RankTrainer:
         self.settings = settings
         self.rank, self.world = rank, world
         checkpoint = read_checkpoint(settings.model_path)
-        self.model = EmbeddedModel(checkpoint.config, checkpoint.vocabulary, checkpoint.weights)
+        self.device = rank_device(settings, rank)
+        self.model = EmbeddedModel(checkpoint.config, checkpoint.vocabulary, checkpoint.weights, self.device)
         self.weight_version = checkpoint.weight_version
         # The KL loss's reference: the weights the trainer started from (slime's --ref-load).
         self.reference = {name: tensor.detach().clone() for name, tensor in self.model.parameters.items()}
@@ -134,9 +150,16 @@ class RankTrainer:
                         old[id(indices)] = self._log_probs(prepared, self.model.parameters)[0]
         totals: dict[str, float] = {}
         applied = 0
+        self._last_norm = 0.0
         parity_sum, parity_max, parity_count = 0.0, 0.0, 0.0
         for step, group in enumerate(per_step):
-            self.optimizer.zero_grad(set_to_none=False)
+            # Zeroed gradients on every rank, even one whose micro-batches train nothing: the
+            # all-reduce sums every parameter's gradient.
+            for parameter in self.model.parameters.values():
+                if parameter.grad is None:
+                    parameter.grad = torch.zeros_like(parameter)
+                else:
+                    parameter.grad.zero_()
             sums = dict.fromkeys(ADDITIVE_METRICS, 0.0)
             for indices in group:
                 prepared = self._prepare(payload, indices, job, step)
@@ -172,14 +195,16 @@ class RankTrainer:
                 for name, value in metrics.items():
                     if name in sums:
                         sums[name] += float(value)
-            applied += self._apply(sums)
+            # A step without a trainable token moves nothing (Adam's momentum would otherwise).
+            if job["step_tokens"][step] > 0:
+                applied += self._apply(sums)
             for name, value in sums.items():
                 totals[name] = totals.get(name, 0.0) + value / len(per_step)
         if self.world > 1:
-            reduced = torch.tensor([parity_sum, parity_count], dtype=torch.float64)
+            reduced = torch.tensor([parity_sum, parity_count], dtype=torch.float64, device=self.device)
             dist.all_reduce(reduced)
             parity_sum, parity_count = float(reduced[0]), float(reduced[1])
-            maximum = torch.tensor([parity_max], dtype=torch.float64)
+            maximum = torch.tensor([parity_max], dtype=torch.float64, device=self.device)
             dist.all_reduce(maximum, op=dist.ReduceOp.MAX)
             parity_max = float(maximum[0])
         result = {name: value for name, value in totals.items() if name in job["reported"]}
@@ -206,7 +231,7 @@ class RankTrainer:
                 size = parameter.numel()
                 parameter.grad.copy_(flat[offset : offset + size].view_as(parameter))
                 offset += size
-            values = torch.tensor([sums[name] for name in ADDITIVE_METRICS], dtype=torch.float64)
+            values = torch.tensor([sums[name] for name in ADDITIVE_METRICS], dtype=torch.float64, device=self.device)
             dist.all_reduce(values)
             for index, name in enumerate(ADDITIVE_METRICS):
                 sums[name] = float(values[index])
@@ -252,14 +277,14 @@ class RankTrainer:
             weights.append(payload["weights"][index][mask])
             if has_rollout:
                 rollout.append(payload["rollout_log_probs"][index].numpy()[mask])
-        dtype = torch.float32
+        dtype, device = torch.float32, self.device
         return {
-            "slots": torch.from_numpy(slots),
-            "flat": torch.from_numpy(np.concatenate(flat)),
-            "targets": torch.from_numpy(np.concatenate(targets)),
-            "advantages": torch.tensor(np.concatenate(advantages), dtype=dtype),
-            "weights": torch.tensor(np.concatenate(weights), dtype=dtype),
-            "rollout": torch.tensor(np.concatenate(rollout), dtype=dtype) if has_rollout else None,
+            "slots": torch.from_numpy(slots).to(device),
+            "flat": torch.from_numpy(np.concatenate(flat)).to(device),
+            "targets": torch.from_numpy(np.concatenate(targets)).to(device),
+            "advantages": torch.tensor(np.concatenate(advantages), dtype=dtype, device=device),
+            "weights": torch.tensor(np.concatenate(weights), dtype=dtype, device=device),
+            "rollout": torch.tensor(np.concatenate(rollout), dtype=dtype, device=device) if has_rollout else None,
         }
 
     def _log_probs(
@@ -305,8 +330,8 @@ class RankTrainer:
                 parameter = self.model.parameters[name]
                 self.optimizer.state[parameter] = {
                     "step": torch.tensor(float(state.iterations)),
-                    "exp_avg": torch.from_numpy(np.array(first, dtype=np.float32)),
-                    "exp_avg_sq": torch.from_numpy(np.array(second, dtype=np.float32)),
+                    "exp_avg": torch.from_numpy(np.array(first, dtype=np.float32)).to(self.device),
+                    "exp_avg_sq": torch.from_numpy(np.array(second, dtype=np.float32)).to(self.device),
                 }
         return checkpoint, state
 
@@ -319,8 +344,8 @@ class RankTrainer:
             # tfjs's Adam keeps β^(t+1) after t steps (its running products start at β): written
             # in its convention, so the embedded trainer resuming this state corrects the same way.
             state.beta_powers = (BETAS[0] ** (iterations + 1), BETAS[1] ** (iterations + 1))
-            state.first_moments = [slot["exp_avg"].numpy() for slot in slots]
-            state.second_moments = [slot["exp_avg_sq"].numpy() for slot in slots]
+            state.first_moments = [slot["exp_avg"].cpu().numpy() for slot in slots]
+            state.second_moments = [slot["exp_avg_sq"].cpu().numpy() for slot in slots]
         return state
 
 
@@ -328,7 +353,10 @@ def _worker_main(rank: int, world: int, init_method: str, settings: TorchSetting
     """Ranks 1..N-1: follow rank 0's commands until it says stop (or goes away)."""
     if settings.threads > 0:
         torch.set_num_threads(settings.threads)
-    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world, timeout=datetime.timedelta(hours=2))
+    device = rank_device(settings, rank)
+    dist.init_process_group(
+        distributed_backend(device), init_method=init_method, rank=rank, world_size=world, timeout=datetime.timedelta(hours=2)
+    )
     trainer = RankTrainer(settings, rank, world)
     try:
         while True:
@@ -364,7 +392,15 @@ class TorchActor:
         if settings.threads > 0:
             torch.set_num_threads(settings.threads)
         self.data_parallel_size = settings.processes
-        self.backend = f"torch {torch.__version__.split('+')[0]} cpu"
+        if settings.device not in ("cpu", "cuda"):
+            raise invalid(f"--device must be cpu or cuda, got {settings.device!r}")
+        if settings.device == "cuda" and torch.cuda.device_count() < settings.processes:
+            raise WorkerError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"--device cuda needs one GPU per process: {settings.processes} processes, "
+                f"{torch.cuda.device_count()} GPUs visible to torch",
+            )
+        self.backend = f"torch {torch.__version__.split('+')[0]} {settings.device}"
         self._workers: list[Any] = []
         self._rendezvous: str | None = None
         if settings.processes > 1:
@@ -387,7 +423,11 @@ class TorchActor:
             process.start()
             self._workers.append(process)
         dist.init_process_group(
-            "gloo", init_method=init_method, rank=0, world_size=self.settings.processes, timeout=datetime.timedelta(hours=2)
+            distributed_backend(rank_device(self.settings, 0)),
+            init_method=init_method,
+            rank=0,
+            world_size=self.settings.processes,
+            timeout=datetime.timedelta(hours=2),
         )
 
     def close(self) -> None:
@@ -489,6 +529,7 @@ class TorchActor:
         for index in kept:
             step_of[index] = by_rollout[int(rollout_data["rollout_ids"][index])] // min(global_batch_size, rollouts)
         step_tokens = np.bincount(step_of[kept], weights=trainable[kept], minlength=len(schedule.num_microbatches))
+        job["step_tokens"] = [float(count) for count in step_tokens]
         lengths = batch.response_lengths.astype(np.int64)
         masks = batch.loss_masks.astype(np.float64)
         if per_token:

@@ -7,6 +7,7 @@ import unittest
 
 import grpc
 import numpy as np
+import torch
 
 from dressage_megatron_worker.embedded_checkpoint import (
     read_checkpoint,
@@ -129,6 +130,26 @@ class TorchActorTest(unittest.TestCase):
         result = actor.train(1, trainer_pb2.TrainBatchHeader(global_batch_size=4, loss=trainer_pb2.LossConfig(learning_rate=0.05)), batch, {})
         self.assertEqual(result.optimizer_steps, 2)
         self.assertAlmostEqual(result.metrics["train_rollout_logprob_abs_diff_max"], 0.5, delta=1e-4)
+
+    def test_a_batch_without_trainable_tokens_moves_no_weight(self) -> None:
+        actor = self.actor()
+        actor.train(1, header(learning_rate=0.01), policy_batch(), {})
+        before = actor.rank.model.weights()
+        batch = policy_batch()
+        batch.loss_masks[:] = 0
+        result = actor.train(2, header(learning_rate=0.01), batch, {})
+        # Adam's momentum from the first step would still move every weight.
+        self.assertEqual((result.optimizer_steps, result.tokens_trained), (0, 0))
+        after = actor.rank.model.weights()
+        self.assertTrue(all(np.array_equal(before[name], after[name]) for name in before))
+
+    def test_cuda_needs_a_gpu_per_process(self) -> None:
+        if torch.cuda.device_count() > 0:
+            self.skipTest("this machine has a GPU")
+        with self.assertRaises(WorkerError) as caught:
+            TorchActor(TorchSettings(model_path=self.directory, device="cuda"))
+        self.assertEqual(caught.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
+        self.assertIn("--device cuda needs one GPU per process", caught.exception.message)
 
     def test_non_finite_inputs_are_refused_naming_the_field(self) -> None:
         stub = self.serve(self.actor())
