@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { parseProxyArguments } from './config.js';
+import { createProxyConfig, parseProxyArguments, usage } from './config.js';
 
 describe('dressage-proxy flags (§1.11)', () => {
   it('applies the reference defaults', () => {
@@ -136,5 +136,51 @@ describe('dressage-proxy flags (§1.11)', () => {
     expect(() => parseProxyArguments(['--tokenizer-path', '/m', '--engine-request-timeout', '-1'])).toThrow(
       /--engine-request-timeout/,
     );
+  });
+});
+
+describe('one schema for every setting', () => {
+  it('generates --help from the schema: every flag, its default and its variable', () => {
+    for (const flag of [
+      '--tokenizer-path DIR',
+      '--max-request-mb MB',
+      '--store-dir DIR',
+      '--tito-model',
+      '--api-key-file FILE',
+      '--no-dynamic-max-tokens',
+    ]) {
+      expect(usage).toContain(flag);
+    }
+    expect(usage).toMatch(/--max-request-mb MB +largest request body \(413 above it\) \(default 4\)/);
+    expect(usage).toMatch(/--store-dir DIR .*\(env DRESSAGE_PROXY_STORE_DIR\)/);
+    expect(usage).toContain('$DRESSAGE_PROXY_MAX_STEPS_PER_SESSION');
+    expect(usage).toContain('a flag beats its environment variable, which beats the default');
+  });
+
+  it('reads the environment once, at start-up: a flag beats its variable, which beats the default', () => {
+    const env = { DRESSAGE_PROXY_STORE_DIR: '/from-env', DRESSAGE_PROXY_MAX_STEPS_PER_SESSION: '3' };
+    const fromEnv = parseProxyArguments(['--tokenizer-path', 'm'], env);
+    const fromFlag = parseProxyArguments(['--tokenizer-path', 'm', '--store-dir', '/from-flag'], env);
+    if (fromEnv.help || fromFlag.help) throw new Error('unexpected help');
+    expect([fromEnv.config.storeDirectory, fromFlag.config.storeDirectory]).toEqual([
+      '/from-env',
+      '/from-flag',
+    ]);
+    expect(fromEnv.config.maxStepsPerSession).toBe(3);
+    expect(() =>
+      parseProxyArguments(['--tokenizer-path', 'm'], { DRESSAGE_PROXY_MAX_STEPS_PER_SESSION: 'many' }),
+    ).toThrow(/DRESSAGE_PROXY_MAX_STEPS_PER_SESSION: expected a number/);
+  });
+
+  it('checks settings given in code against the same schema', () => {
+    expect(createProxyConfig({ tokenizerPath: 'm' })).toMatchObject({
+      port: 8800,
+      maxStepsPerSession: 0,
+      modelMaskType: 'qwen3_5',
+      titoModel: 'qwen3_5',
+    });
+    expect(createProxyConfig({ tokenizerPath: 'm', tokenBuildModel: 'qwen3' }).titoModel).toBe('qwen3');
+    expect(() => createProxyConfig({ tokenizerPath: 'm', port: -1 })).toThrow(/port: must be >= 0/);
+    expect(() => createProxyConfig({ tokenizerPath: 'm', contextWindow: 0 })).toThrow(/contextWindow/);
   });
 });

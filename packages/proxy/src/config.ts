@@ -2,78 +2,380 @@ import { networkInterfaces } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { DressageError, readSecret } from '@dressage/protocol';
-import type { StoreFsyncPolicy } from './trajectory-store.js';
+import { z } from 'zod';
 
-/** How prompts are tokenized: incremental TITO (default) or a full re-render per request. */
-export type TokenBuildMode = 'tito' | 'snapshot';
-/** Where tool calls and reasoning are parsed. */
-export type ParseBackend = 'local' | 'sglang_api' | 'hybrid';
+// Every setting of the proxy is one field of `proxyConfigSchema`: its type, range and default are the
+// zod schema, and where it is read from (flag, environment variable) and its line of `--help` are
+// registered beside it. Precedence, for the CLI: a flag beats its environment variable, which beats
+// the default. `createProxyConfig` (tests, embedding) reads neither flags nor the environment.
+
+/** How the text of a flag or an environment variable becomes a setting's value. */
+type TextKind =
+  /** The text as is. */
+  | 'text'
+  /** A finite number. */
+  | 'number'
+  /** A flag without a value that turns the setting on. */
+  | 'switch'
+  /** A flag without a value that turns the setting off. */
+  | 'negated-switch'
+  /** Entries separated by commas or spaces; the flag may repeat. */
+  | 'list'
+  /** Mebibytes, stored as bytes. */
+  | 'mebibytes'
+  /** Seconds; 0 means no limit (null). */
+  | 'seconds-or-unlimited'
+  /** A path; `none` means none (null). */
+  | 'path-or-none';
+
+/** Where a setting is read from and how `--help` describes it. */
+interface SettingSource {
+  /** The flag, without its dashes. */
+  flag?: string;
+  /** The environment variable read when the flag is absent. */
+  env?: string;
+  kind: TextKind;
+  /** What `--help` shows after the flag (`N`, `URL`, ...). */
+  placeholder?: string;
+  /** One line of `--help`. */
+  help: string;
+  /** The default `--help` shows when the CLI derives its own (the schema's is the library's). */
+  cliDefault?: string;
+}
+
+const sources = new Map<z.ZodType, SettingSource>();
+
+function setting<T extends z.ZodType>(schema: T, source: SettingSource): T {
+  sources.set(schema, source);
+  return schema;
+}
+
+const renderers = ['qwen3_5', 'qwen3_6', 'qwen3'] as const;
+const parseBackends = ['local', 'sglang_api', 'hybrid'] as const;
+
 /**
- * Renderer family of the prompt: `qwen3_5` (XML tool calls) and `qwen3` (JSON tool calls) are fixed
- * renderers checked against the template in force; `qwen3_6` renders with that template itself.
+ * The proxy's settings: the CLI flags of §1.11 plus the store options. Defaults are the library's;
+ * the CLI also derives the router address and the store directory (see {@link parseProxyArguments}).
  */
-export type TokenBuildModel = 'qwen3_5' | 'qwen3_6' | 'qwen3';
-/** Element type of routed-expert ids. */
-export type RoutedExpertsDtype = 'int32' | 'uint16' | 'uint8';
+export const proxyConfigSchema = z
+  .object({
+    sglangRouterUrl: setting(z.string().min(1).default('http://127.0.0.1:8000'), {
+      flag: 'sglang-router-url',
+      env: 'SGLANG_ROUTER_URL',
+      kind: 'text',
+      placeholder: 'URL',
+      help: 'SGLang router',
+      cliDefault: 'http://$SGLANG_ROUTER_HOST|$MASTER_ADDR|host IP:$SGLANG_ROUTER_PORT|8000',
+    }),
+    tokenizerPath: setting(z.string().min(1), {
+      flag: 'tokenizer-path',
+      kind: 'text',
+      placeholder: 'DIR',
+      help: 'local Hugging Face model directory (required)',
+    }),
+    /** A Jinja chat template file replacing the model directory's (SGLang's `--chat-template`). */
+    chatTemplate: setting(z.string().min(1, 'expected a file path').nullable().default(null), {
+      flag: 'chat-template',
+      kind: 'text',
+      placeholder: 'FILE',
+      help: "Jinja chat template replacing the model directory's",
+    }),
+    /** Listen address. Default 127.0.0.1: another address (`0.0.0.0`) is a deliberate choice. */
+    host: setting(z.string().min(1).default('127.0.0.1'), {
+      flag: 'host',
+      kind: 'text',
+      placeholder: 'ADDRESS',
+      help: 'listen address (0.0.0.0 listens on every interface)',
+    }),
+    port: setting(z.int().min(0).default(8800), {
+      flag: 'port',
+      kind: 'number',
+      placeholder: 'N',
+      help: 'listen port',
+    }),
+    maxOutputTokens: setting(z.int().positive().nullable().default(null), {
+      flag: 'max-output-tokens',
+      kind: 'number',
+      placeholder: 'N',
+      help: 'cap on generated tokens per call',
+    }),
+    contextWindow: setting(z.int().positive().nullable().default(null), {
+      flag: 'context-window',
+      kind: 'number',
+      placeholder: 'N',
+      help: 'prompt + output budget (413 beyond it)',
+    }),
+    dynamicMaxTokens: setting(z.boolean().default(true), {
+      flag: 'no-dynamic-max-tokens',
+      kind: 'negated-switch',
+      help: 'do not clamp max_new_tokens to the context window',
+    }),
+    rolloutTemperature: setting(z.number().min(0).default(1), {
+      flag: 'rollout-temperature',
+      kind: 'number',
+      placeholder: 'T',
+      help: 'sampling temperature of rollouts',
+    }),
+    useRolloutRoutingReplay: setting(z.boolean().default(false), {
+      flag: 'use-rollout-routing-replay',
+      kind: 'switch',
+      help: 'record routed experts (R3)',
+    }),
+    routedExpertsDtype: setting(z.enum(['int32', 'uint16', 'uint8']).default('int32'), {
+      flag: 'routed-experts-dtype',
+      kind: 'text',
+      placeholder: 'int32|uint16|uint8',
+      help: 'element type of recorded routed experts',
+    }),
+    /** Default: the token build model. */
+    modelMaskType: setting(z.string().min(1).optional(), {
+      flag: 'model-mask-type',
+      kind: 'text',
+      placeholder: 'TYPE',
+      help: 'assistant-mask renderer (default: the token build model)',
+    }),
+    /** Default: the token build model. */
+    modelToolCallType: setting(z.string().min(1).optional(), {
+      flag: 'model-tool-call-type',
+      kind: 'text',
+      placeholder: 'TYPE',
+      help: 'tool-call parser (default: the token build model)',
+    }),
+    toolCallParseBackend: setting(z.enum(parseBackends).default('sglang_api'), {
+      flag: 'tool-call-parse-backend',
+      kind: 'text',
+      placeholder: 'local|sglang_api|hybrid',
+      help: 'where tool calls are parsed',
+    }),
+    modelReasoningType: setting(z.string().min(1).default('qwen3'), {
+      flag: 'model-reasoning-type',
+      kind: 'text',
+      placeholder: 'TYPE',
+      help: 'reasoning parser',
+    }),
+    reasoningParseBackend: setting(z.enum(parseBackends).default('sglang_api'), {
+      flag: 'reasoning-parse-backend',
+      kind: 'text',
+      placeholder: 'local|sglang_api|hybrid',
+      help: 'where reasoning is parsed',
+    }),
+    /**
+     * Bearer key every endpoint but `/health` requires; `no-auth` disables authentication. The CLI
+     * reads it from `--api-key-file` or `DRESSAGE_PROXY_API_KEY` as well as `--api-key` (which `ps`
+     * shows to every user of the machine).
+     */
+    apiKey: setting(z.string().min(1).default('no-auth'), {
+      flag: 'api-key',
+      env: 'DRESSAGE_PROXY_API_KEY',
+      kind: 'text',
+      placeholder: 'KEY',
+      help: 'bearer key (prefer --api-key-file: ps shows argv); no-auth disables auth',
+    }),
+    minGroupSize: setting(z.int().min(1).default(1), {
+      flag: 'min-group-size',
+      kind: 'number',
+      placeholder: 'N',
+      help: 'trajectories of an instance before batch mode reads it',
+    }),
+    sessionTimeoutSeconds: setting(z.number().positive().default(3200), {
+      flag: 'session-timeout',
+      kind: 'number',
+      placeholder: 'S',
+      help: 'idle seconds before a session is dropped',
+    }),
+    groupTimeoutSeconds: setting(z.number().min(0).default(300), {
+      flag: 'group-timeout',
+      kind: 'number',
+      placeholder: 'S',
+      help: 'seconds before batch mode reads an incomplete group',
+    }),
+    tokenBuildMode: setting(z.enum(['tito', 'snapshot']).default('tito'), {
+      flag: 'token-build-mode',
+      kind: 'text',
+      placeholder: 'tito|snapshot',
+      help: 'incremental tokenization or a full re-render per request',
+    }),
+    /**
+     * Renderer family of the prompt: `qwen3_5` (XML tool calls) and `qwen3` (JSON tool calls) are
+     * fixed renderers checked against the template in force; `qwen3_6` renders with that template.
+     */
+    tokenBuildModel: setting(z.enum(renderers).default('qwen3_5'), {
+      flag: 'token-build-model',
+      kind: 'text',
+      placeholder: 'qwen3_5|qwen3_6|qwen3',
+      help: 'prompt renderer; must reproduce the chat template in force, else the proxy refuses',
+    }),
+    /** Default: the token build model. */
+    titoModel: setting(z.enum(renderers).optional(), {
+      flag: 'tito-model',
+      kind: 'text',
+      placeholder: 'qwen3_5|qwen3_6|qwen3',
+      help: 'TITO renderer (default: the token build model)',
+    }),
+    recordTokenVersions: setting(z.boolean().default(false), {
+      flag: 'record-token-versions',
+      kind: 'switch',
+      help: 'record the weight version of every token',
+    }),
+    maskNonlastVersionTokens: setting(z.boolean().default(false), {
+      flag: 'mask-nonlast-version-tokens',
+      kind: 'switch',
+      help: 'train only the last weight version of a multi-version segment',
+    }),
+    partialRollout: setting(z.boolean().default(false), {
+      flag: 'dressage-partial-rollout',
+      kind: 'switch',
+      help: 'keep a preempted generation and continue it after resume',
+    }),
+    maxPartialRolloutPreempts: setting(z.int().min(0).nullable().default(null), {
+      flag: 'max-partial-rollout-preempts',
+      kind: 'number',
+      placeholder: 'N',
+      help: 'preemptions a partial rollout survives',
+    }),
+    streamHeartbeatIntervalSeconds: setting(z.number().min(0).default(15), {
+      flag: 'stream-heartbeat-interval-seconds',
+      kind: 'number',
+      placeholder: 'S',
+      help: 'keep-alive comment frames of slow streams (0 = off)',
+    }),
+    /** Directory of the append-only trajectory log; null keeps finalized trajectories in memory only. */
+    storeDirectory: setting(z.string().min(1).nullable().default(null), {
+      flag: 'store-dir',
+      env: 'DRESSAGE_PROXY_STORE_DIR',
+      kind: 'path-or-none',
+      placeholder: 'DIR',
+      help: 'trajectory log ("none" = memory only)',
+      cliDefault: './.dressage/proxy-store',
+    }),
+    /** Resident token bytes the store keeps before it evicts persisted trajectories to disk. */
+    storeMemoryLimitBytes: setting(
+      z
+        .int()
+        .positive()
+        .default(4 * 1024 ** 3),
+      {
+        flag: 'store-memory-limit-mb',
+        kind: 'mebibytes',
+        placeholder: 'MB',
+        help: 'resident token data before persisted trajectories are evicted',
+      },
+    ),
+    /** `always`: finalize answers once the trajectory is on stable storage; `never`: once the kernel has it. */
+    storeFsync: setting(z.enum(['always', 'never']).default('always'), {
+      flag: 'store-fsync',
+      kind: 'text',
+      placeholder: 'always|never',
+      help: 'always: flush each trajectory before 200 (survives power loss); never: survives a crash',
+    }),
+    // 4 MiB: a new session's body is parsed, validated, rendered and tokenized on the event loop
+    // (JSON.parse is under 5% of it), about 0.25 s per MiB of agent history; 16 MiB held every other
+    // call for 4 to 8 s. 4 MiB of text is 0.8 to 2 million Qwen3 tokens, several 256K-token contexts.
+    /** Largest accepted request body. */
+    maxRequestBytes: setting(
+      z
+        .int()
+        .positive()
+        .default(4 * 1024 ** 2),
+      {
+        flag: 'max-request-mb',
+        kind: 'mebibytes',
+        placeholder: 'MB',
+        help: 'largest request body (413 above it)',
+      },
+    ),
+    /** How long `/v1/rollout/resume` waits for a healthy worker. */
+    resumeReadinessTimeoutSeconds: z.number().positive().default(30),
+    /** Timeout of one engine `/generate` call (504 past it); null waits as long as the engine takes. */
+    engineRequestTimeoutSeconds: setting(z.number().positive().nullable().default(3600), {
+      flag: 'engine-request-timeout',
+      kind: 'seconds-or-unlimited',
+      placeholder: 'S',
+      help: 'seconds an engine /generate may take (504 past it; 0 = no limit)',
+    }),
+    /** Time a client has to send a request's body (408 past it); null waits as long as it takes. */
+    requestBodyTimeoutSeconds: setting(z.number().positive().nullable().default(60), {
+      flag: 'request-body-timeout',
+      kind: 'seconds-or-unlimited',
+      placeholder: 'S',
+      help: 'seconds a client has to send a request body (408 past it; 0 = no limit)',
+    }),
+    /** `--tool-call-hooks` entries (`MODULE[:EXPORT]`), imported when the server starts. */
+    toolCallHooks: setting(z.array(z.string().min(1)).default([]), {
+      flag: 'tool-call-hooks',
+      kind: 'list',
+      placeholder: 'MODULE[:EXPORT],...',
+      help: 'tool-call hooks to import (file path or package; repeatable)',
+    }),
+    /** Timeout of each `before`-stage hook run in seconds; null waits as long as the hook takes. */
+    toolCallHookBeforeTimeoutSeconds: setting(z.number().positive().nullable().default(null), {
+      flag: 'tool-call-hook-before-timeout',
+      kind: 'number',
+      placeholder: 'S',
+      help: 'timeout of each before-stage hook run',
+    }),
+    /** Steps a session may record before further inference is refused (400); 0 = no limit. */
+    maxStepsPerSession: setting(z.int().min(0).default(0), {
+      env: 'DRESSAGE_PROXY_MAX_STEPS_PER_SESSION',
+      kind: 'number',
+      help: 'steps a session may record (0 = no limit)',
+    }),
+  })
+  .transform((config) => ({
+    ...config,
+    modelMaskType: config.modelMaskType ?? config.tokenBuildModel,
+    modelToolCallType: config.modelToolCallType ?? config.tokenBuildModel,
+    titoModel: config.titoModel ?? config.tokenBuildModel,
+  }));
 
-/** Everything the proxy is configured with; the CLI flags of §1.11 plus the store options. */
-export interface ProxyConfig {
-  sglangRouterUrl: string;
-  tokenizerPath: string;
-  /**
-   * A Jinja chat template file that replaces the model directory's (SGLang's `--chat-template`);
-   * null renders with the directory's own template.
-   */
-  chatTemplate: string | null;
-  /** Listen address. Default 127.0.0.1: another address (`0.0.0.0`) is a deliberate choice. */
-  host: string;
-  port: number;
-  maxOutputTokens: number | null;
-  contextWindow: number | null;
-  dynamicMaxTokens: boolean;
-  rolloutTemperature: number;
-  useRolloutRoutingReplay: boolean;
-  routedExpertsDtype: RoutedExpertsDtype;
-  modelMaskType: string;
-  modelToolCallType: string;
-  toolCallParseBackend: ParseBackend;
-  modelReasoningType: string;
-  reasoningParseBackend: ParseBackend;
-  /**
-   * Bearer key every endpoint but `/health` requires; `no-auth` disables authentication. The CLI
-   * reads it from `--api-key-file` or `DRESSAGE_PROXY_API_KEY` as well as `--api-key` (which `ps`
-   * shows to every user of the machine).
-   */
-  apiKey: string;
-  minGroupSize: number;
-  sessionTimeoutSeconds: number;
-  groupTimeoutSeconds: number;
-  tokenBuildMode: TokenBuildMode;
-  tokenBuildModel: TokenBuildModel;
-  titoModel: TokenBuildModel;
-  recordTokenVersions: boolean;
-  maskNonlastVersionTokens: boolean;
-  partialRollout: boolean;
-  maxPartialRolloutPreempts: number | null;
-  streamHeartbeatIntervalSeconds: number;
-  /** Directory of the append-only trajectory log; null keeps finalized trajectories in memory only. */
-  storeDirectory: string | null;
-  /** Resident token bytes the store keeps before it evicts persisted trajectories to disk. */
-  storeMemoryLimitBytes: number;
-  /** `always`: finalize answers once the trajectory is flushed to stable storage; `never`: once the kernel has it. */
-  storeFsync: StoreFsyncPolicy;
-  /** Largest accepted request body. */
-  maxRequestBytes: number;
-  /** How long `/v1/rollout/resume` waits for a healthy worker. */
-  resumeReadinessTimeoutSeconds: number;
-  /** Timeout of one engine `/generate` call (504 past it); null waits as long as the engine takes. */
-  engineRequestTimeoutSeconds: number | null;
-  /** Time a client has to send a request's body (408 past it); null waits as long as it takes. */
-  requestBodyTimeoutSeconds: number | null;
-  /** `--tool-call-hooks` entries (`MODULE[:EXPORT]`), imported when the server starts. */
-  toolCallHooks: string[];
-  /** Timeout of each `before`-stage hook run in seconds; null waits as long as the hook takes. */
-  toolCallHookBeforeTimeoutSeconds: number | null;
+/** Everything the proxy is configured with (see {@link proxyConfigSchema}). */
+export type ProxyConfig = z.output<typeof proxyConfigSchema>;
+/** Settings as a caller writes them: only `tokenizerPath` is required. */
+export type ProxyConfigInput = z.input<typeof proxyConfigSchema>;
+/** How prompts are tokenized: incremental TITO (default) or a full re-render per request. */
+export type TokenBuildMode = ProxyConfig['tokenBuildMode'];
+/** Where tool calls and reasoning are parsed. */
+export type ParseBackend = ProxyConfig['toolCallParseBackend'];
+/** Renderer family of the prompt (see {@link proxyConfigSchema}). */
+export type TokenBuildModel = ProxyConfig['tokenBuildModel'];
+/** Element type of routed-expert ids. */
+export type RoutedExpertsDtype = ProxyConfig['routedExpertsDtype'];
+
+const fields = proxyConfigSchema.in.shape;
+type FieldName = keyof typeof fields;
+
+// Flags the reference accepts besides the settings: the key file, and the TransferQueue data plane,
+// which this proxy refuses (its configuration flags are accepted and ignored).
+const extraFlags = {
+  'api-key-file': { type: 'string' },
+  'enable-transfer-queue': { type: 'boolean' },
+  'transfer-queue-config': { type: 'string' },
+  'transfer-queue-retention-seconds': { type: 'string' },
+  'transfer-params': { type: 'string' },
+  help: { type: 'boolean', short: 'h' },
+} as const;
+
+interface FlagOption {
+  type: 'string' | 'boolean';
+  multiple?: boolean;
+  short?: string;
+}
+
+const settingSources: [FieldName, SettingSource][] = Object.entries(fields).flatMap(([name, field]) => {
+  const source = sources.get(field);
+  return source === undefined ? [] : [[name as FieldName, source]];
+});
+
+const flagOptions: Record<string, FlagOption> = { ...extraFlags };
+for (const [, source] of settingSources) {
+  if (source.flag === undefined) continue;
+  const kind = source.kind;
+  flagOptions[source.flag] =
+    kind === 'switch' || kind === 'negated-switch'
+      ? { type: 'boolean' }
+      : kind === 'list'
+        ? { type: 'string', multiple: true }
+        : { type: 'string' };
 }
 
 /** The router address the reference derives when `--sglang-router-url` is absent. */
@@ -92,291 +394,180 @@ function hostAddress(): string {
   return '127.0.0.1';
 }
 
-/** A complete configuration from defaults plus `overrides` (tests and embedding use this). */
-export function createProxyConfig(
-  overrides: Partial<ProxyConfig> & Pick<ProxyConfig, 'tokenizerPath'>,
-): ProxyConfig {
-  const tokenBuildModel = overrides.tokenBuildModel ?? 'qwen3_5';
-  return {
-    sglangRouterUrl: overrides.sglangRouterUrl ?? 'http://127.0.0.1:8000',
-    chatTemplate: null,
-    host: '127.0.0.1',
-    port: 8800,
-    maxOutputTokens: null,
-    contextWindow: null,
-    dynamicMaxTokens: true,
-    rolloutTemperature: 1.0,
-    useRolloutRoutingReplay: false,
-    routedExpertsDtype: 'int32',
-    modelMaskType: tokenBuildModel,
-    modelToolCallType: tokenBuildModel,
-    toolCallParseBackend: 'sglang_api',
-    modelReasoningType: 'qwen3',
-    reasoningParseBackend: 'sglang_api',
-    apiKey: 'no-auth',
-    minGroupSize: 1,
-    sessionTimeoutSeconds: 3200,
-    groupTimeoutSeconds: 300,
-    tokenBuildMode: 'tito',
-    titoModel: tokenBuildModel,
-    recordTokenVersions: false,
-    maskNonlastVersionTokens: false,
-    partialRollout: false,
-    maxPartialRolloutPreempts: null,
-    streamHeartbeatIntervalSeconds: 15,
-    storeDirectory: null,
-    storeMemoryLimitBytes: 4 * 1024 ** 3,
-    storeFsync: 'always',
-    // 4 MiB: a new session's body is parsed, validated, rendered and tokenized on the event loop
-    // (JSON.parse is under 5% of it), about 0.25 s per MiB of agent history; 16 MiB held every other
-    // call for 4 to 8 s. 4 MiB of text is 0.8 to 2 million Qwen3 tokens, several 256K-token contexts.
-    maxRequestBytes: 4 * 1024 ** 2,
-    resumeReadinessTimeoutSeconds: 30,
-    engineRequestTimeoutSeconds: 3600,
-    requestBodyTimeoutSeconds: 60,
-    toolCallHooks: [],
-    toolCallHookBeforeTimeoutSeconds: null,
-    ...overrides,
-    tokenBuildModel,
-  };
+/**
+ * A complete configuration from the defaults plus `overrides` (tests and embedding use this), checked
+ * against {@link proxyConfigSchema}.
+ *
+ * @throws DressageError `invalid_argument` naming the setting.
+ */
+export function createProxyConfig(overrides: ProxyConfigInput): ProxyConfig {
+  const result = proxyConfigSchema.safeParse(overrides);
+  if (result.success) return result.data;
+  const [issue] = result.error.issues;
+  const name = String(issue?.path[0] ?? '(root)');
+  throw new DressageError({
+    code: 'invalid_argument',
+    message: `${name}: ${issue === undefined ? 'invalid' : describeIssue(issue)}`,
+    details: { setting: name },
+  });
 }
 
-const options = {
-  'sglang-router-url': { type: 'string' },
-  'tokenizer-path': { type: 'string' },
-  'chat-template': { type: 'string' },
-  host: { type: 'string' },
-  port: { type: 'string' },
-  'max-output-tokens': { type: 'string' },
-  'context-window': { type: 'string' },
-  'no-dynamic-max-tokens': { type: 'boolean' },
-  'rollout-temperature': { type: 'string' },
-  'use-rollout-routing-replay': { type: 'boolean' },
-  'routed-experts-dtype': { type: 'string' },
-  'model-mask-type': { type: 'string' },
-  'model-tool-call-type': { type: 'string' },
-  'tool-call-parse-backend': { type: 'string' },
-  'model-reasoning-type': { type: 'string' },
-  'reasoning-parse-backend': { type: 'string' },
-  'api-key': { type: 'string' },
-  'api-key-file': { type: 'string' },
-  'min-group-size': { type: 'string' },
-  'session-timeout': { type: 'string' },
-  'group-timeout': { type: 'string' },
-  'token-build-mode': { type: 'string' },
-  'token-build-model': { type: 'string' },
-  'tito-model': { type: 'string' },
-  'record-token-versions': { type: 'boolean' },
-  'mask-nonlast-version-tokens': { type: 'boolean' },
-  'dressage-partial-rollout': { type: 'boolean' },
-  'max-partial-rollout-preempts': { type: 'string' },
-  'stream-heartbeat-interval-seconds': { type: 'string' },
-  'enable-transfer-queue': { type: 'boolean' },
-  'transfer-queue-config': { type: 'string' },
-  'transfer-queue-retention-seconds': { type: 'string' },
-  'transfer-params': { type: 'string' },
-  'tool-call-hooks': { type: 'string', multiple: true },
-  'tool-call-hook-before-timeout': { type: 'string' },
-  'store-dir': { type: 'string' },
-  'store-memory-limit-mb': { type: 'string' },
-  'store-fsync': { type: 'string' },
-  'max-request-mb': { type: 'string' },
-  'engine-request-timeout': { type: 'string' },
-  'request-body-timeout': { type: 'string' },
-  help: { type: 'boolean', short: 'h' },
-} as const;
-
-/** The `--help` text of `dressage-proxy`. */
-export const usage = `Usage: dressage-proxy --tokenizer-path DIR [options]
-
-  --sglang-router-url URL            SGLang router (env SGLANG_ROUTER_URL, else http://HOST:8000)
-  --tokenizer-path DIR               local Hugging Face model directory (required)
-  --chat-template FILE               Jinja chat template replacing the model directory's
-  --host 127.0.0.1 --port 8800      listen address (0.0.0.0 listens on every interface)
-  --max-output-tokens N              cap on generated tokens per call
-  --context-window N                 prompt + output budget (413 beyond it)
-  --no-dynamic-max-tokens            do not clamp max_new_tokens to the context window
-  --rollout-temperature 1.0
-  --use-rollout-routing-replay       record routed experts (R3)
-  --routed-experts-dtype int32       int32 | uint16 | uint8
-  --model-mask-type / --model-tool-call-type / --model-reasoning-type
-  --tool-call-parse-backend sglang_api   local | sglang_api | hybrid
-  --reasoning-parse-backend sglang_api   local | sglang_api | hybrid
-  --api-key-file FILE                bearer key from a file (env DRESSAGE_PROXY_API_KEY; --api-key KEY
-                                     also works but shows the key to ps); no-auth (default) disables auth
-  --min-group-size 1 --group-timeout 300 --session-timeout 3200
-  --token-build-mode tito            tito | snapshot
-  --token-build-model qwen3_5        qwen3_5 | qwen3_6 | qwen3 (--tito-model overrides); must
-                                     reproduce the chat template in force, else the proxy refuses
-  --record-token-versions --mask-nonlast-version-tokens
-  --dressage-partial-rollout --max-partial-rollout-preempts N
-  --stream-heartbeat-interval-seconds 15 (0 = off)
-  --tool-call-hooks MODULE[:EXPORT],...  tool-call hooks to import (file path or package; repeatable)
-  --tool-call-hook-before-timeout S  timeout of each before-stage hook run
-  --store-dir DIR                    trajectory log (env DRESSAGE_PROXY_STORE_DIR; "none" = memory only)
-  --store-memory-limit-mb 4096       resident token data before persisted trajectories are evicted
-  --store-fsync always               always: flush each finalized trajectory to disk before 200 (survives
-                                     power loss); never: leave flushing to the kernel (survives a crash)
-  --max-request-mb 4                 largest request body (413 above it)
-  --request-body-timeout 60          seconds a client has to send a request body (408 past it; 0 = no limit)
-  --engine-request-timeout 3600      seconds an engine /generate may take (504 past it; 0 = no limit)
-`;
-
-function invalid(flag: string, message: string): DressageError {
-  return new DressageError({ code: 'invalid_argument', message: `--${flag}: ${message}`, details: { flag } });
-}
-
-function numberFlag(
-  flag: string,
-  value: string | undefined,
-  check: { integer?: boolean; min?: number; exclusiveMin?: number },
-): number | undefined {
-  if (value === undefined) return undefined;
-  const parsed = Number(value);
-  if (value.trim() === '' || !Number.isFinite(parsed))
-    throw invalid(flag, `expected a number, got ${JSON.stringify(value)}`);
-  if (check.integer && !Number.isInteger(parsed)) throw invalid(flag, `expected an integer, got ${value}`);
-  if (check.min !== undefined && parsed < check.min) throw invalid(flag, `must be >= ${check.min}`);
-  if (check.exclusiveMin !== undefined && parsed <= check.exclusiveMin)
-    throw invalid(flag, `must be > ${check.exclusiveMin}`);
-  return parsed;
-}
-
-function choice<T extends string>(
-  flag: string,
-  value: string | undefined,
-  allowed: readonly T[],
-): T | undefined {
-  if (value === undefined) return undefined;
-  if (!(allowed as readonly string[]).includes(value)) {
-    throw invalid(flag, `expected one of ${allowed.join(', ')}, got ${JSON.stringify(value)}`);
+function describeIssue(issue: z.core.$ZodIssue): string {
+  if (issue.code === 'too_small' && typeof issue.minimum === 'number') {
+    return `must be ${issue.inclusive ? '>=' : '>'} ${issue.minimum}`;
   }
-  return value as T;
+  if (issue.code === 'invalid_value') return `expected one of ${issue.values.map(String).join(', ')}`;
+  if (issue.code === 'invalid_type' && issue.expected === 'int') return 'expected an integer';
+  return issue.message;
+}
+
+function placeholderOf(source: SettingSource): string {
+  return source.placeholder === undefined ? '' : ` ${source.placeholder}`;
+}
+
+function defaultOf(name: FieldName, source: SettingSource): string {
+  if (source.cliDefault !== undefined) return ` (default ${source.cliDefault})`;
+  const parsed = fields[name].safeParse(undefined);
+  if (!parsed.success || parsed.data === undefined || parsed.data === null) return '';
+  if (Array.isArray(parsed.data)) return '';
+  if (typeof parsed.data === 'boolean') return '';
+  if (name === 'storeMemoryLimitBytes' || name === 'maxRequestBytes') {
+    return ` (default ${Number(parsed.data) / 1024 ** 2})`;
+  }
+  return ` (default ${String(parsed.data)})`;
+}
+
+/** The `--help` text of `dressage-proxy`, generated from {@link proxyConfigSchema}. */
+export const usage = (() => {
+  const lines: [string, string][] = [];
+  for (const [name, source] of settingSources) {
+    const env = source.env === undefined ? '' : ` (env ${source.env})`;
+    const text = `${source.help}${defaultOf(name, source)}${env}`;
+    if (source.flag === undefined) lines.push([`$${source.env}`, source.help + defaultOf(name, source)]);
+    else lines.push([`--${source.flag}${placeholderOf(source)}`, text]);
+    if (name === 'apiKey') lines.push(['--api-key-file FILE', 'read the bearer key from a file']);
+  }
+  const width = Math.max(...lines.map(([left]) => left.length)) + 2;
+  const body = lines.map(([left, right]) => `  ${left.padEnd(width)}${right}`).join('\n');
+  return `Usage: dressage-proxy --tokenizer-path DIR [options]\n\nPrecedence: a flag beats its environment variable, which beats the default.\n\n${body}\n`;
+})();
+
+function invalid(where: string, message: string): DressageError {
+  return new DressageError({
+    code: 'invalid_argument',
+    message: `${where}: ${message}`,
+    details: where.startsWith('--') ? { flag: where.slice(2) } : { variable: where },
+  });
+}
+
+function numberOf(where: string, text: string): number {
+  const value = Number(text);
+  if (text.trim() === '' || !Number.isFinite(value)) {
+    throw invalid(where, `expected a number, got ${JSON.stringify(text)}`);
+  }
+  return value;
+}
+
+// The value a setting's text stands for, before the schema checks its range.
+function settingValue(
+  source: SettingSource,
+  where: string,
+  raw: string | boolean | (string | boolean)[],
+): unknown {
+  const text = typeof raw === 'string' ? raw : '';
+  switch (source.kind) {
+    case 'switch':
+      return raw === true || /^(1|true|yes|on)$/i.test(text);
+    case 'negated-switch':
+      return !(raw === true || /^(1|true|yes|on)$/i.test(text));
+    case 'list':
+      return (Array.isArray(raw) ? raw.map(String) : [text])
+        .flatMap((entry) => entry.split(/[\s,]+/))
+        .filter(Boolean);
+    case 'number':
+      return numberOf(where, text);
+    case 'mebibytes': {
+      const megabytes = numberOf(where, text);
+      if (megabytes <= 0) throw invalid(where, 'must be > 0');
+      return Math.floor(megabytes * 1024 ** 2);
+    }
+    case 'seconds-or-unlimited': {
+      const seconds = numberOf(where, text);
+      return seconds === 0 ? null : seconds;
+    }
+    case 'path-or-none':
+      return text === 'none' ? null : text;
+    case 'text':
+      return text;
+  }
 }
 
 /** The result of parsing the command line: a configuration, or a request for help. */
 export type ParsedArguments = { help: true } | { help: false; config: ProxyConfig };
 
 /**
- * Parses `dressage-proxy` arguments (§1.11 of the reference) and environment variables.
+ * Parses `dressage-proxy` arguments (§1.11 of the reference) and the environment variables of
+ * {@link proxyConfigSchema}: a flag beats its variable, which beats the default. Beyond the library
+ * defaults, the CLI derives the router address ({@link defaultRouterUrl}) and keeps the trajectory
+ * log in `./.dressage/proxy-store`.
  *
- * @throws DressageError `invalid_argument` naming the bad flag.
+ * @throws DressageError `invalid_argument` naming the bad flag or variable.
  */
 export function parseProxyArguments(
   argv: readonly string[],
   env: NodeJS.ProcessEnv = process.env,
 ): ParsedArguments {
-  let values: Record<string, string | boolean | string[] | undefined>;
+  let values: Record<string, string | boolean | (string | boolean)[] | undefined>;
   try {
-    values = parseArgs({ args: [...argv], options, strict: true, allowPositionals: false }).values;
+    values = parseArgs({
+      args: [...argv],
+      options: flagOptions,
+      strict: true,
+      allowPositionals: false,
+    }).values;
   } catch (error) {
     throw new DressageError({ code: 'invalid_argument', message: (error as Error).message, cause: error });
   }
-  if (values.help) return { help: true };
-  const text = (flag: string) => values[flag] as string | undefined;
-  const flag = (name: string) => values[name] === true;
-  const tokenizerPath = text('tokenizer-path');
-  if (!tokenizerPath) throw invalid('tokenizer-path', 'is required');
-
-  const transferQueue =
-    flag('enable-transfer-queue') || /^(1|true|yes)$/i.test(env.DRESSAGE_ENABLE_TRANSFER_QUEUE ?? '');
-  if (transferQueue) {
-    throw invalid('enable-transfer-queue', 'the TransferQueue data plane is not supported by this proxy');
+  if (values.help === true) return { help: true };
+  if (
+    values['enable-transfer-queue'] === true ||
+    /^(1|true|yes)$/i.test(env.DRESSAGE_ENABLE_TRANSFER_QUEUE ?? '')
+  ) {
+    throw invalid('--enable-transfer-queue', 'the TransferQueue data plane is not supported by this proxy');
   }
-  const hookEntries = ((values['tool-call-hooks'] as string[] | undefined) ?? [])
-    .flatMap((entry) => entry.split(/[\s,]+/))
-    .filter(Boolean);
-
-  const models = ['qwen3_5', 'qwen3_6', 'qwen3'] as const;
-  const tokenBuildModel = choice('token-build-model', text('token-build-model'), models);
-  const titoModel = choice('tito-model', text('tito-model'), models);
-  const chatTemplate = text('chat-template');
-  if (chatTemplate === '') throw invalid('chat-template', 'expected a file path');
-  const backends = ['local', 'sglang_api', 'hybrid'] as const;
-  const storeFlag = text('store-dir') ?? env.DRESSAGE_PROXY_STORE_DIR;
-  const storeDirectory =
-    storeFlag === undefined
-      ? join(process.cwd(), '.dressage', 'proxy-store')
-      : storeFlag === 'none'
-        ? null
-        : storeFlag;
-  const overrides: Partial<ProxyConfig> & Pick<ProxyConfig, 'tokenizerPath'> = {
-    tokenizerPath,
-    sglangRouterUrl: text('sglang-router-url') ?? defaultRouterUrl(env),
-    storeDirectory,
-  };
-  const set = <K extends keyof ProxyConfig>(key: K, value: ProxyConfig[K] | undefined) => {
-    if (value !== undefined) overrides[key] = value;
-  };
-  set('chatTemplate', chatTemplate);
-  set('host', text('host'));
-  set('port', numberFlag('port', text('port'), { integer: true, min: 0 }));
-  set(
-    'maxOutputTokens',
-    numberFlag('max-output-tokens', text('max-output-tokens'), { integer: true, exclusiveMin: 0 }),
-  );
-  set(
-    'contextWindow',
-    numberFlag('context-window', text('context-window'), { integer: true, exclusiveMin: 0 }),
-  );
-  if (flag('no-dynamic-max-tokens')) overrides.dynamicMaxTokens = false;
-  set('rolloutTemperature', numberFlag('rollout-temperature', text('rollout-temperature'), { min: 0 }));
-  if (flag('use-rollout-routing-replay')) overrides.useRolloutRoutingReplay = true;
-  set(
-    'routedExpertsDtype',
-    choice('routed-experts-dtype', text('routed-experts-dtype'), ['int32', 'uint16', 'uint8']),
-  );
-  set('modelMaskType', text('model-mask-type') ?? tokenBuildModel);
-  set('modelToolCallType', text('model-tool-call-type') ?? tokenBuildModel);
-  set('toolCallParseBackend', choice('tool-call-parse-backend', text('tool-call-parse-backend'), backends));
-  set('modelReasoningType', text('model-reasoning-type'));
-  set('reasoningParseBackend', choice('reasoning-parse-backend', text('reasoning-parse-backend'), backends));
-  set(
-    'apiKey',
-    readSecret({
-      value: text('api-key'),
-      file: text('api-key-file'),
-      environment: env.DRESSAGE_PROXY_API_KEY,
-      label: text('api-key') === undefined ? '--api-key-file' : '--api-key',
-    }),
-  );
-  set('minGroupSize', numberFlag('min-group-size', text('min-group-size'), { integer: true, min: 1 }));
-  set('sessionTimeoutSeconds', numberFlag('session-timeout', text('session-timeout'), { exclusiveMin: 0 }));
-  set('groupTimeoutSeconds', numberFlag('group-timeout', text('group-timeout'), { min: 0 }));
-  set('tokenBuildMode', choice('token-build-mode', text('token-build-mode'), ['tito', 'snapshot'] as const));
-  set('tokenBuildModel', tokenBuildModel);
-  set('titoModel', titoModel ?? tokenBuildModel);
-  if (flag('record-token-versions')) overrides.recordTokenVersions = true;
-  if (flag('mask-nonlast-version-tokens')) overrides.maskNonlastVersionTokens = true;
-  if (flag('dressage-partial-rollout')) overrides.partialRollout = true;
-  set(
-    'maxPartialRolloutPreempts',
-    numberFlag('max-partial-rollout-preempts', text('max-partial-rollout-preempts'), {
-      integer: true,
-      min: 0,
-    }),
-  );
-  set(
-    'streamHeartbeatIntervalSeconds',
-    numberFlag('stream-heartbeat-interval-seconds', text('stream-heartbeat-interval-seconds'), { min: 0 }),
-  );
-  const memoryMb = numberFlag('store-memory-limit-mb', text('store-memory-limit-mb'), { exclusiveMin: 0 });
-  if (memoryMb !== undefined) overrides.storeMemoryLimitBytes = Math.floor(memoryMb * 1024 ** 2);
-  set('storeFsync', choice('store-fsync', text('store-fsync'), ['always', 'never'] as const));
-  if (hookEntries.length > 0) overrides.toolCallHooks = hookEntries;
-  set(
-    'toolCallHookBeforeTimeoutSeconds',
-    numberFlag('tool-call-hook-before-timeout', text('tool-call-hook-before-timeout'), { exclusiveMin: 0 }),
-  );
-  const seconds = (flag: string) => {
-    const value = numberFlag(flag, text(flag), { min: 0 });
-    return value === undefined ? undefined : value === 0 ? null : value;
-  };
-  const engineTimeout = seconds('engine-request-timeout');
-  if (engineTimeout !== undefined) overrides.engineRequestTimeoutSeconds = engineTimeout;
-  const bodyTimeout = seconds('request-body-timeout');
-  if (bodyTimeout !== undefined) overrides.requestBodyTimeoutSeconds = bodyTimeout;
-  const requestMb = numberFlag('max-request-mb', text('max-request-mb'), { exclusiveMin: 0 });
-  if (requestMb !== undefined) overrides.maxRequestBytes = Math.floor(requestMb * 1024 ** 2);
-  return { help: false, config: createProxyConfig(overrides) };
+  const input: Record<string, unknown> = {};
+  const whereOf = new Map<string, string>();
+  for (const [name, source] of settingSources) {
+    const fromFlag = source.flag === undefined ? undefined : values[source.flag];
+    const fromEnv = source.env === undefined ? undefined : env[source.env];
+    if (fromFlag !== undefined) {
+      const where = `--${source.flag}`;
+      whereOf.set(name, where);
+      input[name] = settingValue(source, where, fromFlag);
+    } else if (fromEnv !== undefined && fromEnv.trim() !== '' && name !== 'apiKey') {
+      const where = source.env as string;
+      whereOf.set(name, where);
+      input[name] = settingValue(source, where, fromEnv.trim());
+    }
+  }
+  if (input.tokenizerPath === undefined || input.tokenizerPath === '')
+    throw invalid('--tokenizer-path', 'is required');
+  // The key may come from a file too; the secret reader applies the same precedence.
+  const apiKey = readSecret({
+    value: typeof values['api-key'] === 'string' ? values['api-key'] : undefined,
+    file: typeof values['api-key-file'] === 'string' ? values['api-key-file'] : undefined,
+    environment: env.DRESSAGE_PROXY_API_KEY,
+    label: values['api-key'] === undefined ? '--api-key-file' : '--api-key',
+  });
+  if (apiKey === undefined) delete input.apiKey;
+  else input.apiKey = apiKey;
+  input.sglangRouterUrl ??= defaultRouterUrl(env);
+  if (!('storeDirectory' in input)) input.storeDirectory = join(process.cwd(), '.dressage', 'proxy-store');
+  const result = proxyConfigSchema.safeParse(input);
+  if (!result.success) {
+    const [issue] = result.error.issues;
+    const name = String(issue?.path[0] ?? '');
+    throw invalid(whereOf.get(name) ?? name, issue === undefined ? 'invalid' : describeIssue(issue));
+  }
+  return { help: false, config: result.data };
 }

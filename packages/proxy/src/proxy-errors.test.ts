@@ -12,7 +12,6 @@ import type { ProxyConfig } from './config.js';
 let harness: Harness;
 afterEach(async () => {
   await harness?.close();
-  delete process.env.DRESSAGE_PROXY_MAX_STEPS_PER_SESSION;
 });
 
 const prompt = [{ role: 'user', content: 'hi' }];
@@ -217,8 +216,7 @@ describe('error payloads (§1.4) and bad input', () => {
   });
 
   it('refuses the step past DRESSAGE_PROXY_MAX_STEPS_PER_SESSION without finalizing', async () => {
-    harness = await startHarness();
-    process.env.DRESSAGE_PROXY_MAX_STEPS_PER_SESSION = '1';
+    harness = await startHarness({ config: { maxStepsPerSession: 1 } });
     expect((await chat()).status).toBe(200);
     const refused = await chat();
     expect(refused).toEqual({

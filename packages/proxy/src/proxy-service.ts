@@ -116,11 +116,6 @@ function chatCompletionId(): string {
   return `chatcmpl-${randomUUID().replaceAll('-', '').slice(0, 12)}`;
 }
 
-function stepLimit(): number {
-  const value = Number(process.env.DRESSAGE_PROXY_MAX_STEPS_PER_SESSION ?? '0');
-  return Number.isFinite(value) && value > 0 ? Math.floor(value) : 0;
-}
-
 /**
  * The proxy's behaviour behind HTTP: sessions, the chat pipeline, finalize, read, discard, pause and
  * resume. {@link createProxyServer} puts it on a socket.
@@ -435,7 +430,7 @@ export class ProxyService {
     const plan = planStep(session, turnId, messages, tools, this.#planOptions);
     const promptTokens = plan.promptIds.length;
     const maxNewTokens = this.#maxNewTokens(body, promptTokens, session, turnId);
-    const limit = stepLimit();
+    const limit = this.config.maxStepsPerSession;
     if (limit > 0 && session.steps.length >= limit) {
       throw detailError(
         400,
