@@ -151,6 +151,7 @@ class RankTrainer:
         totals: dict[str, float] = {}
         applied = 0
         self._last_norm = 0.0
+        self._skipped = 0
         parity_sum, parity_max, parity_count = 0.0, 0.0, 0.0
         for step, group in enumerate(per_step):
             # Zeroed gradients on every rank, even one whose micro-batches train nothing: the

@@ -181,6 +181,11 @@ class TorchActorTest(unittest.TestCase):
                 call()
             self.assertEqual(caught.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
             self.assertIn("output.bias[3] is nan", caught.exception.message)
+        # Once the weights are finite again, steps apply and report no skip.
+        actor.rank.model.parameters["output.bias"].data[3] = 0.0
+        result = actor.train(2, header(learning_rate=0.01), policy_batch(), {})
+        self.assertEqual(result.optimizer_steps, 1)
+        self.assertNotIn("nonfinite_step_skipped", result.metrics)
 
     def test_bad_batches_are_refused_before_training(self) -> None:
         actor = self.actor()
