@@ -46,11 +46,15 @@ class TrainerService(trainer_pb2_grpc.TrainerServiceServicer):
         context.abort(grpc.StatusCode.INTERNAL, f"{method} failed: {error}")
 
     def GetInfo(self, request: Any, context: grpc.ServicerContext) -> Any:
+        # An actor whose model bounds the id space or the sample length says so (the torch actor).
+        limits = getattr(self.actor, "model_limits", None)
+        vocab_size, longest = limits() if limits is not None else (0, self.max_batch_tokens)
         return trainer_pb2.GetInfoResponse(
             trainer_kind=self.actor.kind,
             model_name=self.model_name,
             weight_version=self.actor.weight_version,
-            max_tokens_per_sample=self.max_batch_tokens,
+            vocab_size=vocab_size,
+            max_tokens_per_sample=min(longest, self.max_batch_tokens),
             backend=self.actor.backend,
             data_parallel_size=self.actor.data_parallel_size,
             train_steps=self.train_steps,

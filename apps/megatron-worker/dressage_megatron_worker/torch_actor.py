@@ -431,6 +431,12 @@ class TorchActor:
             timeout=datetime.timedelta(hours=2),
         )
 
+    def model_limits(self) -> tuple[int, int]:
+        """(vocab_size, max_tokens_per_sample) for GetInfo: ids below the largest known id + 1, and
+        the context length + 1 tokens (a pass reads all but the last), as the embedded trainer says."""
+        model = self.rank.model
+        return int(model.vocabulary.max()) + 1, int(model.config["contextLength"]) + 1
+
     def close(self) -> None:
         if self._workers:
             dist.broadcast_object_list([("stop", None)], src=0)

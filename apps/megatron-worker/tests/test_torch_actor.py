@@ -86,6 +86,8 @@ class TorchActorTest(unittest.TestCase):
         stub = self.serve(actor)
         info = stub.GetInfo(trainer_pb2.GetInfoRequest())
         self.assertEqual((info.trainer_kind, info.data_parallel_size, info.weight_version), ("torch", 1, "0"))
+        # The tiny model: context 32, largest known id 610.
+        self.assertEqual((info.vocab_size, info.max_tokens_per_sample), (611, 33))
         before = actor.rank.model.weights()
         batch = policy_batch()
         loss = trainer_pb2.LossConfig(use_tis=True, learning_rate=0.01, eps_clip_high=0.28)
