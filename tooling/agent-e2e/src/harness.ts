@@ -189,8 +189,10 @@ export class CliEndToEnd {
   }
 
   /**
-   * SIGKILLs the processes of this pool's slots (descendants of this test process, as the pool
-   * started them) whose command line contains `pattern`. Returns how many were killed.
+   * SIGKILLs the processes inside this pool's slots whose command line contains `pattern`, or for
+   * `''` every process of the slots, bwrap included (the sandbox dies): bwrap processes this test
+   * process started, and their descendants.
+   * Returns how many were killed.
    */
   killInSlots(pattern: string): number {
     const parents = new Map<number, number>();
@@ -206,18 +208,23 @@ export class CliEndToEnd {
         // Gone already.
       }
     }
-    const descends = (pid: number): boolean => {
+    const isSandbox = (pid: number) => /^(\S*\/)?bwrap /.test(commands.get(pid) ?? '');
+    const inSlot = (pid: number): boolean => {
+      let sandboxed = isSandbox(pid);
       for (
         let current = parents.get(pid);
         current !== undefined && current > 1;
         current = parents.get(current)
-      )
-        if (current === process.pid) return true;
+      ) {
+        if (current === process.pid) return sandboxed;
+        if (isSandbox(current)) sandboxed = true;
+      }
       return false;
     };
     let killed = 0;
     for (const [pid, command] of commands) {
-      if (!command.includes(pattern) || !descends(pid)) continue;
+      // bwrap's own argv names every path of the slot: it matches only the empty pattern.
+      if (!inSlot(pid) || (pattern !== '' && (isSandbox(pid) || !command.includes(pattern)))) continue;
       try {
         process.kill(pid, 'SIGKILL');
         killed += 1;
