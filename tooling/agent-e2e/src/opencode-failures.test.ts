@@ -136,7 +136,10 @@ describe('opencode context overflow', () => {
   it('context overflow (413): the turn stops, and the steps taken are harvested', async (context) => {
     if (run === null) return context.skip(skipReason ?? 'not started');
     await recordBystander(run, 'bystander-overflow');
-    const samples = await run.generate()(run.sample('numbers.txt', '$(seq${IFS}3000)'));
+    // The numbers 1 to 3000 on one line, as one shell word (the model's script takes a word).
+    // biome-ignore lint/suspicious/noTemplateCurlyInString: a shell expansion, not a template.
+    const numbers = '$(seq${IFS}3000)';
+    const samples = await run.generate()(run.sample('numbers.txt', numbers));
     const metadata = samples[0]?.metadata as Json;
     expect(samples[0]?.status, JSON.stringify(metadata)).not.toBe('aborted');
     expect(metadata).toMatchObject({
