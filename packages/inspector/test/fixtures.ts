@@ -4,8 +4,8 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { ChatMessage, SegmentReason } from '@dressage/protocol';
-import type { StoredTrajectory } from '@dressage/proxy';
-import { TrajectoryStore } from '@dressage/proxy';
+import type { StoredTrajectory } from '@dressage/proxy/internal';
+import { TrajectoryStore } from '@dressage/proxy/internal';
 import { loadTokenizer, type TitoTokenizer } from '@dressage/tito';
 import { defaultTokenizerDirectory } from '../src/start.js';
 

@@ -2,7 +2,7 @@ import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { segmentToJson, trajectoryReadToJson } from '@dressage/protocol';
-import { TrajectoryStore } from '@dressage/proxy';
+import { TrajectoryStore } from '@dressage/proxy/internal';
 import { describe, expect, it } from 'vitest';
 import { TokenDecoder, tokenPage } from '../src/session-detail.js';
 import { loadRunDirectory } from '../src/sources/run-directory.js';

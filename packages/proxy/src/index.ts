@@ -1,5 +1,6 @@
-// Public surface of @dressage/proxy: the server and its configuration, the rollout-side client,
-// and the building blocks other packages embed (engine client, controller, parsers, store).
+// Public surface of @dressage/proxy: the server and its configuration, the rollout-side client and
+// tool-call hooks. The parts the server is built from (engine client, generation controller,
+// parsers, the service, the trajectory store) are in `@dressage/proxy/internal`.
 
 export {
   createProxyConfig,
@@ -7,41 +8,15 @@ export {
   type ParseBackend,
   type ParsedArguments,
   type ProxyConfig,
+  type ProxyConfigInput,
   parseProxyArguments,
+  proxyConfigSchema,
   type RoutedExpertsDtype,
   type TokenBuildMode,
   type TokenBuildModel,
   usage,
 } from './config.js';
-export {
-  type AbortOutcome,
-  EngineClient,
-  type EngineClientOptions,
-  type EngineWorker,
-  type GenerateRequest,
-  type GenerateResult,
-  parseGenerateResponse,
-} from './engine-client.js';
-export {
-  type GenerationChunk,
-  GenerationController,
-  type GenerationOutput,
-  type GenerationRequest,
-  type PauseRequest,
-} from './generation-controller.js';
-export { contextOverflowError, detailError, ProxyHttpError, toHttpResponse } from './http-error.js';
-export {
-  localToolCallParser,
-  OutputParser,
-  type OutputParserOptions,
-  type ParsedOutput,
-  type ParsedToolCall,
-  parseHermesToolCalls,
-  parseQwen35ToolCalls,
-  pythonJson,
-  splitReasoningLocal,
-  stripTrailingSpecialTokens,
-} from './parsers.js';
+export { ProxyHttpError } from './http-error.js';
 export {
   createPromptTokenizer,
   loadPromptRendering,
@@ -55,27 +30,9 @@ export {
   ProxyClientError,
   type ProxyClientOptions,
   type ReadTrajectoryOptions,
+  type TrajectoryRead,
 } from './proxy-client.js';
-export {
-  type CompletionOutcome,
-  type ParsedChatRequest,
-  ProxyService,
-  type ProxyServiceOptions,
-} from './proxy-service.js';
-export {
-  discardRequestSchema,
-  finalizeRequestSchema,
-  pauseRequestSchema,
-  readRequestSchema,
-  resumeRequestSchema,
-} from './request-bodies.js';
-export {
-  createProxyHttpServer,
-  type ProxyServer,
-  type StartProxyOptions,
-  startProxyServer,
-} from './server.js';
-export { type CompletionBody, completionToFrames } from './streaming.js';
+export { type ProxyServer, type StartProxyOptions, startProxyServer } from './server.js';
 export {
   loadToolCallHooks,
   TOOL_CALL_HOOK_FAILURES_KEY,
@@ -86,13 +43,3 @@ export {
   toolCallIdempotencyKey,
   validateToolCallHook,
 } from './tool-call-hooks.js';
-export {
-  type StoredBlock,
-  type StoredRecord,
-  type StoredTrajectory,
-  type StoreFsyncPolicy,
-  type StoreLogFile,
-  type StoreStats,
-  TrajectoryStore,
-  type TrajectoryStoreOptions,
-} from './trajectory-store.js';

@@ -5,6 +5,7 @@ import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
 import { dirname } from 'node:path';
 import { createProxyConfig, startProxyServer } from '@dressage/proxy';
+import { TrajectoryStore } from '@dressage/proxy/internal';
 import OpenAI from 'openai';
 
 const require = createRequire(import.meta.url);
@@ -25,6 +26,10 @@ try {
   const client = new OpenAI({ baseURL: `${proxy.url}/v1`, apiKey: 'unused', maxRetries: 0 });
   const models = await client.models.list();
   assert.equal(models.data[0]?.id, 'proxy-model');
+  // The building blocks are a subpath of their own; the store opens in memory without a directory.
+  const store = await TrajectoryStore.open({ directory: null });
+  assert.equal(store.size, 0);
+  await store.close();
   console.log(`proxy served /health and /v1/models at ${proxy.url}, then stopped`);
 } finally {
   await proxy.close();

@@ -1,0 +1,59 @@
+// Building blocks of @dressage/proxy for code that embeds or tests parts of it: the engine client,
+// the generation controller, the output parsers, the service behind the HTTP server, request bodies,
+// pseudo-streaming and the trajectory store. Not covered by the package's compatibility promise.
+
+export {
+  type AbortOutcome,
+  EngineClient,
+  type EngineClientOptions,
+  type EngineWorker,
+  type GenerateRequest,
+  type GenerateResult,
+  parseGenerateResponse,
+} from './engine-client.js';
+export {
+  type GenerationChunk,
+  GenerationController,
+  type GenerationOutput,
+  type GenerationRequest,
+  type PauseRequest,
+} from './generation-controller.js';
+export { contextOverflowError, detailError, toHttpResponse } from './http-error.js';
+export {
+  localToolCallParser,
+  OutputParser,
+  type OutputParserOptions,
+  type ParsedOutput,
+  type ParsedToolCall,
+  parseHermesToolCalls,
+  parseQwen35ToolCalls,
+  pythonJson,
+  splitReasoningLocal,
+  stripTrailingSpecialTokens,
+} from './parsers.js';
+export {
+  type CompletionOutcome,
+  type ParsedChatRequest,
+  ProxyService,
+  type ProxyServiceOptions,
+} from './proxy-service.js';
+export {
+  discardRequestSchema,
+  finalizeRequestSchema,
+  pauseRequestSchema,
+  readRequestSchema,
+  resumeRequestSchema,
+} from './request-bodies.js';
+export { createProxyHttpServer } from './server.js';
+export { type CompletionBody, completionToFrames } from './streaming.js';
+export {
+  recordToSegment,
+  type StoredBlock,
+  type StoredRecord,
+  type StoredTrajectory,
+  type StoreFsyncPolicy,
+  type StoreLogFile,
+  type StoreStats,
+  TrajectoryStore,
+  type TrajectoryStoreOptions,
+} from './trajectory-store.js';
