@@ -1,5 +1,5 @@
 import { existsSync } from 'node:fs';
-import { mkdir, writeFile } from 'node:fs/promises';
+import { mkdir, rm, stat, writeFile } from 'node:fs/promises';
 import { homedir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { DressageError } from '@dressage/protocol';
@@ -81,14 +81,41 @@ export async function ensureAgentInstalled(agent: AgentPackage, cacheDir = agent
   const dir = agentInstallDir(agent, cacheDir);
   const bin = join(dir, 'node_modules', '.bin', agent.bin);
   if (existsSync(bin)) return bin;
-  let path: string | undefined;
-  if (agent.runtime) {
-    const runtimeDir = join(dir, 'runtime');
-    const node = join(runtimeDir, 'node_modules', '.bin', 'node');
-    if (!existsSync(node))
-      await npmInstall(runtimeDir, `${agent.runtime.name}@${agent.runtime.version}`, node, undefined);
-    path = `${dirname(node)}:${process.env.PATH ?? ''}`;
+  // Test files and processes install the same CLI at once: one npm runs in a directory, the
+  // others wait for it and find the executable.
+  const release = await lockDirectory(`${dir}.lock`);
+  try {
+    if (existsSync(bin)) return bin;
+    let path: string | undefined;
+    if (agent.runtime) {
+      const runtimeDir = join(dir, 'runtime');
+      const node = join(runtimeDir, 'node_modules', '.bin', 'node');
+      if (!existsSync(node))
+        await npmInstall(runtimeDir, `${agent.runtime.name}@${agent.runtime.version}`, node, undefined);
+      path = `${dirname(node)}:${process.env.PATH ?? ''}`;
+    }
+    await npmInstall(dir, `${agent.name}@${agent.version}`, bin, path);
+    return bin;
+  } finally {
+    await release();
   }
-  await npmInstall(dir, `${agent.name}@${agent.version}`, bin, path);
-  return bin;
+}
+
+/** Install time after which a lock is taken to be left by a process that died. */
+const staleLockMs = 20 * 60_000;
+
+/** Takes a lock directory (mkdir is atomic), waiting while another holder has it; returns its release. */
+export async function lockDirectory(path: string): Promise<() => Promise<void>> {
+  await mkdir(dirname(path), { recursive: true });
+  for (;;) {
+    try {
+      await mkdir(path);
+      return () => rm(path, { recursive: true, force: true });
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+      const age = Date.now() - (await stat(path).catch(() => ({ mtimeMs: Date.now() }))).mtimeMs;
+      if (age > staleLockMs) await rm(path, { recursive: true, force: true });
+      else await new Promise((resolve) => setTimeout(resolve, 1000));
+    }
+  }
 }

@@ -1,0 +1,35 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { agentBinDirectories, agentPackages, lockDirectory } from './agent-install.js';
+
+describe('agent installs', () => {
+  const scratch = mkdtempSync(join(tmpdir(), 'agent-install-'));
+  afterAll(() => rmSync(scratch, { recursive: true, force: true }));
+
+  it('lets one installer at a time into a directory', async () => {
+    const events: string[] = [];
+    const holder = async (name: string) => {
+      const release = await lockDirectory(join(scratch, 'cli.lock'));
+      events.push(`${name} in`);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      events.push(`${name} out`);
+      await release();
+    };
+    await Promise.all([holder('a'), holder('b')]);
+    expect(
+      [events.slice(0, 2), events.slice(2)].map((pair) => pair[0]?.split(' ')[0] === pair[1]?.split(' ')[0]),
+    ).toEqual([true, true]);
+  });
+
+  it("puts a CLI's own Node first on its PATH, never replacing the system's", () => {
+    expect(agentBinDirectories(agentPackages.openclaw, '/cache')).toEqual([
+      '/cache/openclaw@2026.9.6/runtime/node_modules/.bin',
+      '/cache/openclaw@2026.9.6/node_modules/.bin',
+    ]);
+    expect(agentBinDirectories(agentPackages.codex, '/cache')).toEqual([
+      '/cache/@openai+codex@0.171.0/node_modules/.bin',
+    ]);
+  });
+});
