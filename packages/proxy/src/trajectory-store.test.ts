@@ -46,6 +46,41 @@ function trajectory(id: string, tokens: number, instanceId = 'g'): StoredTraject
 }
 
 describe('TrajectoryStore', () => {
+  it('logs each message once per trajectory, and reads records back as they were put', async () => {
+    const directory = temporaryDirectory();
+    directories.push(directory);
+    const base = trajectory('t', 8);
+    // Timeline records carry their step's whole message list: each list extends the previous one.
+    const messages = Array.from({ length: 6 }, (_, index) => ({
+      role: index % 2 === 0 ? ('tool' as const) : ('assistant' as const),
+      content: `distinct output number ${index}`,
+    }));
+    for (let step = 1; step <= 6; step++) {
+      base.records.push({
+        view: 'timeline',
+        segmentIndex: step - 1,
+        meta: segmentMeta(`t:timeline:${step - 1}`, { messages: messages.slice(0, step) }),
+        block: 0,
+        end: 8,
+        responseStart: 4,
+      });
+    }
+    const store = await TrajectoryStore.open({ directory: directory.path });
+    await store.put(base);
+    const before = JSON.stringify(await store.read('t', { view: 'timeline' }));
+    await store.close();
+    const log = readFileSync(join(directory.path, 'trajectories.jsonl'), 'utf8');
+    for (const message of messages) expect(log.split(message.content).length - 1).toBe(1);
+
+    const reopened = await TrajectoryStore.open({ directory: directory.path });
+    const after = await reopened.read('t', { view: 'timeline' });
+    expect(JSON.stringify(after)).toBe(before);
+    const lists = after.data.map((segment) => segment.messages);
+    expect(lists).toContainEqual(messages);
+    expect(lists).toContainEqual(messages.slice(0, 5));
+    await reopened.close();
+  });
+
   it('replays puts, skips drops and a torn last line, and compacts the log', async () => {
     const directory = temporaryDirectory();
     directories.push(directory);

@@ -20,6 +20,8 @@ interface SerializedRecord {
   view: 'lineage' | 'timeline';
   segment_index: number;
   meta: Record<string, unknown>;
+  /** The record's `messages`, as indices into the line's `messages`. */
+  message_refs?: number[];
   block: number;
   end: number;
   response_start: number | null;
@@ -32,6 +34,8 @@ export interface SerializedTrajectory {
   instance_id: string;
   finalized_at: number;
   record_versions: boolean;
+  /** Distinct messages of the records (absent in lines written before records shared them). */
+  messages?: unknown[];
   records: SerializedRecord[];
   blocks: SerializedBlock[];
 }
@@ -86,7 +90,12 @@ function segmentsOfTrajectory(trajectory: SerializedTrajectory): InspectedSegmen
         if (record.response_start !== null) versions.fill(contextVersion, 0, record.response_start);
       }
     }
-    const segment = segmentFromRecord({ ...record.meta, segment_index: record.segment_index });
+    // A line lists each message once; its records name them by index.
+    const meta =
+      record.message_refs === undefined
+        ? record.meta
+        : { ...record.meta, messages: record.message_refs.map((index) => trajectory.messages?.[index]) };
+    const segment = segmentFromRecord({ ...meta, segment_index: record.segment_index });
     return {
       ...segment,
       view: record.view,
