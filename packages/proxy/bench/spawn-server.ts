@@ -1,4 +1,4 @@
-// Starts a server of bench-servers.ts in a child process (its own event loop, as deployed) and asks
+// Starts a bench server (bench-servers.ts by default) in a child process (its own event loop, as deployed) and asks
 // it for its CPU time.
 import { type ChildProcess, spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -11,17 +11,19 @@ const serverNodeFlags = ['--max-semi-space-size=128'];
 
 /** Starts `bench-servers.ts <role> ...args` and resolves with its URL once it prints `ready`. */
 export function startServer(role: string, ...args: string[]): Promise<{ child: ChildProcess; url: string }> {
+  return spawnServer('bench/bench-servers.ts', serverNodeFlags, role, args);
+}
+
+/** Starts `<script> <role> ...args` with these V8 flags and resolves with its URL once it prints `ready`. */
+export function spawnServer(
+  script: string,
+  nodeFlags: readonly string[],
+  role: string,
+  args: readonly string[],
+): Promise<{ child: ChildProcess; url: string }> {
   const child = spawn(
     process.execPath,
-    [
-      ...serverNodeFlags,
-      '--conditions=@dressage/source',
-      '--import',
-      'tsx',
-      'bench/bench-servers.ts',
-      role,
-      ...args,
-    ],
+    [...nodeFlags, '--conditions=@dressage/source', '--import', 'tsx', script, role, ...args],
     { cwd: packageRoot, stdio: ['ignore', 'pipe', 'inherit', 'ipc'] },
   );
   return new Promise((resolve, reject) => {

