@@ -1,5 +1,7 @@
-// Public surface of @dressage/paddock: sandboxes, the BlackboxServer with its agent adapters and LLM
-// proxy, and the paddock clients and generate functions that turn agent runs into samples.
+// Public surface of @dressage/paddock: sandboxes, the BlackboxServer with its agent adapters, and the
+// paddock clients and generate functions that turn agent runs into samples. The parts they are built
+// from (the LLM proxy and its API bridges, bwrap command lines, process groups, free ports, agent
+// output converters) are in `@dressage/paddock/internal`.
 
 export type {
   BlackboxServerStatus as ServerStatus,
@@ -9,7 +11,6 @@ export type {
 export {
   type AgentPackage,
   agentBinDirectories,
-  agentCacheDir,
   agentInstallDir,
   agentPackages,
   ensureAgentInstalled,
@@ -20,9 +21,7 @@ export {
   CodexAdapter,
   OpenclawAdapter,
   OpencodeAdapter,
-  opencodeMessagesToChat,
   QwenCodeAdapter,
-  qwenStreamToChat,
 } from './adapters/index.js';
 export {
   type AdapterCapabilities,
@@ -37,29 +36,18 @@ export {
   defaultCapabilities,
   knownBackends,
 } from './blackbox/adapter.js';
-export { normalizeRouter } from './blackbox/binding.js';
-export {
-  anthropicRequestToChat,
-  chatToAnthropicResponse,
-  chatToResponsesResponse,
-  responsesRequestToChat,
-} from './blackbox/bridges.js';
 export {
   type BlackboxServerConfig,
   blackboxConfigFromEnv,
   defaultBlackboxConfig,
 } from './blackbox/config.js';
-export { fingerprintOf } from './blackbox/fingerprint.js';
 export { BlackboxHttpError } from './blackbox/http-error.js';
-export {
-  invalidatingErrors,
-  type ProxyIncident,
-  RolloutLlmProxy,
-  type RolloutLlmProxyOptions,
-  syntheticEmptyCompletion,
-} from './blackbox/llm-proxy.js';
 export { blackboxServerVersion } from './blackbox/routes.js';
-export { type BlackboxMessage, idPattern, type ProxyOptions, type TurnUsage } from './blackbox/schemas.js';
+export type {
+  BlackboxMessage,
+  ProxyOptions,
+  TurnUsage,
+} from './blackbox/schemas.js';
 export { BlackboxServer, type BlackboxServerOptions } from './blackbox/server.js';
 export {
   BlackboxCallError,
@@ -80,14 +68,6 @@ export {
   WhiteboxToolPaddock,
 } from './paddock/whitebox.js';
 export {
-  type BwrapOptions,
-  buildBwrapArgs,
-  defaultSystemMounts,
-  sandboxBaseEnv,
-  sandboxPaths,
-} from './sandbox/bwrap-command.js';
-export { findFreePortRange } from './sandbox/free-ports.js';
-export {
   LocalBwrapPool,
   type LocalBwrapPoolOptions,
   type PoolLease,
@@ -99,10 +79,7 @@ export {
 export {
   LocalBwrapProvider,
   type LocalBwrapProviderOptions,
-  shellJoin,
-  shellQuote,
 } from './sandbox/local-bwrap-provider.js';
-export { killProcessGroup, type ProcessGroupResult, runProcessGroup } from './sandbox/process-group.js';
 export type { LimitSupport, ResourceLimits } from './sandbox/resource-limits.js';
 export type {
   CommandResult,

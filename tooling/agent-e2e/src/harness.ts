@@ -19,9 +19,9 @@ import {
   BlackboxClient,
   createBlackboxGenerate,
   ensureAgentInstalled,
-  findFreePortRange,
   LocalBwrapProvider,
 } from '@dressage/paddock';
+import { findFreePortRange } from '@dressage/paddock/internal';
 import { createSample, type Sample } from '@dressage/protocol';
 import { ProxyClient } from '@dressage/proxy';
 import { convertSamplesToPackedTrainBatch, createTrainerClient } from '@dressage/trainer-bridge';

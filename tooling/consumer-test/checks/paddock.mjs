@@ -5,6 +5,10 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { LocalBwrapProvider } from '@dressage/paddock';
+import { shellQuote } from '@dressage/paddock/internal';
+
+// The building blocks are a subpath of their own.
+assert.equal(shellQuote("it's"), `'it'\\''s'`);
 
 const provider = new LocalBwrapProvider({
   slots: 1,
