@@ -134,7 +134,8 @@ beforeAll(async () => {
   for (let step = 0; step < 400 && loss > 1e-3; step++) loss = warmStart.step([example]).loss;
   warmStart.dispose();
   await engine.updateWeights({ weights: model.getWeights(), weightVersion: 'v1' });
-});
+  // Up to 400 supervised steps: a minute on an idle 2-core machine, several when it is shared.
+}, 600_000);
 
 afterAll(async () => {
   await proxy?.close();
