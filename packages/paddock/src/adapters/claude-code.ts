@@ -9,11 +9,9 @@ import {
   type AdapterTurn,
   type AdapterTurnResult,
   AgentTurnError,
-  type BlackboxAdapter,
-  defaultCapabilities,
 } from '../blackbox/adapter.js';
-import { runProcessGroup } from '../sandbox/process-group.js';
 import { agentEnv } from './agent-process.js';
+import { PerTurnCliAdapter } from './per-turn-cli.js';
 import { qwenStreamToChat } from './qwen-code.js';
 
 /**
@@ -72,25 +70,22 @@ export function claudeFailure(result: Json | null, maxTurns: number): AgentTurnE
  * Messages, which the LLM proxy bridges onto chat completions. Its HOME and config directory are
  * the runtime dir's; telemetry, updates, error reports and prompt caching are off.
  */
-export class ClaudeCodeAdapter implements BlackboxAdapter {
+export class ClaudeCodeAdapter extends PerTurnCliAdapter {
   readonly type = 'claude_code';
-  readonly capabilities = defaultCapabilities;
   private readonly options: z.output<typeof claudeCodeOptionsSchema>;
-  private context: AdapterContext | null = null;
-  private home = '';
   private settingsPath = '';
   private readonly sessionId = randomUUID();
   private turns = 0;
-  private current: AbortController | null = null;
 
   constructor(options: Record<string, unknown>) {
+    super();
     const parsed = claudeCodeOptionsSchema.safeParse(options);
     if (!parsed.success)
       throw new AdapterOptionsError('Invalid claude_code backend_options', issuesFromZodError(parsed.error));
     this.options = parsed.data;
   }
 
-  private get command(): string {
+  protected get command(): string {
     return process.env.DRESSAGE_CLAUDE_CODE_BIN || 'claude';
   }
 
@@ -137,8 +132,7 @@ export class ClaudeCodeAdapter implements BlackboxAdapter {
     });
   }
 
-  async init(context: AdapterContext): Promise<void> {
-    this.context = context;
+  protected async configure(context: AdapterContext): Promise<void> {
     this.home = join(context.runtimeDir, 'home');
     const configDir = join(this.home, '.claude');
     await mkdir(configDir, { recursive: true });
@@ -147,20 +141,6 @@ export class ClaudeCodeAdapter implements BlackboxAdapter {
       this.settingsPath,
       JSON.stringify(this.settings(context.insideSandbox === true), null, 2),
     );
-    if (!(await this.health())) throw new Error(`claude-code cannot run: ${this.command} --version failed`);
-  }
-
-  async health(): Promise<boolean> {
-    if (this.context === null) return false;
-    try {
-      const result = await runProcessGroup([this.command, '--version'], {
-        env: agentEnv(this.home, {}),
-        timeoutMs: 30_000,
-      });
-      return result.returncode === 0;
-    } catch {
-      return false;
-    }
   }
 
   async runTurn(turn: AdapterTurn): Promise<AdapterTurnResult> {
@@ -191,39 +171,14 @@ export class ClaudeCodeAdapter implements BlackboxAdapter {
             prompt,
           ]),
     ];
-    this.current = new AbortController();
-    const stop = () => this.current?.abort();
-    turn.signal.addEventListener('abort', stop, { once: true });
-    try {
-      const result = await runProcessGroup(args, {
-        cwd: context.workDir,
-        env: this.environment(context),
-        signal: this.current.signal,
-      });
+    const result = await this.runCli(turn, args, this.environment(context)).finally(() => {
       this.turns += 1;
-      if (result.aborted) throw new Error('claude-code run was aborted');
-      await context.drainModelRequests();
-      const failure = claudeFailure(claudeResultEvent(result.stdout), this.options.max_turns);
-      if (failure !== null) throw failure;
-      const { outputs, result: final } = qwenStreamToChat(result.stdout);
-      if (result.returncode !== 0 && outputs.length === 0) {
-        throw new Error(
-          `claude-code exited with ${result.returncode}: ${(result.stderr || result.stdout).slice(-800)}`,
-        );
-      }
-      if (outputs.length === 0 && final !== null) outputs.push({ role: 'assistant', content: final });
-      return { outputs, backendSessionId: this.sessionId };
-    } finally {
-      turn.signal.removeEventListener('abort', stop);
-      this.current = null;
-    }
-  }
-
-  async abort(): Promise<void> {
-    this.current?.abort();
-  }
-
-  async close(): Promise<void> {
-    this.current?.abort();
+    });
+    const failure = claudeFailure(claudeResultEvent(result.stdout), this.options.max_turns);
+    if (failure !== null) throw failure;
+    const { outputs, result: final } = qwenStreamToChat(result.stdout);
+    if (result.returncode !== 0 && outputs.length === 0) throw this.exitError(result);
+    if (outputs.length === 0 && final !== null) outputs.push({ role: 'assistant', content: final });
+    return { outputs, backendSessionId: this.sessionId };
   }
 }

@@ -8,12 +8,10 @@ import {
   type AdapterTurn,
   type AdapterTurnResult,
   AgentTurnError,
-  type BlackboxAdapter,
-  defaultCapabilities,
 } from '../blackbox/adapter.js';
 import type { BlackboxMessage } from '../blackbox/schemas.js';
-import { runProcessGroup } from '../sandbox/process-group.js';
 import { agentEnv } from './agent-process.js';
+import { PerTurnCliAdapter } from './per-turn-cli.js';
 
 /**
  * `backend_options` of the codex adapter (strict). The executable is the server operator's choice
@@ -155,23 +153,20 @@ export function codexFailure(message: string): AgentTurnError {
  * Responses API, which the LLM proxy bridges onto chat completions; `CODEX_HOME` is the runtime
  * dir's.
  */
-export class CodexAdapter implements BlackboxAdapter {
+export class CodexAdapter extends PerTurnCliAdapter {
   readonly type = 'codex';
-  readonly capabilities = defaultCapabilities;
   private readonly options: z.output<typeof codexOptionsSchema>;
-  private context: AdapterContext | null = null;
-  private home = '';
   private threadId: string | null = null;
-  private current: AbortController | null = null;
 
   constructor(options: Record<string, unknown>) {
+    super();
     const parsed = codexOptionsSchema.safeParse(options);
     if (!parsed.success)
       throw new AdapterOptionsError('Invalid codex backend_options', issuesFromZodError(parsed.error));
     this.options = parsed.data;
   }
 
-  private get command(): string {
+  protected get command(): string {
     return process.env.DRESSAGE_CODEX_BIN || 'codex';
   }
 
@@ -184,27 +179,12 @@ export class CodexAdapter implements BlackboxAdapter {
     });
   }
 
-  async init(context: AdapterContext): Promise<void> {
-    this.context = context;
+  protected async configure(context: AdapterContext): Promise<void> {
     this.home = join(context.runtimeDir, 'home');
     const codexHome = join(this.home, '.codex');
     await mkdir(codexHome, { recursive: true });
     await mkdir(join(this.home, '.codex-sqlite'), { recursive: true });
     await writeFile(join(codexHome, 'config.toml'), codexConfig(this.options, context));
-    if (!(await this.health())) throw new Error(`codex cannot run: ${this.command} --version failed`);
-  }
-
-  async health(): Promise<boolean> {
-    if (this.context === null) return false;
-    try {
-      const result = await runProcessGroup([this.command, '--version'], {
-        env: agentEnv(this.home, {}),
-        timeoutMs: 30_000,
-      });
-      return result.returncode === 0;
-    } catch {
-      return false;
-    }
   }
 
   async runTurn(turn: AdapterTurn): Promise<AdapterTurnResult> {
@@ -220,37 +200,11 @@ export class CodexAdapter implements BlackboxAdapter {
       '--ignore-rules',
       turn.text,
     ];
-    this.current = new AbortController();
-    const stop = () => this.current?.abort();
-    turn.signal.addEventListener('abort', stop, { once: true });
-    try {
-      const result = await runProcessGroup(args, {
-        cwd: context.workDir,
-        env: this.environment(context),
-        signal: this.current.signal,
-      });
-      if (result.aborted) throw new Error('codex run was aborted');
-      await context.drainModelRequests();
-      const { outputs, threadId, error } = codexEventsToChat(result.stdout);
-      this.threadId ??= threadId;
-      if (error !== null) throw codexFailure(error);
-      if (result.returncode !== 0 || outputs.length === 0) {
-        throw new Error(
-          `codex exited with ${result.returncode}: ${(result.stderr || result.stdout).slice(-800)}`,
-        );
-      }
-      return { outputs, backendSessionId: this.threadId };
-    } finally {
-      turn.signal.removeEventListener('abort', stop);
-      this.current = null;
-    }
-  }
-
-  async abort(): Promise<void> {
-    this.current?.abort();
-  }
-
-  async close(): Promise<void> {
-    this.current?.abort();
+    const result = await this.runCli(turn, args, this.environment(context));
+    const { outputs, threadId, error } = codexEventsToChat(result.stdout);
+    this.threadId ??= threadId;
+    if (error !== null) throw codexFailure(error);
+    if (result.returncode !== 0 || outputs.length === 0) throw this.exitError(result);
+    return { outputs, backendSessionId: this.threadId };
   }
 }

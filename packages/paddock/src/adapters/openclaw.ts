@@ -9,11 +9,9 @@ import {
   type AdapterTurn,
   type AdapterTurnResult,
   AgentTurnError,
-  type BlackboxAdapter,
-  defaultCapabilities,
 } from '../blackbox/adapter.js';
-import { runProcessGroup } from '../sandbox/process-group.js';
 import { agentEnv } from './agent-process.js';
+import { PerTurnCliAdapter } from './per-turn-cli.js';
 
 /**
  * `backend_options` of the openclaw adapter (strict). The executable is the server operator's
@@ -132,23 +130,20 @@ export function openclawFailure(message: string): AgentTurnError {
  * --session-id <id> --json` run per turn on a fixed session id, its state under the runtime dir's
  * HOME. It speaks chat completions to the LLM proxy.
  */
-export class OpenclawAdapter implements BlackboxAdapter {
+export class OpenclawAdapter extends PerTurnCliAdapter {
   readonly type = 'openclaw';
-  readonly capabilities = defaultCapabilities;
   private readonly options: z.output<typeof openclawOptionsSchema>;
-  private context: AdapterContext | null = null;
-  private home = '';
   private readonly sessionId = randomUUID();
-  private current: AbortController | null = null;
 
   constructor(options: Record<string, unknown>) {
+    super();
     const parsed = openclawOptionsSchema.safeParse(options);
     if (!parsed.success)
       throw new AdapterOptionsError('Invalid openclaw backend_options', issuesFromZodError(parsed.error));
     this.options = parsed.data;
   }
 
-  private get command(): string {
+  protected get command(): string {
     return process.env.DRESSAGE_OPENCLAW_BIN || 'openclaw';
   }
 
@@ -168,8 +163,7 @@ export class OpenclawAdapter implements BlackboxAdapter {
     });
   }
 
-  async init(context: AdapterContext): Promise<void> {
-    this.context = context;
+  protected async configure(context: AdapterContext): Promise<void> {
     this.home = join(context.runtimeDir, 'home');
     const stateDir = join(this.home, '.openclaw');
     await mkdir(stateDir, { recursive: true });
@@ -183,20 +177,10 @@ export class OpenclawAdapter implements BlackboxAdapter {
         ? noQuestionsPolicy
         : `${context.systemPrompt.trimEnd()}\n\n${noQuestionsPolicy}`;
     await writeFile(join(stateDir, 'AGENTS.md'), instructions);
-    if (!(await this.health())) throw new Error(`openclaw cannot run: ${this.command} --version failed`);
   }
 
-  async health(): Promise<boolean> {
-    if (this.context === null) return false;
-    try {
-      const result = await runProcessGroup([this.command, '--version'], {
-        env: this.environment(this.context),
-        timeoutMs: 60_000,
-      });
-      return result.returncode === 0;
-    } catch {
-      return false;
-    }
+  protected override versionEnvironment(): NodeJS.ProcessEnv {
+    return this.environment(this.context as AdapterContext);
   }
 
   async runTurn(turn: AdapterTurn): Promise<AdapterTurnResult> {
@@ -213,36 +197,10 @@ export class OpenclawAdapter implements BlackboxAdapter {
       '--timeout',
       String(this.options.timeout_seconds),
     ];
-    this.current = new AbortController();
-    const stop = () => this.current?.abort();
-    turn.signal.addEventListener('abort', stop, { once: true });
-    try {
-      const result = await runProcessGroup(args, {
-        cwd: context.workDir,
-        env: this.environment(context),
-        signal: this.current.signal,
-      });
-      if (result.aborted) throw new Error('openclaw run was aborted');
-      await context.drainModelRequests();
-      const { text, error } = openclawResult(result.stdout);
-      if (error !== null) throw openclawFailure(error);
-      if (text === null) {
-        throw new Error(
-          `openclaw exited with ${result.returncode}: ${(result.stderr || result.stdout).slice(-800)}`,
-        );
-      }
-      return { outputs: [{ role: 'assistant', content: text }], backendSessionId: this.sessionId };
-    } finally {
-      turn.signal.removeEventListener('abort', stop);
-      this.current = null;
-    }
-  }
-
-  async abort(): Promise<void> {
-    this.current?.abort();
-  }
-
-  async close(): Promise<void> {
-    this.current?.abort();
+    const result = await this.runCli(turn, args, this.environment(context));
+    const { text, error } = openclawResult(result.stdout);
+    if (error !== null) throw openclawFailure(error);
+    if (text === null) throw this.exitError(result);
+    return { outputs: [{ role: 'assistant', content: text }], backendSessionId: this.sessionId };
   }
 }

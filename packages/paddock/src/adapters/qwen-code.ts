@@ -1,19 +1,17 @@
 import { randomUUID } from 'node:crypto';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { DressageError, issuesFromZodError } from '@dressage/protocol';
+import { issuesFromZodError } from '@dressage/protocol';
 import { z } from 'zod';
 import {
   type AdapterContext,
   AdapterOptionsError,
   type AdapterTurn,
   type AdapterTurnResult,
-  type BlackboxAdapter,
-  defaultCapabilities,
 } from '../blackbox/adapter.js';
 import type { BlackboxMessage } from '../blackbox/schemas.js';
-import { runProcessGroup } from '../sandbox/process-group.js';
 import { agentEnv } from './agent-process.js';
+import { PerTurnCliAdapter } from './per-turn-cli.js';
 
 /**
  * `backend_options` of the qwen-code adapter (strict). The executable is the server operator's
@@ -86,29 +84,25 @@ export function qwenStreamToChat(stdout: string): { outputs: BlackboxMessage[]; 
  * Drives Qwen Code (npm `@qwen-code/qwen-code`) headless: one `qwen` run per turn, the first with a
  * fixed `--session-id`, later ones resuming it. It speaks chat completions to the LLM proxy.
  */
-export class QwenCodeAdapter implements BlackboxAdapter {
+export class QwenCodeAdapter extends PerTurnCliAdapter {
   readonly type = 'qwen_code';
-  readonly capabilities = defaultCapabilities;
   private readonly options: z.output<typeof qwenCodeOptionsSchema>;
-  private context: AdapterContext | null = null;
-  private home = '';
   private readonly sessionId = randomUUID();
   private turns = 0;
-  private current: AbortController | null = null;
 
   constructor(options: Record<string, unknown>) {
+    super();
     const parsed = qwenCodeOptionsSchema.safeParse(options);
     if (!parsed.success)
       throw new AdapterOptionsError('Invalid qwen_code backend_options', issuesFromZodError(parsed.error));
     this.options = parsed.data;
   }
 
-  private get command(): string {
+  protected get command(): string {
     return process.env.DRESSAGE_QWEN_CODE_BIN || 'qwen';
   }
 
-  async init(context: AdapterContext): Promise<void> {
-    this.context = context;
+  protected async configure(context: AdapterContext): Promise<void> {
     this.home = join(context.runtimeDir, 'home');
     const settingsDir = join(this.home, '.qwen');
     await mkdir(settingsDir, { recursive: true });
@@ -122,25 +116,6 @@ export class QwenCodeAdapter implements BlackboxAdapter {
       model: { name: this.options.model_id },
     };
     await writeFile(join(settingsDir, 'settings.json'), JSON.stringify(settings, null, 2));
-    if (!(await this.health())) {
-      throw new DressageError({
-        code: 'unavailable',
-        message: `qwen-code cannot run: ${this.command} --version failed`,
-      });
-    }
-  }
-
-  async health(): Promise<boolean> {
-    if (this.context === null) return false;
-    try {
-      const result = await runProcessGroup([this.command, '--version'], {
-        env: agentEnv(this.home, {}),
-        timeoutMs: 30_000,
-      });
-      return result.returncode === 0;
-    } catch {
-      return false;
-    }
   }
 
   async runTurn(turn: AdapterTurn): Promise<AdapterTurnResult> {
@@ -160,44 +135,17 @@ export class QwenCodeAdapter implements BlackboxAdapter {
       ...(this.turns === 0 ? ['--session-id', this.sessionId] : ['--resume', this.sessionId]),
       ...(context.systemPrompt !== null ? ['--append-system-prompt', context.systemPrompt] : []),
     ];
-    this.current = new AbortController();
-    const stop = () => this.current?.abort();
-    turn.signal.addEventListener('abort', stop, { once: true });
-    try {
-      const result = await runProcessGroup(args, {
-        cwd: context.workDir,
-        env: agentEnv(this.home, {
-          OPENAI_BASE_URL: `${context.proxyOrigin}${context.apiPath}`,
-          OPENAI_API_KEY: context.proxyApiKey,
-          OPENAI_MODEL: this.options.model_id,
-        }),
-        signal: this.current.signal,
-      });
+    const env = agentEnv(this.home, {
+      OPENAI_BASE_URL: `${context.proxyOrigin}${context.apiPath}`,
+      OPENAI_API_KEY: context.proxyApiKey,
+      OPENAI_MODEL: this.options.model_id,
+    });
+    const result = await this.runCli(turn, args, env).finally(() => {
       this.turns += 1;
-      if (result.aborted)
-        throw new DressageError({ code: 'cancelled', message: 'qwen-code run was aborted' });
-      await context.drainModelRequests();
-      const { outputs, result: final } = qwenStreamToChat(result.stdout);
-      if (result.returncode !== 0 && outputs.length === 0) {
-        throw new DressageError({
-          code: 'unavailable',
-          message: `qwen-code exited with ${result.returncode}: ${(result.stderr || result.stdout).slice(-800)}`,
-          details: { returncode: result.returncode },
-        });
-      }
-      if (outputs.length === 0 && final !== null) outputs.push({ role: 'assistant', content: final });
-      return { outputs, backendSessionId: this.sessionId };
-    } finally {
-      turn.signal.removeEventListener('abort', stop);
-      this.current = null;
-    }
-  }
-
-  async abort(): Promise<void> {
-    this.current?.abort();
-  }
-
-  async close(): Promise<void> {
-    this.current?.abort();
+    });
+    const { outputs, result: final } = qwenStreamToChat(result.stdout);
+    if (result.returncode !== 0 && outputs.length === 0) throw this.exitError(result);
+    if (outputs.length === 0 && final !== null) outputs.push({ role: 'assistant', content: final });
+    return { outputs, backendSessionId: this.sessionId };
   }
 }

@@ -109,17 +109,18 @@ export const agentTurnErrorStatus = {
  * failing), mapped onto the turn error table. Thrown from {@link BlackboxAdapter.runTurn}; any other
  * error is a 502 `backend_error`.
  */
-export class AgentTurnError extends Error {
+export class AgentTurnError extends DressageError {
   constructor(
     readonly error: keyof typeof agentTurnErrorStatus,
     message: string,
-    readonly details: Record<string, unknown> = {},
+    details: Record<string, unknown> = {},
   ) {
-    super(message);
+    super({ code: 'unavailable', message, details });
     this.name = 'AgentTurnError';
   }
 
-  get httpStatus(): number {
+  /** The turn error table's status (not the generic `unavailable` one). */
+  override get httpStatus(): number {
     return agentTurnErrorStatus[this.error];
   }
 }
