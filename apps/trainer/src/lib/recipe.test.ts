@@ -124,6 +124,17 @@ hooks:
     expect(explicit.loss.use_tis).toBe(false);
   });
 
+  it('takes the rollout logprobs as the old policy instead of truncated importance sampling when asked', () => {
+    const recipe = parseRecipe(
+      `${minimal}rollout: { mode: fully-async }\nloss: { use_rollout_logprobs: true }\n`,
+    );
+    expect(recipe.loss.use_rollout_logprobs).toBe(true);
+    expect(recipe.loss.use_tis).toBe(false);
+    expect(parseRecipe(minimal).loss.use_rollout_logprobs).toBe(false);
+    const both = `${minimal}loss: { use_rollout_logprobs: true, use_tis: true }\n`;
+    expect(issuePaths(() => parseRecipe(both))).toEqual(['loss.use_tis']);
+  });
+
   it('refuses an async mode whose proxy would fail the requests a weight update preempts', () => {
     const text = `${minimal}rollout: { mode: fully-async }\nproxy: { partial_rollout: false }\n`;
     expect(issuePaths(() => parseRecipe(text))).toEqual(['proxy.partial_rollout']);

@@ -28,6 +28,12 @@ export const lossSchema = z.strictObject({
    * the async modes, whose batches hold tokens of older weights, off in sync mode.
    */
   use_tis: z.boolean().optional(),
+  /**
+   * The rollout logprobs as the PPO old policy (slime's `--use-rollout-logprobs`), so that the clip
+   * bounds each token's ratio against the weights that sampled it. Excludes `use_tis`; with it set,
+   * `use_tis` defaults to off.
+   */
+  use_rollout_logprobs: z.boolean().default(false),
   tis_clip: z.number().positive().default(2),
   tis_clip_low: z.number().nonnegative().default(0),
   use_kl_loss: z.boolean().default(false),
@@ -255,6 +261,15 @@ export const recipeSchema = z
         message: "trainer.worker trains the embedded engine's model: it needs engine.kind embedded",
       });
     }
+    if (recipe.loss.use_tis === true && recipe.loss.use_rollout_logprobs) {
+      context.addIssue({
+        code: 'custom',
+        path: ['loss', 'use_tis'],
+        message:
+          'use_tis cannot be combined with use_rollout_logprobs: with the rollout logprobs as the old ' +
+          'policy the importance weight is always 1 (choose one correction)',
+      });
+    }
     if (recipe.rollout.mode !== 'sync' && recipe.proxy.partial_rollout === false) {
       context.addIssue({
         code: 'custom',
@@ -271,7 +286,10 @@ export const recipeSchema = z
     return {
       ...recipe,
       proxy: { ...recipe.proxy, partial_rollout: recipe.proxy.partial_rollout ?? asynchronous },
-      loss: { ...recipe.loss, use_tis: recipe.loss.use_tis ?? asynchronous },
+      loss: {
+        ...recipe.loss,
+        use_tis: recipe.loss.use_tis ?? (asynchronous && !recipe.loss.use_rollout_logprobs),
+      },
     };
   });
 

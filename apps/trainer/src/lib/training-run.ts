@@ -468,6 +468,7 @@ function lossConfigOf(recipe: Recipe) {
     ...(loss.eps_clip_high === undefined ? {} : { eps_clip_high: loss.eps_clip_high }),
     ...(loss.eps_clip_c === undefined ? {} : { eps_clip_c: loss.eps_clip_c }),
     use_tis: loss.use_tis,
+    use_rollout_logprobs: loss.use_rollout_logprobs,
     tis_clip: loss.tis_clip,
     tis_clip_low: loss.tis_clip_low,
     use_kl_loss: loss.use_kl_loss,
