@@ -1,14 +1,13 @@
 import { randomUUID } from 'node:crypto';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { issuesFromZodError } from '@dressage/protocol';
 import { z } from 'zod';
 import {
   type AdapterContext,
-  AdapterOptionsError,
   type AdapterTurn,
   type AdapterTurnResult,
   AgentTurnError,
+  parseAdapterOptions,
 } from '../blackbox/adapter.js';
 import { agentEnv } from './agent-process.js';
 import { PerTurnCliAdapter } from './per-turn-cli.js';
@@ -79,10 +78,7 @@ export class ClaudeCodeAdapter extends PerTurnCliAdapter {
 
   constructor(options: Record<string, unknown>) {
     super();
-    const parsed = claudeCodeOptionsSchema.safeParse(options);
-    if (!parsed.success)
-      throw new AdapterOptionsError('Invalid claude_code backend_options', issuesFromZodError(parsed.error));
-    this.options = parsed.data;
+    this.options = parseAdapterOptions(claudeCodeOptionsSchema, options, 'claude_code');
   }
 
   protected get command(): string {

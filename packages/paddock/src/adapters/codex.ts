@@ -1,13 +1,12 @@
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { issuesFromZodError } from '@dressage/protocol';
 import { z } from 'zod';
 import {
   type AdapterContext,
-  AdapterOptionsError,
   type AdapterTurn,
   type AdapterTurnResult,
   AgentTurnError,
+  parseAdapterOptions,
 } from '../blackbox/adapter.js';
 import type { BlackboxMessage } from '../blackbox/schemas.js';
 import { agentEnv } from './agent-process.js';
@@ -160,10 +159,7 @@ export class CodexAdapter extends PerTurnCliAdapter {
 
   constructor(options: Record<string, unknown>) {
     super();
-    const parsed = codexOptionsSchema.safeParse(options);
-    if (!parsed.success)
-      throw new AdapterOptionsError('Invalid codex backend_options', issuesFromZodError(parsed.error));
-    this.options = parsed.data;
+    this.options = parseAdapterOptions(codexOptionsSchema, options, 'codex');
   }
 
   protected get command(): string {

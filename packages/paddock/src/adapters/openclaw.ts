@@ -1,14 +1,13 @@
 import { randomUUID } from 'node:crypto';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { issuesFromZodError } from '@dressage/protocol';
 import { z } from 'zod';
 import {
   type AdapterContext,
-  AdapterOptionsError,
   type AdapterTurn,
   type AdapterTurnResult,
   AgentTurnError,
+  parseAdapterOptions,
 } from '../blackbox/adapter.js';
 import { agentEnv } from './agent-process.js';
 import { PerTurnCliAdapter } from './per-turn-cli.js';
@@ -137,10 +136,7 @@ export class OpenclawAdapter extends PerTurnCliAdapter {
 
   constructor(options: Record<string, unknown>) {
     super();
-    const parsed = openclawOptionsSchema.safeParse(options);
-    if (!parsed.success)
-      throw new AdapterOptionsError('Invalid openclaw backend_options', issuesFromZodError(parsed.error));
-    this.options = parsed.data;
+    this.options = parseAdapterOptions(openclawOptionsSchema, options, 'openclaw');
   }
 
   protected get command(): string {

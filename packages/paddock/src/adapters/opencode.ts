@@ -1,14 +1,14 @@
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { DressageError, issuesFromZodError } from '@dressage/protocol';
+import { DressageError } from '@dressage/protocol';
 import { z } from 'zod';
 import {
   type AdapterContext,
-  AdapterOptionsError,
   type AdapterTurn,
   type AdapterTurnResult,
   type BlackboxAdapter,
   defaultCapabilities,
+  parseAdapterOptions,
 } from '../blackbox/adapter.js';
 import type { BlackboxMessage } from '../blackbox/schemas.js';
 import { AgentProcess, agentEnv, freePort } from './agent-process.js';
@@ -113,11 +113,7 @@ export class OpencodeAdapter implements BlackboxAdapter {
   private seen = 0;
 
   constructor(options: Record<string, unknown>) {
-    const parsed = opencodeOptionsSchema.safeParse(options);
-    if (!parsed.success) {
-      throw new AdapterOptionsError('Invalid opencode backend_options', issuesFromZodError(parsed.error));
-    }
-    this.options = parsed.data;
+    this.options = parseAdapterOptions(opencodeOptionsSchema, options, 'opencode');
   }
 
   private get base(): string {

@@ -1,13 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { issuesFromZodError } from '@dressage/protocol';
 import { z } from 'zod';
 import {
   type AdapterContext,
-  AdapterOptionsError,
   type AdapterTurn,
   type AdapterTurnResult,
+  parseAdapterOptions,
 } from '../blackbox/adapter.js';
 import type { BlackboxMessage } from '../blackbox/schemas.js';
 import { agentEnv } from './agent-process.js';
@@ -92,10 +91,7 @@ export class QwenCodeAdapter extends PerTurnCliAdapter {
 
   constructor(options: Record<string, unknown>) {
     super();
-    const parsed = qwenCodeOptionsSchema.safeParse(options);
-    if (!parsed.success)
-      throw new AdapterOptionsError('Invalid qwen_code backend_options', issuesFromZodError(parsed.error));
-    this.options = parsed.data;
+    this.options = parseAdapterOptions(qwenCodeOptionsSchema, options, 'qwen_code');
   }
 
   protected get command(): string {

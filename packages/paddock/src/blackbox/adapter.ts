@@ -1,4 +1,5 @@
-import { type BlackboxCapabilities, DressageError } from '@dressage/protocol';
+import { type BlackboxCapabilities, DressageError, issuesFromZodError } from '@dressage/protocol';
+import type { z } from 'zod';
 import type { BlackboxMessage, ProxyOptions } from './schemas.js';
 
 /** What the server tells an agent adapter at registration. */
@@ -94,6 +95,21 @@ export class AdapterOptionsError extends DressageError {
     this.name = 'AdapterOptionsError';
     this.errors = errors;
   }
+}
+
+/**
+ * An adapter's `backend_options`, parsed with its schema.
+ * @throws AdapterOptionsError naming every invalid field (the register call answers 400).
+ */
+export function parseAdapterOptions<Schema extends z.ZodType>(
+  schema: Schema,
+  options: Record<string, unknown>,
+  adapterType: string,
+): z.output<Schema> {
+  const parsed = schema.safeParse(options);
+  if (!parsed.success)
+    throw new AdapterOptionsError(`Invalid ${adapterType} backend_options`, issuesFromZodError(parsed.error));
+  return parsed.data;
 }
 
 /** Turn outcomes an agent can report itself, with their status in the turn error table. */
