@@ -1,5 +1,7 @@
 // Public surface of @dressage/multi-segment: from the finalized segments of a trajectory to slime
-// samples, the anchor rule every consumer shares, and the multi-segment rollout metrics.
+// samples, the anchor rule every consumer shares, and the multi-segment rollout metrics. The parts
+// expansion is built from (one segment into one sample, the token cap, the routed-experts codec) are
+// in `@dressage/multi-segment/internal`.
 
 export {
   type AnchorSample,
@@ -9,7 +11,7 @@ export {
   trajectoryIdOf,
 } from './anchors.js';
 export { type ExpandOptions, expandSegmentsToSamples } from './expand.js';
-export { abortedTrajectoryId, type MarkAbortedOptions, markAbortedNoGrad } from './mark-aborted.js';
+export { type MarkAbortedOptions, markAbortedNoGrad } from './mark-aborted.js';
 export {
   computeMultiSegmentMetrics,
   mopdTeacherMetrics,
@@ -17,14 +19,5 @@ export {
   rawRewardTrajectoryMean,
   rolloutLogMetrics,
 } from './metrics.js';
-export {
-  decodeRoutedExperts,
-  type RoutedExperts,
-  type RoutedExpertsShape,
-  type RoutedExpertsShapeOptions,
-  requireRoutedExpertsShape,
-  routedExpertsShapeOf,
-  zeroRoutedExperts,
-} from './routed-experts.js';
+export type { RoutedExperts } from './routed-experts.js';
 export type { SegmentInput } from './segment-input.js';
-export { tokenCap, type WriteSampleOptions, writeSampleFromSegment } from './write-sample.js';

@@ -1,9 +1,5 @@
-import {
-  type RoutedExperts,
-  requireRoutedExpertsShape,
-  trajectoryIdOf,
-  zeroRoutedExperts,
-} from '@dressage/multi-segment';
+import { type RoutedExperts, trajectoryIdOf } from '@dressage/multi-segment';
+import { requireRoutedExpertsShape, zeroRoutedExperts } from '@dressage/multi-segment/internal';
 import {
   DressageError,
   type PackedTrainBatch,

@@ -1,6 +1,7 @@
 // @dressage/multi-segment from its tarball: expand a two-segment trajectory into slime samples.
 import assert from 'node:assert/strict';
 import { expandSegmentsToSamples } from '@dressage/multi-segment';
+import { tokenCap } from '@dressage/multi-segment/internal';
 import { createSample } from '@dressage/protocol';
 
 const segment = (index, tokens, mask) => ({
@@ -28,4 +29,6 @@ assert.deepEqual(
 assert.equal(samples[0].reward, 0);
 assert.equal(samples[1].reward, null);
 assert.deepEqual(samples[1].loss_mask, [1, 1, 1]);
+// The building blocks are a subpath of their own.
+assert.equal(tokenCap({ maxTokensPerGpu: 4, contextParallelSize: 2 }), 8);
 console.log(`expanded 2 segments into samples sharing rollout_id ${samples[0].rollout_id}`);
