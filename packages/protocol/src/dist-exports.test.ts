@@ -60,4 +60,23 @@ describe('built package exports', () => {
     expect(result.manifest).toMatch(/package\.json$/);
     expect(result.internal).toBe('ERR_PACKAGE_PATH_NOT_EXPORTED');
   });
+
+  it('serves the HTTP layer from dist under ./http, sharing the error class of the main entry', async () => {
+    const output = await runModule(`
+      import { DressageError } from '@dressage/protocol';
+      import * as http from '@dressage/protocol/http';
+      const resolved = import.meta.resolve('@dressage/protocol/http');
+      const routes = new http.RouteTable().add('POST', '/s/{session}/v1/chat/completions', 'chat');
+      const found = routes.lookup('POST', http.requestPath('/s/a%3Ab/v1/chat/completions/?x'));
+      const error = new http.HttpError({ status: 413, message: 'too large' });
+      console.log(JSON.stringify({
+        resolved, found, isDressageError: error instanceof DressageError, status: http.httpStatusOf(error),
+      }));
+    `);
+    const result = JSON.parse(output);
+    expect(result.resolved).toMatch(/\/dist\/http\.js$/);
+    expect(result.found).toEqual({ kind: 'found', handler: 'chat', parameters: { session: 'a:b' } });
+    expect(result.isDressageError).toBe(true);
+    expect(result.status).toBe(413);
+  });
 });
