@@ -4,7 +4,8 @@ import type { AddressInfo } from 'node:net';
 import { extname, join, normalize, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { DressageError, hostHeaderName, isLoopbackAddress } from '@dressage/protocol';
-import type { InspectedSession, SegmentView } from './model.js';
+import { httpStatusOf, type RouteParameters, RouteTable, sendJson } from '@dressage/protocol/http';
+import type { InspectedSession } from './model.js';
 import { resolveView, sessionDetail, sessionExport, type TokenDecoder, tokenPage } from './session-detail.js';
 import { maxPageSize, parseSessionQuery, SessionIndex } from './session-index.js';
 import type { InspectorSource } from './sources/source.js';
@@ -69,20 +70,7 @@ export function standaloneHtml(session: InspectedSession, decoder: TokenDecoder)
 `;
 }
 
-function sendJson(
-  response: ServerResponse,
-  status: number,
-  body: unknown,
-  headers: Record<string, string> = {},
-) {
-  const text = JSON.stringify(body);
-  response.writeHead(status, {
-    'content-type': 'application/json; charset=utf-8',
-    'cache-control': 'no-store',
-    ...headers,
-  });
-  response.end(text);
-}
+const jsonHeaders = { 'content-type': 'application/json; charset=utf-8', 'cache-control': 'no-store' };
 
 function attachmentName(id: string, extension: string): string {
   return `session-${id.replace(/[^A-Za-z0-9._-]+/g, '_')}.${extension}`;
@@ -141,70 +129,88 @@ export function createInspectorHandler(options: InspectorHandlerOptions): {
     return session;
   };
 
+  /** One API route: its path parameters, the query, and the response to answer on. */
+  type ApiRoute = (parameters: RouteParameters, query: URLSearchParams, response: ServerResponse) => void;
+  const sessionView = (id: string, query: URLSearchParams) => {
+    const session = loadSession(id);
+    return { session, view: resolveView(session, query.get('view')) };
+  };
+  const api = new RouteTable<ApiRoute>({ decodeParameter: (raw) => decodeSegment(raw) })
+    .add(['GET', 'HEAD'], '/api/info', (_, __, response) => {
+      const info: InspectorInfo = {
+        kind: source.kind,
+        path: source.path,
+        sessionCount: index.size,
+        details: source.details,
+      };
+      sendJson(response, 200, info, jsonHeaders);
+    })
+    .add(['GET', 'HEAD'], '/api/sessions', (_, query, response) =>
+      sendJson(response, 200, index.query(parseSessionQuery(query)), jsonHeaders),
+    )
+    .add(['GET', 'HEAD'], '/api/sessions/{id}', ({ id }, query, response) => {
+      const { session, view } = sessionView(id!, query);
+      sendJson(response, 200, sessionDetail(session, view), jsonHeaders);
+    })
+    .add(['GET', 'HEAD'], '/api/sessions/{id}/export.json', ({ id }, query, response) => {
+      const { session } = sessionView(id!, query);
+      sendJson(response, 200, sessionExport(session, decoder), {
+        ...jsonHeaders,
+        'content-disposition': `attachment; filename="${attachmentName(session.id, 'json')}"`,
+      });
+    })
+    .add(['GET', 'HEAD'], '/api/sessions/{id}/export.html', ({ id }, query, response) => {
+      const { session } = sessionView(id!, query);
+      response.writeHead(200, {
+        'content-type': 'text/html; charset=utf-8',
+        'content-disposition': `attachment; filename="${attachmentName(session.id, 'html')}"`,
+      });
+      response.end(standaloneHtml(session, decoder));
+    })
+    .add(
+      ['GET', 'HEAD'],
+      '/api/sessions/{id}/segments/{segment}/tokens',
+      ({ id, segment }, query, response) => {
+        const { session, view } = sessionView(id!, query);
+        const offset = Number(query.get('offset') ?? 0) || 0;
+        const limit = Math.min(Number(query.get('limit') ?? 2000) || 2000, 20 * maxPageSize);
+        const page = tokenPage(session, view, Number(segment), decoder, offset, limit);
+        if (page === undefined)
+          sendJson(response, 404, { error: 'not_found', message: 'No such segment' }, jsonHeaders);
+        else sendJson(response, 200, page, jsonHeaders);
+      },
+    );
+
   const allowedHosts = options.allowedHosts ?? [];
   const route = (request: IncomingMessage, response: ServerResponse): void => {
     if (!hostAllowed(request.headers.host, allowedHosts)) {
-      sendJson(response, 403, {
-        error: 'forbidden_host',
-        message: `Host ${JSON.stringify(request.headers.host ?? '')} is not allowed: the inspector answers loopback names only (allow others with allowedHosts / --allow-host)`,
-      });
+      sendJson(
+        response,
+        403,
+        {
+          error: 'forbidden_host',
+          message: `Host ${JSON.stringify(request.headers.host ?? '')} is not allowed: the inspector answers loopback names only (allow others with allowedHosts / --allow-host)`,
+        },
+        jsonHeaders,
+      );
       return;
     }
     const url = new URL(request.url ?? '/', 'http://inspector.local');
-    const parts = url.pathname.split('/').filter(Boolean).map(decodeSegment);
+    // Empty segments are dropped (`//api/info` is `/api/info`); each is decoded once, here or as a
+    // route parameter.
+    const segments = url.pathname.split('/').filter(Boolean);
     if (request.method !== 'GET' && request.method !== 'HEAD') {
-      sendJson(response, 405, { error: 'method_not_allowed' });
+      sendJson(response, 405, { error: 'method_not_allowed' }, jsonHeaders);
       return;
     }
-    if (parts[0] === 'api') {
-      if (parts[1] === 'info' && parts.length === 2) {
-        const info: InspectorInfo = {
-          kind: source.kind,
-          path: source.path,
-          sessionCount: index.size,
-          details: source.details,
-        };
-        sendJson(response, 200, info);
-        return;
-      }
-      if (parts[1] === 'sessions' && parts.length === 2) {
-        sendJson(response, 200, index.query(parseSessionQuery(url.searchParams)));
-        return;
-      }
-      if (parts[1] === 'sessions' && parts[2] !== undefined) {
-        const session = loadSession(parts[2]);
-        const view: SegmentView = resolveView(session, url.searchParams.get('view'));
-        if (parts.length === 3) {
-          sendJson(response, 200, sessionDetail(session, view));
-          return;
-        }
-        if (parts[3] === 'export.json' && parts.length === 4) {
-          sendJson(response, 200, sessionExport(session, decoder), {
-            'content-disposition': `attachment; filename="${attachmentName(session.id, 'json')}"`,
-          });
-          return;
-        }
-        if (parts[3] === 'export.html' && parts.length === 4) {
-          response.writeHead(200, {
-            'content-type': 'text/html; charset=utf-8',
-            'content-disposition': `attachment; filename="${attachmentName(session.id, 'html')}"`,
-          });
-          response.end(standaloneHtml(session, decoder));
-          return;
-        }
-        if (parts[3] === 'segments' && parts[5] === 'tokens' && parts.length === 6) {
-          const offset = Number(url.searchParams.get('offset') ?? 0) || 0;
-          const limit = Math.min(Number(url.searchParams.get('limit') ?? 2000) || 2000, 20 * maxPageSize);
-          const page = tokenPage(session, view, Number(parts[4]), decoder, offset, limit);
-          if (page === undefined) sendJson(response, 404, { error: 'not_found', message: 'No such segment' });
-          else sendJson(response, 200, page);
-          return;
-        }
-      }
-      sendJson(response, 404, { error: 'not_found', message: `No route ${url.pathname}` });
+    if (segments[0] === 'api') {
+      const found = api.lookup(request.method, `/${segments.join('/')}`);
+      if (found.kind === 'found') found.handler(found.parameters, url.searchParams, response);
+      else sendJson(response, 404, { error: 'not_found', message: `No route ${url.pathname}` }, jsonHeaders);
       return;
     }
     // Static front end; every other path is the single-page app.
+    const parts = segments.map(decodeSegment);
     const relative = parts.length === 0 ? 'index.html' : normalize(parts.join(sep));
     const target = join(webRoot, relative);
     const file =
@@ -223,7 +229,12 @@ export function createInspectorHandler(options: InspectorHandlerOptions): {
         route(request, response);
       } catch (error) {
         const failure = DressageError.from(error, 'internal');
-        sendJson(response, failure.httpStatus, { error: failure.code, message: failure.message });
+        sendJson(
+          response,
+          httpStatusOf(failure),
+          { error: failure.code, message: failure.message },
+          jsonHeaders,
+        );
       }
     },
   };
