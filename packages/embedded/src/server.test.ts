@@ -15,6 +15,7 @@ import {
 } from './__fixtures__/embedded-fixture.js';
 import { saveCheckpoint } from './checkpoint.js';
 import { CausalLanguageModel } from './model.js';
+import { startEngineServer } from './server.js';
 
 let fixture: EmbeddedFixture;
 let prompt: number[];
@@ -217,6 +218,23 @@ describe('POST /generate', () => {
     expect((await getJson(`${fixture.server.url}/generate`)).status).toBe(501);
     const ok = await generate({ sampling_params: { max_new_tokens: 2 } });
     expect(ok.status).toBe(200);
+  });
+
+  it('answers a body over the limit with 413 naming the limit, and keeps serving', async () => {
+    const small = await startEngineServer({ engine: fixture.engine, maxBodyBytes: 1024 });
+    try {
+      const tooLarge = await postJson(`${small.url}/generate`, { input_ids: new Array(600).fill(prompt[0]) });
+      expect(tooLarge.status).toBe(413);
+      expect(tooLarge.body.error).toMatchObject({ code: 413, details: { limit_bytes: 1024 } });
+      expect(tooLarge.body.error!.message).toContain('exceeds the limit of 1024 bytes');
+      const ok = await postJson(`${small.url}/generate`, {
+        input_ids: prompt.slice(0, 8),
+        sampling_params: { max_new_tokens: 1 },
+      });
+      expect(ok.status).toBe(200);
+    } finally {
+      await small.close();
+    }
   });
 
   it('streams cumulative chunks over SSE, ending with the full response and [DONE]', async () => {

@@ -2,6 +2,14 @@ import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { DressageError, safeParseWire } from '@dressage/protocol';
+import {
+  httpStatusOf,
+  parseJsonBody,
+  RouteTable,
+  readBody,
+  requestPath,
+  sendJson,
+} from '@dressage/protocol/http';
 import type { z } from 'zod';
 import { loadWeightsFor } from './checkpoint.js';
 import {
@@ -40,7 +48,7 @@ export interface EngineServerOptions {
   port?: number;
   /** The URL `/workers` advertises; default `http://host:port` as bound. */
   advertisedUrl?: string;
-  /** Largest request body in bytes. Default 64 MiB. */
+  /** Largest request body in bytes (a larger one is answered 413). Default 64 MiB. */
   maxBodyBytes?: number;
 }
 
@@ -64,62 +72,16 @@ interface RequestContext {
   body: () => Promise<unknown>;
 }
 
-function sendJson(response: ServerResponse, status: number, payload: unknown): void {
-  if (response.headersSent || response.destroyed) return;
-  const text = payload === undefined ? '' : JSON.stringify(payload);
-  response.writeHead(status, {
-    'content-type': 'application/json',
-    'content-length': Buffer.byteLength(text),
-  });
-  response.end(text);
-}
-
 function sendError(response: ServerResponse, error: unknown): void {
   const failure = DressageError.from(error, 'internal');
-  sendJson(response, failure.httpStatus, {
+  const status = httpStatusOf(failure);
+  sendJson(response, status, {
     error: {
       message: failure.message,
       type: failure.code,
-      code: failure.httpStatus,
+      code: status,
       details: failure.details,
     },
-  });
-}
-
-function readBody(request: IncomingMessage, limit: number): Promise<unknown> {
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    request.on('data', (chunk: Buffer) => {
-      size += chunk.length;
-      if (size > limit) {
-        reject(
-          new DressageError({ code: 'resource_exhausted', message: `Request body exceeds ${limit} bytes` }),
-        );
-        request.destroy();
-        return;
-      }
-      chunks.push(chunk);
-    });
-    request.on('error', reject);
-    request.on('end', () => {
-      const text = Buffer.concat(chunks).toString('utf8').trim();
-      if (text === '') {
-        resolve({});
-        return;
-      }
-      try {
-        resolve(JSON.parse(text));
-      } catch (error) {
-        reject(
-          new DressageError({
-            code: 'invalid_argument',
-            message: `Request body is not valid JSON: ${(error as Error).message}`,
-            cause: error,
-          }),
-        );
-      }
-    });
   });
 }
 
@@ -252,7 +214,7 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
     };
   };
 
-  const routes: Record<string, Partial<Record<string, Handler>>> = {
+  const routes: Record<string, Partial<Record<'GET' | 'POST', Handler>>> = {
     '/generate': {
       POST: async ({ response, body }) => {
         const parsed = parse(generateRequestSchema, await body(), 'generate request');
@@ -435,24 +397,33 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
       });
   }
 
+  const table = new RouteTable<Handler>();
+  for (const [path, methods] of Object.entries(routes)) {
+    for (const [method, handler] of Object.entries(methods)) table.add(method, path, handler);
+  }
+
   const server = createServer((request, response) => {
-    const path = (request.url ?? '/').split('?')[0]!.replace(/\/+$/, '') || '/';
-    const route = routes[path];
-    const handler = route?.[request.method ?? 'GET'];
-    if (route === undefined || handler === undefined) {
+    const path = requestPath(request.url);
+    const found = table.lookup(request.method ?? 'GET', path);
+    if (found.kind !== 'found') {
       request.resume();
       sendError(
         response,
         new DressageError({
-          code: route === undefined ? 'not_found' : 'unimplemented',
-          message: route === undefined ? `No route ${path}` : `${request.method} is not allowed on ${path}`,
+          code: found.kind === 'not_found' ? 'not_found' : 'unimplemented',
+          message:
+            found.kind === 'not_found' ? `No route ${path}` : `${request.method} is not allowed on ${path}`,
         }),
       );
       return;
     }
-    const context: RequestContext = { request, response, body: () => readBody(request, maxBodyBytes) };
+    const context: RequestContext = {
+      request,
+      response,
+      body: async () => parseJsonBody(await readBody(request, { limit: maxBodyBytes, response })),
+    };
     Promise.resolve()
-      .then(() => handler(context))
+      .then(() => found.handler(context))
       .catch((error: unknown) => sendError(response, error));
   });
   server.keepAliveTimeout = 65_000;
