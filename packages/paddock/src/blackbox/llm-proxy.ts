@@ -7,6 +7,7 @@ import {
 } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { bearerMatches, DressageError, secretsEqual } from '@dressage/protocol';
+import { HttpError, readBody, sendJson } from '@dressage/protocol/http';
 import {
   anthropicErrorBody,
   anthropicRequestToChat,
@@ -54,7 +55,16 @@ export interface RolloutLlmProxyOptions {
    * session's trajectory. It is never forwarded upstream.
    */
   apiKey?: string;
+  /**
+   * Largest request body an agent may send, in bytes (413 above it). Default 64 MiB: the recording
+   * proxy upstream has its own, usually lower, limit; this one bounds what the agent's process can
+   * make this one hold.
+   */
+  maxRequestBytes?: number;
 }
+
+/** The default {@link RolloutLlmProxyOptions.maxRequestBytes}. */
+const defaultLlmProxyMaxRequestBytes = 64 * 1024 ** 2;
 
 /** Counters of the turn currently open on the proxy. */
 export interface TurnCounters {
@@ -82,15 +92,6 @@ const strippedHeaders = new Set([
   'anthropic-beta',
 ]);
 
-function readBody(request: IncomingMessage): Promise<Buffer> {
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    request.on('data', (chunk: Buffer) => chunks.push(chunk));
-    request.on('end', () => resolve(Buffer.concat(chunks)));
-    request.on('error', reject);
-  });
-}
-
 function errorCodeOf(body: unknown): string | null {
   if (body === null || typeof body !== 'object') return null;
   const record = body as Record<string, unknown>;
@@ -117,15 +118,6 @@ function messageOf(body: unknown): string {
     }
   }
   return typeof body === 'string' ? body : JSON.stringify(body);
-}
-
-function sendJson(response: ServerResponse, status: number, body: unknown): void {
-  const text = JSON.stringify(body);
-  response.writeHead(status, {
-    'content-type': 'application/json',
-    'content-length': Buffer.byteLength(text),
-  });
-  response.end(text);
 }
 
 type ModelApi = 'chat' | 'anthropic' | 'responses';
@@ -342,7 +334,18 @@ export class RolloutLlmProxy {
         error: { message: 'missing or wrong API key for this LLM proxy', type: 'authentication_error' },
       });
     }
-    const body = await readBody(request);
+    let body: Buffer;
+    try {
+      body = await readBody(request, {
+        limit: this.options.maxRequestBytes ?? defaultLlmProxyMaxRequestBytes,
+        response,
+      });
+    } catch (error) {
+      if (!(error instanceof HttpError)) throw error;
+      return sendJson(response, error.status, {
+        error: { message: error.message, type: 'invalid_request_error', code: 'request_too_large' },
+      });
+    }
     const api = modelApiOf(request.method, path);
     if (api === null) return this.passThrough(request, response, path, body);
 

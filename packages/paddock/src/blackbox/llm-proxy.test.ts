@@ -1,0 +1,47 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ScriptedModelServer } from '../__fixtures__/scripted-model.js';
+import { RolloutLlmProxy } from './llm-proxy.js';
+import { proxyOptionsSchema } from './schemas.js';
+
+describe('RolloutLlmProxy request bodies', () => {
+  let model: ScriptedModelServer;
+  let proxy: RolloutLlmProxy;
+
+  beforeAll(async () => {
+    model = new ScriptedModelServer(() => ({ content: 'ok' }));
+    await model.start();
+    proxy = new RolloutLlmProxy({
+      upstreamOrigin: model.url,
+      apiPath: '/v1',
+      sessionId: 'bodies-1',
+      instanceId: 'instance-1',
+      proxy: proxyOptionsSchema.parse({}),
+      maxRequestBytes: 2048,
+    });
+    await proxy.start();
+  });
+  afterAll(async () => {
+    await proxy.close();
+    await model.close();
+  });
+
+  const chat = (content: string) =>
+    fetch(`${proxy.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content }] }),
+    });
+
+  it('answers a body over its limit with 413 naming the limit, without calling upstream, and keeps serving', async () => {
+    const before = model.requests.length;
+    const tooLarge = await chat('x'.repeat(4096));
+    expect(tooLarge.status).toBe(413);
+    const body = (await tooLarge.json()) as { error: { message: string; code: string } };
+    expect(body.error.code).toBe('request_too_large');
+    expect(body.error.message).toContain('exceeds the limit of 2048 bytes');
+    expect(model.requests.length).toBe(before);
+    const ok = await chat('hello');
+    expect(ok.status).toBe(200);
+    expect(model.requests.length).toBe(before + 1);
+  });
+});
