@@ -1,47 +1,16 @@
-import { DressageError, type ErrorCode, issuesFromZodError } from '@dressage/protocol';
+import { issuesFromZodError } from '@dressage/protocol';
+import { HttpError } from '@dressage/protocol/http';
 import type { z } from 'zod';
 
-// The BlackboxServer answers the reference's statuses; the code is the nearest one of the closed set.
-const codeByStatus: Readonly<Record<number, ErrorCode>> = {
-  400: 'invalid_argument',
-  401: 'unauthenticated',
-  403: 'permission_denied',
-  404: 'not_found',
-  409: 'failed_precondition',
-  413: 'resource_exhausted',
-  429: 'resource_exhausted',
-  499: 'cancelled',
-  500: 'internal',
-  502: 'unavailable',
-  503: 'unavailable',
-  504: 'deadline_exceeded',
-};
-
-/** The error code an HTTP status of the BlackboxServer API stands for. */
-export function codeOfStatus(status: number): ErrorCode {
-  return codeByStatus[status] ?? (status >= 500 ? 'internal' : 'invalid_argument');
-}
-
 /** An error answered with the BlackboxServer envelope `{request_id, error, message, details}`. */
-export class BlackboxHttpError extends DressageError {
-  /** The HTTP status the server answers with. */
-  readonly status: number;
+export class BlackboxHttpError extends HttpError {
   /** The reference's error name (`request_error`, `conflict`, `backend_timeout`, ...). */
   readonly error: string;
 
   constructor(status: number, error: string, message: string, details: Record<string, unknown> = {}) {
-    super({
-      message,
-      code: codeOfStatus(status),
-      details,
-    });
+    super({ status, message, details });
     this.name = 'BlackboxHttpError';
-    this.status = status;
     this.error = error;
-  }
-
-  override get httpStatus(): number {
-    return this.status;
   }
 }
 

@@ -1,4 +1,5 @@
 import type { BlackboxHealth } from '@dressage/protocol';
+import { decodePathParameter, RouteTable, requestPath } from '@dressage/protocol/http';
 import type { RolloutBinding } from './binding.js';
 import { executeCommand } from './execute-command.js';
 import { BlackboxHttpError } from './http-error.js';
@@ -25,25 +26,89 @@ export interface BlackboxParts {
   workDir: string;
 }
 
-/** Decodes one %-encoded path segment; a malformed escape is the caller's error (400), not ours. */
-function decodePathSegment(segment: string, field: string): string {
+/** What a route handler gets: the parts, the parsed body, the path parameters and the query. */
+interface RouteContext {
+  parts: BlackboxParts;
+  body: unknown;
+  session: string;
+  turn: string;
+  query: URLSearchParams;
+}
+
+type RouteHandler = (context: RouteContext) => Promise<RouteResult> | RouteResult;
+
+// A malformed escape, or a session id outside the id pattern, is the caller's error (400), not ours.
+function decodeParameter(raw: string, name: string): string {
+  const field = name === 'session' ? 'session_id' : 'turn_id';
+  let value: string;
   try {
-    return decodeURIComponent(segment);
+    value = decodePathParameter(raw, field);
   } catch {
     throw new BlackboxHttpError(400, 'request_error', `Malformed %-encoding in ${field}`, {
       errors: [{ path: field, message: 'malformed percent-encoding' }],
     });
   }
-}
-
-/** The path with trailing slashes removed, as every route matches it. */
-export function routePath(url: URL): string {
-  return url.pathname.replace(/\/+$/, '') || '/';
+  if (name === 'session' && !idPattern.test(value)) {
+    throw new BlackboxHttpError(400, 'request_error', 'Invalid session id', {
+      errors: [{ path: 'session_id', message: 'must match the id pattern' }],
+    });
+  }
+  return value;
 }
 
 /**
- * The BlackboxServer's route table: maps a method and path to the part that answers it. Unknown
- * routes are 404; malformed ids are 400.
+ * The BlackboxServer's route table: maps a method and path to the part that answers it. Malformed
+ * ids are 400.
+ */
+export const blackboxRoutes = new RouteTable<RouteHandler>({ decodeParameter })
+  .add('GET', '/health', ({ parts: { binding } }) => {
+    const health: BlackboxHealth = {
+      healthy: binding.status !== 'error' && binding.status !== 'shutting_down',
+      version: blackboxServerVersion,
+    };
+    return { bare: true, body: health };
+  })
+  .add('GET', '/v1/status', ({ parts: { binding, turns } }) => ({
+    body: binding.statusBody(turns.counts()),
+  }))
+  .add('POST', '/v1/rollout/register', async ({ parts, body }) => ({
+    body: await parts.binding.register(body),
+  }))
+  .add('POST', '/v1/rollout/pause', async ({ parts, body }) => ({ body: await parts.pause.pause(body) }))
+  .add('POST', '/v1/rollout/resume', async ({ parts, body }) => ({ body: await parts.pause.resume(body) }))
+  .add('GET', '/v1/rollout/pause_state', ({ parts }) => ({ body: parts.pause.state() }))
+  .add('POST', '/v1/sessions/{session}/messages', ({ parts, session, body }) =>
+    parts.turns.messages(session, body),
+  )
+  .add('POST', '/v1/sessions/{session}/execute_cmd', async ({ parts, session, body }) => ({
+    body: await executeCommand(body, {
+      insideSandbox: parts.binding.config.inside_sandbox,
+      defaultTimeout: parts.binding.effective.execute_cmd_timeout,
+      workDir: parts.workDir,
+      session: () => parts.turns.boundSession(session),
+    }),
+  }))
+  .add('POST', '/v1/sessions/{session}/abort', async ({ parts, session }) => ({
+    body: await parts.turns.abort(session),
+  }))
+  .add('GET', '/v1/sessions/{session}', ({ parts, session, query }) => ({
+    body: parts.turns.session(session, query),
+  }))
+  .add('POST', '/v1/sessions/{session}/turns/{turn}/cancel', ({ parts, session, turn }) => ({
+    body: parts.turns.cancel(session, turn),
+  }))
+  .add('GET', '/v1/sessions/{session}/turns/{turn}', async ({ parts, session, turn, query }) => ({
+    body: await parts.turns.turnStatus(session, turn, query.get('wait')),
+  }));
+
+/** The path with trailing slashes removed, as every route matches it. */
+export function routePath(url: URL): string {
+  return requestPath(url.pathname);
+}
+
+/**
+ * Answers one request from the route table. Unknown routes, and known paths with another method,
+ * are 404.
  */
 export async function routeBlackbox(
   parts: BlackboxParts,
@@ -51,49 +116,9 @@ export async function routeBlackbox(
   url: URL,
   body: unknown,
 ): Promise<RouteResult> {
-  const { binding, turns, pause } = parts;
-  const path = routePath(url);
-  if (method === 'GET' && path === '/health') {
-    const health: BlackboxHealth = {
-      healthy: binding.status !== 'error' && binding.status !== 'shutting_down',
-      version: blackboxServerVersion,
-    };
-    return { bare: true, body: health };
-  }
-  if (method === 'GET' && path === '/v1/status') return { body: binding.statusBody(turns.counts()) };
-  if (method === 'POST' && path === '/v1/rollout/register') return { body: await binding.register(body) };
-  if (method === 'POST' && path === '/v1/rollout/pause') return { body: await pause.pause(body) };
-  if (method === 'POST' && path === '/v1/rollout/resume') return { body: await pause.resume(body) };
-  if (method === 'GET' && path === '/v1/rollout/pause_state') return { body: pause.state() };
-  const match = /^\/v1\/sessions\/([^/]+)(?:\/(.*))?$/.exec(path);
-  if (match?.[1] !== undefined) {
-    const sessionId = decodePathSegment(match[1], 'session_id');
-    const rest = match[2] ?? '';
-    if (!idPattern.test(sessionId)) {
-      throw new BlackboxHttpError(400, 'request_error', 'Invalid session id', {
-        errors: [{ path: 'session_id', message: 'must match the id pattern' }],
-      });
-    }
-    if (method === 'POST' && rest === 'messages') return turns.messages(sessionId, body);
-    if (method === 'POST' && rest === 'execute_cmd') {
-      return {
-        body: await executeCommand(body, {
-          insideSandbox: binding.config.inside_sandbox,
-          defaultTimeout: binding.effective.execute_cmd_timeout,
-          workDir: parts.workDir,
-          session: () => turns.boundSession(sessionId),
-        }),
-      };
-    }
-    if (method === 'POST' && rest === 'abort') return { body: await turns.abort(sessionId) };
-    if (method === 'GET' && rest === '') return { body: turns.session(sessionId, url.searchParams) };
-    const turnMatch = /^turns\/([^/]+)(\/cancel)?$/.exec(rest);
-    if (turnMatch?.[1] !== undefined) {
-      const turnId = decodePathSegment(turnMatch[1], 'turn_id');
-      if (method === 'POST' && turnMatch[2]) return { body: turns.cancel(sessionId, turnId) };
-      if (method === 'GET' && !turnMatch[2])
-        return { body: await turns.turnStatus(sessionId, turnId, url.searchParams.get('wait')) };
-    }
-  }
-  throw new BlackboxHttpError(404, 'not_found', `No route ${method} ${url.pathname}`);
+  const found = blackboxRoutes.lookup(method, routePath(url));
+  if (found.kind !== 'found')
+    throw new BlackboxHttpError(404, 'not_found', `No route ${method} ${url.pathname}`);
+  const { session = '', turn = '' } = found.parameters;
+  return found.handler({ parts, body, session, turn, query: url.searchParams });
 }

@@ -201,6 +201,27 @@ describe('BlackboxServer access', () => {
     expect((await call('GET', '/health')).status).toBe(200);
   });
 
+  it('answers unknown routes, and known paths with another method, with 404 not_found', async () => {
+    await boot();
+    for (const [method, path] of [
+      ['GET', '/v1/nothing'],
+      ['POST', '/v1/status'],
+      ['GET', '/v1/sessions/s1/messages'],
+      ['DELETE', '/v1/sessions/s1'],
+      ['GET', '/v1/sessions/s1/turns/t1/cancel'],
+    ] as const) {
+      const response = await call(method, path);
+      expect(response.status, `${method} ${path}`).toBe(404);
+      expect(response.body, `${method} ${path}`).toMatchObject({
+        error: 'not_found',
+        message: `No route ${method} ${path}`,
+      });
+      expect(typeof response.body.request_id).toBe('string');
+    }
+    // Trailing slashes and a query do not change the route.
+    expect((await call('GET', '/v1/status/?verbose=1')).status).toBe(200);
+  });
+
   it('answers a body over the limit with 413 and keeps serving', async () => {
     await boot({ config: { max_request_bytes: 1024 } });
     const big = JSON.stringify({ cmd: 'x'.repeat(4096) });

@@ -3,6 +3,7 @@ import { chmod, rm } from 'node:fs/promises';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { bearerMatches, reachableHost } from '@dressage/protocol';
+import { parseJsonBody, readBody, sendJson } from '@dressage/protocol/http';
 import type { AdapterFactory } from './adapter.js';
 import { RolloutBinding } from './binding.js';
 import { type BlackboxServerConfig, defaultBlackboxConfig } from './config.js';
@@ -158,9 +159,13 @@ export class BlackboxServer {
         request.resume();
         throw new BlackboxHttpError(401, 'unauthorized', 'Missing or wrong bearer key');
       }
-      const body = await this.readJson(request);
+      const body = await this.readJson(request, response);
       const result = await routeBlackbox(this.parts, request.method ?? 'GET', url, body);
-      send(response, result.status ?? 200, result.bare ? result.body : { request_id: id, ...result.body });
+      sendJson(
+        response,
+        result.status ?? 200,
+        result.bare ? result.body : { request_id: id, ...result.body },
+      );
     } catch (error) {
       const http =
         error instanceof BlackboxHttpError
@@ -170,9 +175,7 @@ export class BlackboxServer {
               'internal_error',
               error instanceof Error ? error.message : String(error),
             );
-      // A body cut off at the size limit leaves unread bytes on the connection: do not reuse it.
-      if (http.status === 413 && !request.complete) response.setHeader('connection', 'close');
-      send(response, http.status, {
+      sendJson(response, http.status, {
         request_id: id,
         error: http.error,
         message: http.message,
@@ -183,44 +186,23 @@ export class BlackboxServer {
     }
   }
 
-  private async readJson(request: IncomingMessage): Promise<unknown> {
+  // A body cut off at the size limit leaves unread bytes on the connection: readBody has the
+  // response close it.
+  private async readJson(request: IncomingMessage, response: ServerResponse): Promise<unknown> {
     if (request.method === 'GET' || request.method === 'HEAD') return undefined;
-    const limit = this.config.max_request_bytes;
-    const tooLarge = () =>
-      new BlackboxHttpError(413, 'request_too_large', `Request body exceeds the limit of ${limit} bytes`, {
-        limit_bytes: limit,
-      });
-    if (Number(request.headers['content-length'] ?? 0) > limit) {
-      request.resume();
-      throw tooLarge();
-    }
-    const chunks: Buffer[] = [];
-    let size = 0;
-    for await (const chunk of request) {
-      size += (chunk as Buffer).length;
-      if (size > limit) {
-        request.resume();
-        throw tooLarge();
-      }
-      chunks.push(chunk as Buffer);
-    }
-    const text = Buffer.concat(chunks).toString('utf8');
-    if (text.trim() === '') return {};
-    try {
-      return JSON.parse(text);
-    } catch (error) {
-      throw new BlackboxHttpError(400, 'request_error', 'Request body is not valid JSON', {
-        errors: [{ path: '(root)', message: error instanceof Error ? error.message : String(error) }],
-      });
-    }
+    const bytes = await readBody(request, {
+      limit: this.config.max_request_bytes,
+      response,
+      tooLarge: (limit) =>
+        new BlackboxHttpError(413, 'request_too_large', `Request body exceeds the limit of ${limit} bytes`, {
+          limit_bytes: limit,
+        }),
+    });
+    return parseJsonBody(bytes, {
+      invalid: (error) =>
+        new BlackboxHttpError(400, 'request_error', 'Request body is not valid JSON', {
+          errors: [{ path: '(root)', message: error.message }],
+        }),
+    });
   }
-}
-
-function send(response: ServerResponse, status: number, body: unknown): void {
-  const text = JSON.stringify(body);
-  response.writeHead(status, {
-    'content-type': 'application/json',
-    'content-length': Buffer.byteLength(text),
-  });
-  response.end(text);
 }

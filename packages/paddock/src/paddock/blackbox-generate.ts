@@ -8,7 +8,7 @@ import {
   type Sample,
   type Segment,
 } from '@dressage/protocol';
-import { codeOfStatus } from '../blackbox/http-error.js';
+import { codeOfHttpStatus } from '@dressage/protocol/http';
 import { sandboxPaths } from '../sandbox/bwrap-command.js';
 import type { SandboxLease, SandboxProvider } from '../sandbox/types.js';
 
@@ -38,7 +38,7 @@ export class BlackboxCallError extends DressageError {
     super({
       message:
         `BlackboxServer answered ${status}: ${String(body.error ?? '')} ${String(body.message ?? '')}`.trim(),
-      code: codeOfStatus(status),
+      code: codeOfHttpStatus(status),
       details: { status },
     });
     this.name = 'BlackboxCallError';
