@@ -9,11 +9,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import grpc
 import numpy as np
-
 import torch
 
-from .embedded_checkpoint import parameter_specs
+from .embedded_checkpoint import Checkpoint, parameter_specs, read_checkpoint, write_checkpoint
+from .errors import WorkerError
 
 # Additive mask value of model.ts: exp() underflows to exactly 0, the sum stays finite.
 MASK_VALUE = -1e9
@@ -55,6 +56,7 @@ class EmbeddedModel:
         device: torch.device | None = None,
     ) -> None:
         self.config = config
+        self.weight_version = "default"
         self.device = device or torch.device("cpu")
         self.vocabulary = np.asarray(vocabulary, dtype=np.int64)
         self.specs = parameter_specs(config, int(self.vocabulary.size))
@@ -77,9 +79,31 @@ class EmbeddedModel:
         )
         self._slopes = alibi_slopes(heads) if encoding == "alibi" else None
 
+    @classmethod
+    def open(cls, directory: str, device: torch.device | None = None) -> EmbeddedModel:
+        """The model of an embedded checkpoint directory, with its weight version."""
+        checkpoint = read_checkpoint(directory)
+        model = cls(checkpoint.config, checkpoint.vocabulary, checkpoint.weights, device)
+        model.weight_version = checkpoint.weight_version
+        return model
+
     @property
     def output_count(self) -> int:
         return int(self.vocabulary.size)
+
+    @property
+    def description(self) -> str:
+        """What GetInfo's backend names."""
+        return "embedded model"
+
+    @property
+    def vocab_size(self) -> int:
+        """Ids below the largest known id + 1 (what the embedded trainer reports)."""
+        return int(self.vocabulary.max()) + 1
+
+    @property
+    def context_length(self) -> int:
+        return int(self.config["contextLength"])
 
     def slots_of(self, token_ids: np.ndarray) -> np.ndarray:
         positions = np.searchsorted(self.vocabulary, token_ids)
@@ -99,6 +123,23 @@ class EmbeddedModel:
         with torch.no_grad():
             for name, shape in self.specs:
                 self.parameters[name].copy_(torch.from_numpy(np.array(weights[name], dtype=np.float32).reshape(shape)))
+
+    def read(self, directory: str) -> tuple[dict[str, np.ndarray], str]:
+        """The weights of an embedded checkpoint and its weight version; FAILED_PRECONDITION when it
+        is another model (shape or vocabulary differ)."""
+        checkpoint = read_checkpoint(directory)
+        shape = {key: value for key, value in checkpoint.config.items() if key != "seed"}
+        own = {key: value for key, value in self.config.items() if key != "seed"}
+        if shape != own or not np.array_equal(checkpoint.vocabulary, self.vocabulary):
+            what = "shape" if shape != own else "vocabulary"
+            raise WorkerError(
+                grpc.StatusCode.FAILED_PRECONDITION, f"the checkpoint in {directory} is for a different model ({what} differs)"
+            )
+        return checkpoint.weights, checkpoint.weight_version
+
+    def write(self, directory: str, version: str) -> int:
+        """Writes the weights as an embedded checkpoint labelled `version`; returns the bytes written."""
+        return write_checkpoint(directory, Checkpoint(self.config, self.vocabulary, self.weights(), version))
 
     def _mask(self, length: int) -> torch.Tensor:
         rows = np.arange(length)[:, None]
@@ -151,6 +192,13 @@ class EmbeddedModel:
         normed = self._layer_norm(hidden, "final_norm", params)
         logits = normed @ params["output.projection"] + params["output.bias"]
         return logits.reshape(batch, length, self.output_count)
+
+    def selected_logits(
+        self, slots: torch.Tensor, flat: torch.Tensor, params: dict[str, torch.Tensor] | None = None
+    ) -> torch.Tensor:
+        """Logits `[len(flat), outputs]` at the flat positions `flat` of `slots` `[batch, length]`."""
+        logits = self.logits(slots, params)
+        return logits.reshape(-1, logits.shape[-1])[flat]
 
     def sequence_logprobs(self, sequences: list[np.ndarray], temperature: float = 1.0) -> list[np.ndarray]:
         """Entry t of row i: the logprob of sequences[i][t + 1] given the tokens before it (NaN where

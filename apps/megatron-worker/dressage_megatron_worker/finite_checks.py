@@ -47,8 +47,14 @@ def check_batch_values(batch: PackedBatch) -> None:
 
 
 def first_non_finite(arrays: Iterable[tuple[str, np.ndarray]]) -> tuple[str, int, float] | None:
-    """The first (name, flat index, value) that is NaN or infinite, or None when all are finite."""
+    """The first (name, flat index, value) that is NaN or infinite, or None when all are finite
+    (numpy arrays or torch tensors)."""
     for name, values in arrays:
+        if hasattr(values, "isfinite"):
+            # A torch tensor (any device or dtype): checked where it lives, copied only when bad.
+            if bool(values.isfinite().all()):
+                continue
+            values = values.detach().float().cpu().numpy()
         flat = np.asarray(values).reshape(-1)
         bad = ~np.isfinite(flat)
         if np.any(bad):

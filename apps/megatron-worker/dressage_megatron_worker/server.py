@@ -74,7 +74,10 @@ def build_actor(kind: str, verify: str | None, slime_argv: Sequence[str], option
         from .torch_actor import TorchActor, TorchSettings
 
         if not options.model:
-            raise WorkerError(grpc.StatusCode.INVALID_ARGUMENT, "--actor torch needs --model (an embedded checkpoint)")
+            raise WorkerError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "--actor torch needs --model (an embedded checkpoint, or hf:DIRECTORY for a Hugging Face model)",
+            )
         return TorchActor(
             TorchSettings(
                 model_path=options.model,
@@ -89,6 +92,7 @@ def build_actor(kind: str, verify: str | None, slime_argv: Sequence[str], option
                 weights_directory=options.weights_dir,
                 abort_all_requests=options.abort_all_requests,
                 device=options.device,
+                dtype=options.dtype,
             )
         )
     if kind == "sink":
@@ -113,8 +117,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=50051, help="0 picks a free port")
     parser.add_argument("--actor", choices=("slime", "torch", "recording", "sink"), default="slime")
-    torch_options = parser.add_argument_group("--actor torch", "trains the embedded model with PyTorch")
-    torch_options.add_argument("--model", default=None, help="the embedded checkpoint to start from")
+    torch_options = parser.add_argument_group(
+        "--actor torch", "trains the embedded model or a Hugging Face causal LM with PyTorch"
+    )
+    torch_options.add_argument(
+        "--model",
+        default=None,
+        help="the embedded checkpoint to start from, or hf:DIRECTORY (a Hugging Face model; needs transformers)",
+    )
     torch_options.add_argument("--processes", type=int, default=1, help="data-parallel processes (gloo)")
     torch_options.add_argument("--threads", type=int, default=0, help="torch threads per process (0: torch's default)")
     torch_options.add_argument("--temperature", type=float, default=1.0, help="the rollout sampling temperature")
@@ -125,6 +135,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch_options.add_argument("--engine-url", action="append", default=[], help="an engine UpdateWeights publishes to")
     torch_options.add_argument("--weights-dir", default=None, help="where published weights go (default: a temporary folder)")
     torch_options.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda: one GPU per process, nccl")
+    torch_options.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16", "float16"),
+        default="float32",
+        help="hf: models: the dtype of weights, gradients and Adam moments",
+    )
     torch_options.add_argument("--abort-all-requests", action="store_true", help="engines abort running requests on update")
     parser.add_argument("--model-name", default="")
     parser.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES)

@@ -1,5 +1,6 @@
-"""Trains the embedded model with PyTorch behind TrainerService, on one process or several
-(`torch.distributed`: gloo on CPU, nccl on GPU). The batch takes the same path as with the slime
+"""Trains the embedded model, or a Hugging Face causal LM (`--model hf:DIRECTORY`, hf_model.py),
+with PyTorch behind TrainerService, on one process or several (`torch.distributed`: gloo on CPU,
+nccl on GPU). The batch takes the same path as with the slime
 actor — `to_rollout_data`, slime's DP schedule, `rank_payloads` — then each rank runs its
 micro-batches forward and backward, gradients are summed across ranks (each rank's loss is its
 share of the step's loss, so the sum is the single-process gradient), clipped by global norm, and
@@ -28,17 +29,11 @@ import torch.distributed as dist
 
 from .actors import TrainResult
 from .dp_schedule import build_dp_schedule
-from .embedded_checkpoint import (
-    Checkpoint,
-    TrainerState,
-    read_checkpoint,
-    read_trainer_state,
-    write_checkpoint,
-    write_trainer_state,
-)
+from .embedded_checkpoint import TrainerState, read_trainer_state, write_trainer_state
 from .embedded_model import EmbeddedModel
 from .errors import WorkerError, invalid
 from .finite_checks import require_finite_weights
+from .hf_model import model_directory
 from .packed_batch import PackedBatch
 from .policy_loss import LossOptions, policy_loss, reducer_weights, resolve_options, sft_loss
 from .rank_payloads import rank_payloads
@@ -49,6 +44,9 @@ LOGGER = logging.getLogger("dressage_megatron_worker.torch")
 LOSS_FIELDS = tuple(LossOptions.__dataclass_fields__)
 BETAS = (0.9, 0.999)
 EPSILON = 1e-8
+# Gradients are summed across ranks in buckets of at most this many elements (one flat copy of a
+# large model's gradients would double their memory).
+ALL_REDUCE_BUCKET = 1 << 26
 # Summed across ranks; every metric of a step is additive (weights carry the normalizers).
 ADDITIVE_METRICS = (
     "loss",
@@ -87,6 +85,8 @@ class TorchSettings:
     abort_all_requests: bool = False
     # "cpu" (gloo between ranks) or "cuda" (one GPU per rank, nccl).
     device: str = "cpu"
+    # A Hugging Face model's weights, gradients and Adam moments (the embedded model is float32).
+    dtype: str = "float32"
 
 
 def rank_device(settings: TorchSettings, rank: int) -> torch.device:
@@ -102,16 +102,43 @@ def distributed_backend(device: torch.device) -> str:
     return "nccl" if device.type == "cuda" else "gloo"
 
 
+def open_model(settings: TorchSettings, device: torch.device) -> Any:
+    """The model `--model` names: `hf:DIRECTORY` a Hugging Face causal LM, else an embedded
+    checkpoint. Both offer the surface RankTrainer uses (parameters by name, token ids to input
+    slots and output classes, logits at chosen positions, read and write weights)."""
+    directory = model_directory(settings.model_path)
+    if directory is None:
+        if settings.dtype != "float32":
+            raise invalid(f"--dtype {settings.dtype} applies to hf: models; the embedded model trains in float32")
+        return EmbeddedModel.open(settings.model_path, device)
+    from .hf_model import HuggingFaceModel
+
+    return HuggingFaceModel(directory, settings.dtype, device)
+
+
+def gradient_buckets(parameters: list[torch.Tensor]) -> list[list[torch.Tensor]]:
+    """Consecutive parameters of one dtype, at most ALL_REDUCE_BUCKET elements a bucket (a larger
+    parameter alone)."""
+    buckets: list[list[torch.Tensor]] = []
+    size = 0
+    for parameter in parameters:
+        if not buckets or size + parameter.numel() > ALL_REDUCE_BUCKET or buckets[-1][0].dtype != parameter.dtype:
+            buckets.append([])
+            size = 0
+        buckets[-1].append(parameter)
+        size += parameter.numel()
+    return buckets
+
+
 class RankTrainer:
     """One rank's model, reference weights and Adam. Every rank holds identical weights."""
 
     def __init__(self, settings: TorchSettings, rank: int = 0, world: int = 1) -> None:
         self.settings = settings
         self.rank, self.world = rank, world
-        checkpoint = read_checkpoint(settings.model_path)
         self.device = rank_device(settings, rank)
-        self.model = EmbeddedModel(checkpoint.config, checkpoint.vocabulary, checkpoint.weights, self.device)
-        self.weight_version = checkpoint.weight_version
+        self.model = open_model(settings, self.device)
+        self.weight_version = self.model.weight_version
         # The KL loss's reference: the weights the trainer started from (slime's --ref-load).
         self.reference = {name: tensor.detach().clone() for name, tensor in self.model.parameters.items()}
         self.optimizer = self._adam(settings.learning_rate)
@@ -225,13 +252,14 @@ class RankTrainer:
         """Sums gradients and metrics across ranks, clips, and steps unless anything is non-finite."""
         parameters = list(self.model.parameters.values())
         if self.world > 1:
-            flat = torch.cat([parameter.grad.reshape(-1) for parameter in parameters])
-            dist.all_reduce(flat)
-            offset = 0
-            for parameter in parameters:
-                size = parameter.numel()
-                parameter.grad.copy_(flat[offset : offset + size].view_as(parameter))
-                offset += size
+            for bucket in gradient_buckets(parameters):
+                flat = torch.cat([parameter.grad.reshape(-1) for parameter in bucket])
+                dist.all_reduce(flat)
+                offset = 0
+                for parameter in bucket:
+                    size = parameter.numel()
+                    parameter.grad.copy_(flat[offset : offset + size].view_as(parameter))
+                    offset += size
             values = torch.tensor([sums[name] for name in ADDITIVE_METRICS], dtype=torch.float64, device=self.device)
             dist.all_reduce(values)
             for index, name in enumerate(ADDITIVE_METRICS):
@@ -291,8 +319,8 @@ class RankTrainer:
     def _log_probs(
         self, prepared: dict[str, Any], params: dict[str, torch.Tensor], with_entropy: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        logits = self.model.logits(prepared["slots"], params)
-        logits = logits.reshape(-1, logits.shape[-1])[prepared["flat"]]
+        # float32 logprobs whatever the model's dtype (as slime computes them).
+        logits = self.model.selected_logits(prepared["slots"], prepared["flat"], params).float()
         if self.settings.temperature != 1:
             logits = logits / self.settings.temperature
         log_softmax = torch.log_softmax(logits, dim=-1)
@@ -302,15 +330,9 @@ class RankTrainer:
 
     # --- weights --------------------------------------------------------------------------------
 
-    def load(self, path: str) -> tuple[Checkpoint, TrainerState | None]:
-        checkpoint = read_checkpoint(path)
-        shape = {key: value for key, value in checkpoint.config.items() if key != "seed"}
-        own = {key: value for key, value in self.model.config.items() if key != "seed"}
-        if shape != own or not np.array_equal(checkpoint.vocabulary, self.model.vocabulary):
-            what = "shape" if shape != own else "vocabulary"
-            raise WorkerError(
-                grpc.StatusCode.FAILED_PRECONDITION, f"the checkpoint in {path} is for a different model ({what} differs)"
-            )
+    def load(self, path: str) -> tuple[str, TrainerState | None]:
+        """Applies the weights and Adam state saved in `path`; returns its weight version."""
+        weights, version = self.model.read(path)
         state = read_trainer_state(path, self.model.specs)
         # A checkpoint of a run that diverged would make every later step NaN: refuse it whole,
         # before anything of it is applied.
@@ -320,21 +342,21 @@ class RankTrainer:
             *((f"Adam second moment of {name}", values) for name, values in zip(names, state.second_moments or [])),
         ]
         require_finite_weights(
-            [*((f"parameter {name}", values) for name, values in checkpoint.weights.items()), *moments],
+            [*((f"parameter {name}", values) for name, values in weights.items()), *moments],
             f"LoadCheckpoint refused: the checkpoint in {path} holds a non-finite number",
             "it was saved from weights that had diverged; load an earlier checkpoint",
         )
-        self.model.set_weights(checkpoint.weights)
+        self.model.set_weights(weights)
         self.optimizer = self._adam(state.learning_rate if state is not None else self.settings.learning_rate)
         if state is not None and state.first_moments is not None:
             for (name, _), first, second in zip(self.model.specs, state.first_moments, state.second_moments or []):
                 parameter = self.model.parameters[name]
                 self.optimizer.state[parameter] = {
                     "step": torch.tensor(float(state.iterations)),
-                    "exp_avg": torch.from_numpy(np.array(first, dtype=np.float32)).to(self.device),
-                    "exp_avg_sq": torch.from_numpy(np.array(second, dtype=np.float32)).to(self.device),
+                    "exp_avg": torch.from_numpy(np.array(first, dtype=np.float32)).to(self.device, parameter.dtype),
+                    "exp_avg_sq": torch.from_numpy(np.array(second, dtype=np.float32)).to(self.device, parameter.dtype),
                 }
-        return checkpoint, state
+        return version, state
 
     def trainer_state(self, train_steps: int, rollout_id: int, weight_version: str) -> TrainerState:
         state = TrainerState(train_steps, rollout_id, weight_version, self.learning_rate)
@@ -345,8 +367,8 @@ class RankTrainer:
             # tfjs's Adam keeps β^(t+1) after t steps (its running products start at β): written
             # in its convention, so the embedded trainer resuming this state corrects the same way.
             state.beta_powers = (BETAS[0] ** (iterations + 1), BETAS[1] ** (iterations + 1))
-            state.first_moments = [slot["exp_avg"].cpu().numpy() for slot in slots]
-            state.second_moments = [slot["exp_avg_sq"].cpu().numpy() for slot in slots]
+            state.first_moments = [slot["exp_avg"].float().cpu().numpy() for slot in slots]
+            state.second_moments = [slot["exp_avg_sq"].float().cpu().numpy() for slot in slots]
         return state
 
 
@@ -407,6 +429,7 @@ class TorchActor:
         if settings.processes > 1:
             self._start_ranks()
         self.rank = RankTrainer(self.settings, 0, settings.processes)
+        self.backend += f", {self.rank.model.description}"
         self.weight_version = self.rank.weight_version
         self.train_steps = 0
         self.rollout_id = 0
@@ -432,10 +455,10 @@ class TorchActor:
         )
 
     def model_limits(self) -> tuple[int, int]:
-        """(vocab_size, max_tokens_per_sample) for GetInfo: ids below the largest known id + 1, and
-        the context length + 1 tokens (a pass reads all but the last), as the embedded trainer says."""
+        """(vocab_size, max_tokens_per_sample) for GetInfo: the model's vocabulary and its context
+        length + 1 tokens (a pass reads all but the last), as the embedded trainer says."""
         model = self.rank.model
-        return int(model.vocabulary.max()) + 1, int(model.config["contextLength"]) + 1
+        return model.vocab_size, model.context_length + 1
 
     def close(self) -> None:
         if self._workers:
@@ -473,11 +496,12 @@ class TorchActor:
         return {"loss_type": loss_type, "learning_rate": float(learning_rate), "options": options, "reported": reported}
 
     def _check_tokens(self, batch: PackedBatch) -> np.ndarray:
-        """Each sample fits the context, trains no first token, and every trainable token is in the
-        vocabulary (else the model can never produce it: misaligned tokens). Checked here, before
-        any rank starts, so a bad batch never leaves a rank waiting. Returns trainable counts."""
+        """Each sample fits the context, trains no first token, every token is one the model reads
+        and every trainable token is in the vocabulary (else the model can never produce it:
+        misaligned tokens). Checked here, before any rank starts, so a bad batch never leaves a rank
+        waiting. Returns trainable counts."""
         model = self.rank.model
-        context = model.config["contextLength"]
+        context = model.context_length
         token_ends = np.cumsum(batch.total_lengths, dtype=np.int64)
         response_ends = np.cumsum(batch.response_lengths, dtype=np.int64)
         trainable = np.zeros(batch.sample_count, dtype=np.int64)
@@ -485,8 +509,18 @@ class TorchActor:
             total, response = int(batch.total_lengths[sample]), int(batch.response_lengths[sample])
             if total - 1 > context:
                 raise invalid(
-                    f"sample {sample} has {total} tokens, but the embedded model reads at most {context + 1} tokens "
+                    f"sample {sample} has {total} tokens, but the model reads at most {context + 1} tokens "
                     f"per sample (context length {context})"
+                )
+            tokens = batch.tokens[int(token_ends[sample]) - total : int(token_ends[sample])]
+            # The embedded model reads any id (unknown ones as one slot); a Hugging Face model's
+            # embedding has a row per id it reads.
+            unreadable = model.slots_of(tokens[:-1].astype(np.int64)) < 0
+            if np.any(unreadable):
+                position = int(np.argmax(unreadable))
+                raise invalid(
+                    f"sample {sample}: token {int(tokens[position])} at position {position} is outside the model's "
+                    "input vocabulary"
                 )
             mask = batch.loss_masks[int(response_ends[sample]) - response : int(response_ends[sample])]
             trainable[sample] = int(mask.sum())
@@ -494,7 +528,6 @@ class TorchActor:
                 continue
             if response == total and mask[0] == 1:
                 raise invalid(f"sample {sample} trains its first token, which no earlier token predicts")
-            tokens = batch.tokens[int(token_ends[sample]) - total : int(token_ends[sample])]
             trained = tokens[total - response :][mask.astype(bool)]
             outside = model.output_classes_of(trained.astype(np.int64)) < 0
             if np.any(outside):
@@ -568,31 +601,26 @@ class TorchActor:
 
     # --- weights --------------------------------------------------------------------------------
 
-    def _finite_weights(self, method: str, what: str) -> dict[str, np.ndarray]:
-        weights = self.rank.model.weights()
+    def _require_finite_weights(self, method: str, what: str) -> None:
         require_finite_weights(
-            ((f"parameter {name}", values) for name, values in weights.items()),
+            ((f"parameter {name}", tensor) for name, tensor in self.rank.model.parameters.items()),
             f"{method} refused",
             f"the trainer does not {what} while any weight is not finite (load a checkpoint to recover)",
         )
-        return weights
-
-    def _checkpoint(self, weights: dict[str, np.ndarray], version: str) -> Checkpoint:
-        model = self.rank.model
-        return Checkpoint(model.config, model.vocabulary, weights, version)
 
     def update_weights(self, weight_version: str, engine_urls: list[str]) -> tuple[str, int]:
         """Labels the trained weights (`weight_version`, or the next number) and, for each engine,
-        writes them as a checkpoint the engine loads and calls its `/update_weights_from_disk`."""
+        writes them as a checkpoint the engine loads (embedded, or a Hugging Face directory) and
+        calls its `/update_weights_from_disk`."""
         version = weight_version or next_weight_version(self.weight_version)
         urls = engine_urls or list(self.settings.engine_urls)
-        weights = self._finite_weights("UpdateWeights", "publish them to an engine")
+        self._require_finite_weights("UpdateWeights", "publish them to an engine")
         if urls:
             if self._weights_directory is None:
                 self._weights_directory = tempfile.mkdtemp(prefix="dressage-torch-weights-")
             safe = re.sub(r"[^A-Za-z0-9._-]", "_", version)
             directory = os.path.join(self._weights_directory, f"weights-{self.train_steps}-{safe}")
-            write_checkpoint(directory, self._checkpoint(weights, version))
+            self.rank.model.write(directory, version)
             for url in urls:
                 self._update_engine(url, directory, version)
             previous, self._published = self._published, directory
@@ -629,8 +657,8 @@ class TorchActor:
     def save_checkpoint(self, path: str, rollout_id: int) -> tuple[str, int]:
         if not path:
             raise invalid("SaveCheckpoint needs a path")
-        weights = self._finite_weights("SaveCheckpoint", "write them")
-        size = write_checkpoint(path, self._checkpoint(weights, self.weight_version))
+        self._require_finite_weights("SaveCheckpoint", "write them")
+        size = self.rank.model.write(path, self.weight_version)
         state = self.rank.trainer_state(self.train_steps, rollout_id or self.rollout_id, self.weight_version)
         size += write_trainer_state(path, state, [name for name, _ in self.rank.model.specs])
         return path, size
@@ -638,10 +666,10 @@ class TorchActor:
     def load_checkpoint(self, path: str) -> int:
         if not path:
             raise invalid("LoadCheckpoint needs a path")
-        checkpoint, state = self.rank.load(path)
+        version, state = self.rank.load(path)
         if self._workers:
             dist.broadcast_object_list([("load", path)], src=0)
-        self.weight_version = checkpoint.weight_version
+        self.weight_version = version
         self.train_steps = state.train_steps if state is not None else 0
         self.rollout_id = state.rollout_id if state is not None else 0
         return self.rollout_id

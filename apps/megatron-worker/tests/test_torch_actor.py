@@ -45,14 +45,15 @@ def batch_chunks(batch, **fields) -> list:
 
 
 class EngineRecorder(http.server.BaseHTTPRequestHandler):
-    """An engine's /update_weights_from_disk: loads the checkpoint it is given, as the engine does."""
+    """An engine's /update_weights_from_disk: loads the checkpoint it is given (`load`), as the
+    engine does, and keeps (request body, what it loaded)."""
 
     received: list = []
+    load = staticmethod(read_checkpoint)
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's name
         body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-        checkpoint = read_checkpoint(body["model_path"])
-        self.received.append((body, checkpoint))
+        self.received.append((body, self.load(body["model_path"])))
         answer = json.dumps({"success": True}).encode()
         self.send_response(200)
         self.send_header("content-type", "application/json")
@@ -64,13 +65,13 @@ class EngineRecorder(http.server.BaseHTTPRequestHandler):
         pass
 
 
-class TorchActorTest(unittest.TestCase):
-    def setUp(self) -> None:
-        self.directory = write_tiny_checkpoint()
-        self.addCleanup(shutil.rmtree, self.directory, True)
+class ActorTestCase(unittest.TestCase):
+    """Starts torch actors on `model_path` and serves them on loopback, closing both after the test."""
+
+    model_path = ""
 
     def actor(self, **settings) -> TorchActor:
-        actor = TorchActor(TorchSettings(model_path=self.directory, **settings))
+        actor = TorchActor(TorchSettings(model_path=self.model_path, **settings))
         self.addCleanup(actor.close)
         return actor
 
@@ -80,6 +81,12 @@ class TorchActorTest(unittest.TestCase):
         channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=message_limit_options())
         self.addCleanup(channel.close)
         return trainer_pb2_grpc.TrainerServiceStub(channel)
+
+
+class TorchActorTest(ActorTestCase):
+    def setUp(self) -> None:
+        self.directory = self.model_path = write_tiny_checkpoint()
+        self.addCleanup(shutil.rmtree, self.directory, True)
 
     def test_train_over_grpc_updates_the_weights_and_reports_the_loss(self) -> None:
         actor = self.actor()
