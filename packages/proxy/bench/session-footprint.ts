@@ -16,8 +16,6 @@ export interface SessionFootprint {
   logprobs: number;
   /** Version runs and response ranges. */
   versionsAndRanges: number;
-  /** Comma-joined ids kept for the next engine request. */
-  joinedIds: number;
   /** Rendered snapshot texts (hot) and their per-step hashes (cold). */
   renderedSnapshots: number;
   /** The previous request body kept for byte comparison, and its message offsets. */
@@ -79,7 +77,6 @@ export function sessionFootprint(session: Session): SessionFootprint {
     tokenIdsUsed: 0,
     logprobs: 0,
     versionsAndRanges: 0,
-    joinedIds: 0,
     renderedSnapshots: 0,
     keptRequestBody: 0,
     messageContents: 0,
@@ -113,7 +110,6 @@ export function sessionFootprint(session: Session): SessionFootprint {
       arrayBytes(buffer.versionRuns.length) +
       buffer.versionRuns.length * (objectHeader + 2 * slot) +
       arrayBytes(buffer.responseRanges.length);
-    footprint.joinedIds += buffer.joinedIdsLength === 0 ? 0 : 16 + buffer.joinedIdsLength;
     if (buffer.routing !== null) footprint.tokenIds += buffer.routing.data.byteLength;
   }
   for (const source of sources) {

@@ -392,7 +392,7 @@ async function main(): Promise<void> {
     const tokenData = f.tokenIdsUsed * 2;
     console.log(
       `  per session (KiB): token ids ${perSession(f.tokenIds)} (used ${perSession(f.tokenIdsUsed)}), logprobs ${perSession(f.logprobs)}, ` +
-        `versions+ranges ${perSession(f.versionsAndRanges)}, joined ids ${perSession(f.joinedIds)}, rendered snapshots ${perSession(f.renderedSnapshots)}, ` +
+        `versions+ranges ${perSession(f.versionsAndRanges)}, rendered snapshots ${perSession(f.renderedSnapshots)}, ` +
         `kept request body ${perSession(f.keptRequestBody)}, message contents ${perSession(f.messageContents)}, ` +
         `message arrays ${perSession(f.messageArrays)}, steps ${perSession(f.steps)}; counted ${perSession(sumValues(f))} ` +
         `= ${(sumValues(f) / tokenData).toFixed(2)}x token data (8 B/token)`,

@@ -100,15 +100,15 @@ describe('EngineClient.generate', () => {
     expect(result.finishReason).toBe('stop');
   });
 
-  it('keeps a router path prefix and uses the cached id text when given', async () => {
+  it('keeps a router path prefix', async () => {
     let seen: { path: unknown; ids: unknown } | null = null;
     const url = await engine((incoming, body, response) => {
       seen = { path: incoming.url, ids: JSON.parse(body).input_ids };
       response.end('{"text":"","output_ids":[],"meta_info":{}}');
     });
     client = new EngineClient({ routerUrl: `${url}/router/v2` });
-    await client.generate(request, { routingKey: 's', inputIdsText: '1,2,3' });
-    expect(seen).toEqual({ path: '/router/v2/generate', ids: [1, 2, 3] });
+    await client.generate(request, { routingKey: 's' });
+    expect(seen).toEqual({ path: '/router/v2/generate', ids: [151644, 872, 198, 9707] });
   });
 
   it('answers 500 with the start of the body on an HTTP error, and 500 on a body that is not JSON', async () => {

@@ -51,8 +51,6 @@ export interface GenerationRequest {
   instanceId: string;
   turnId: string;
   promptIds: Int32Array;
-  /** `promptIds` as comma-joined decimals, when the caller has them cheaper than a join. */
-  promptIdsText?: string | null;
   samplingParams: Record<string, unknown>;
   /** Output token budget over all chunks; null lets the engine decide. */
   maxNewTokens: number | null;
@@ -368,11 +366,7 @@ export class GenerationController {
               rid,
               ...(request.returnRoutedExperts ? { return_routed_experts: true } : {}),
             },
-            {
-              routingKey: request.sessionId,
-              signal: request.signal,
-              inputIdsText: generated === 0 ? (request.promptIdsText ?? undefined) : undefined,
-            },
+            { routingKey: request.sessionId, signal: request.signal },
           );
         } catch (error) {
           if (!generation.preempted || request.signal?.aborted) throw error;

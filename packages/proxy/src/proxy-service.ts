@@ -458,7 +458,6 @@ export class ProxyService {
       instanceId: session.instanceId,
       turnId,
       promptIds: plan.promptIds,
-      promptIdsText: plan.promptIdsText,
       samplingParams,
       maxNewTokens,
       firstLogprobStartLen: this.config.tokenBuildMode === 'tito' ? -1 : 0,

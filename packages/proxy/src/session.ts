@@ -85,8 +85,6 @@ export interface StepPlan {
   segmentReasons: SegmentReason[];
   historyRewrite: boolean;
   promptIds: Int32Array;
-  /** `promptIds` as comma-joined decimals when built from a cached prefix, else null. */
-  promptIdsText: string | null;
   /** Ids this step adds before its output in its lineage segment (the whole prompt for a new segment). */
   contextDelta: Int32Array;
   incrementalFailed: boolean;
@@ -399,7 +397,6 @@ export function planStep(
   if (renderFailed) reasons.add('tito_routing_render_failed');
 
   let promptIds: Int32Array;
-  let promptIdsText: string | null = null;
   let contextDelta: Int32Array;
   let incrementalFailed = false;
   const lineageBoundaryPlanned =
@@ -415,13 +412,6 @@ export function planStep(
       promptIds.set(prefix);
       promptIds.set(delta, prefix.length);
       contextDelta = routeType === 'append' ? delta : promptIds;
-      if (routeType === 'append') {
-        const joined = baseStep.segment.buffer.joinedIds(prefix.length);
-        promptIdsText =
-          delta.length === 0 || joined === ''
-            ? `${joined}${delta.join(',')}`
-            : `${joined},${delta.join(',')}`;
-      }
     } catch {
       incrementalFailed = true;
       reasons.add('tito_incremental_tokenization_failed');
@@ -445,7 +435,6 @@ export function planStep(
     segmentReasons: previous === null ? [] : segmentReasons,
     historyRewrite,
     promptIds,
-    promptIdsText,
     contextDelta,
     incrementalFailed,
     messages,
@@ -568,7 +557,6 @@ export function commitStep(session: Session, plan: StepPlan, output: StepOutput,
     };
     session.lineages.push(lineage);
   } else if (plan.lineageBoundary) {
-    lineage.segments.at(-1)?.buffer.releaseJoinedIds();
     lineage.segments.push(newSegment(plan.lineageReasons));
   }
   const segment = lineage.segments.at(-1)!;

@@ -48,11 +48,6 @@ export class TokenBuffer {
   #responseLogprobs: Float32Array;
   #responseCount = 0;
 
-  // Comma-joined decimal ids of [0, #joinedCount): joining is the costliest O(context) step of a
-  // request (milliseconds at 60K tokens), so the engine's input_ids JSON only joins the new ids.
-  #joined = '';
-  #joinedCount = 0;
-
   constructor(capacity = 256) {
     this.ids = new Int32Array(capacity);
     this.#responseLogprobs = new Float32Array(Math.min(capacity, 256));
@@ -156,28 +151,6 @@ export class TokenBuffer {
   #dropRouting(): void {
     this.routingInvalid = true;
     this.routing = null;
-  }
-
-  /** The ids of `[0, end)` as comma-joined decimals, extending the text joined so far. */
-  joinedIds(end: number): string {
-    if (end < this.#joinedCount) return this.ids.subarray(0, end).join(',');
-    if (end > this.#joinedCount) {
-      const tail = this.ids.subarray(this.#joinedCount, end).join(',');
-      this.#joined = this.#joinedCount === 0 ? tail : `${this.#joined},${tail}`;
-      this.#joinedCount = end;
-    }
-    return this.#joined;
-  }
-
-  /** Characters of the joined ids text kept for the next request (one byte each). */
-  get joinedIdsLength(): number {
-    return this.#joined.length;
-  }
-
-  /** Drops the joined text once nothing will extend this buffer again. */
-  releaseJoinedIds(): void {
-    this.#joined = '';
-    this.#joinedCount = 0;
   }
 
   /** The logprobs of `[0, end)`: each response token's as recorded, 0 for context tokens. */

@@ -1,0 +1,30 @@
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { idsJson } from './ids-json.js';
+
+describe('ids as JSON bytes', () => {
+  it('writes any int32 ids exactly as JSON.stringify does, between the given texts', () => {
+    fc.assert(
+      fc.property(
+        fc.array(fc.integer({ min: -(2 ** 31), max: 2 ** 31 - 1 })),
+        fc.string(),
+        (values, text) => {
+          const ids = Int32Array.from(values);
+          const bytes = idsJson(`{"t":${JSON.stringify(text)},"ids":[`, ids, '],"n":1}');
+          expect(JSON.parse(bytes.toString('utf8'))).toEqual({ t: text, ids: values, n: 1 });
+          expect(bytes.toString('utf8')).toBe(
+            `{"t":${JSON.stringify(text)},"ids":${JSON.stringify(values)},"n":1}`,
+          );
+        },
+      ),
+      { numRuns: 500 },
+    );
+  });
+
+  it('writes every digit count and the extremes', () => {
+    const values = [0, 9, 10, 99, 100, 999, 1000, 151_645, 999_999, 1_000_000, 2 ** 31 - 1, -1, -(2 ** 31)];
+    const bytes = idsJson('[', Int32Array.from(values), ']');
+    expect(bytes.toString('latin1')).toBe(JSON.stringify(values));
+    expect(idsJson('[', new Int32Array(0), ']').toString()).toBe('[]');
+  });
+});
