@@ -18,7 +18,7 @@ export interface SessionFootprint {
   versionsAndRanges: number;
   /** Rendered snapshot texts (hot) and their per-step hashes (cold). */
   renderedSnapshots: number;
-  /** The previous request body kept for byte comparison, and its message offsets. */
+  /** What is kept of the previous request body: its messages' digest, the bytes after them. */
   keptRequestBody: number;
   /** The strings and objects of the distinct messages (raw and validated). */
   messageContents: number;
@@ -121,8 +121,8 @@ export function sessionFootprint(session: Session): SessionFootprint {
   if (cache !== null) {
     if (cache.layout !== null)
       footprint.keptRequestBody +=
-        cache.layout.bytes.byteLength +
-        arrayBytes(cache.layout.messageEnds.length) +
+        cache.layout.tail.byteLength +
+        stringBytes(cache.layout.messagesDigest) +
         valueBytes(cache.layout.before) +
         valueBytes(cache.layout.after);
     footprint.messageArrays += arrayBytes(cache.rawMessages.length) + arrayBytes(cache.messages.length);

@@ -81,7 +81,7 @@ describe('request bodies as bytes', () => {
           let bytes = serialize(messages, shape, newline);
           let layout = layoutOf(bytes);
           expect(layout).not.toBeNull();
-          expect(layout!.messageEnds).toHaveLength(messages.length);
+          expect(layout!.messageCount).toBe(messages.length);
           let parsed = JSON.parse(bytes.toString('utf8')).messages as unknown[];
           for (const turn of session) {
             if (turn !== null) messages.push(...turn);
@@ -89,16 +89,19 @@ describe('request bodies as bytes', () => {
             const expected = JSON.parse(next.toString('utf8'));
             const continued = continueBody(layout!, next);
             expect(continued).not.toBeNull();
-            expect(continued!.repeated).toBe(layout!.messageEnds.length);
+            expect(continued!.repeated).toBe(layout!.messageCount);
             expect(assemble(parsed, continued!)).toEqual(expected);
             // The bytes after the messages are the same body after body, so they are not parsed again.
             expect(continued!.sameAfter).toBe(true);
-            expect(continued!.layout.messageEnds).toEqual(layoutOf(next)!.messageEnds);
+            // The kept state is what a whole scan of the body gives.
+            expect(continued!.layout).toEqual(layoutOf(next));
             bytes = next;
             layout = continued!.layout;
             parsed = expected.messages;
           }
-          expect(layout!.bytes).toBe(bytes);
+          // Nothing of the body is kept but what follows its messages.
+          expect(layout!.tail.length).toBeLessThan(200);
+          expect(layout!.tail.length).toBeLessThan(bytes.length - layout!.messagesEnd + 1);
         },
       ),
       { numRuns: 300 },
@@ -143,6 +146,25 @@ describe('request bodies as bytes', () => {
     expect(() => parseJson(Buffer.from(refused[4]!))).toThrow(/Malformed JSON body/);
   });
 
+  it('refuses a body whose earlier message changed anywhere, even keeping every length', () => {
+    const messages = Array.from({ length: 40 }, (_, index) => ({
+      role: 'user',
+      content: `message ${index} ✓`,
+    }));
+    const layout = layoutOf(Buffer.from(JSON.stringify({ messages })))!;
+    for (const changed of [0, 17, 39]) {
+      const next = messages.map((message, index) =>
+        index === changed ? { ...message, content: message.content.replace('message', 'Message') } : message,
+      );
+      next.push({ role: 'user', content: 'new' });
+      expect(continueBody(layout, Buffer.from(JSON.stringify({ messages: next })))).toBeNull();
+    }
+    const appended = [...messages, { role: 'user', content: 'new' }];
+    expect(continueBody(layout, Buffer.from(JSON.stringify({ messages: appended })))!.appended).toEqual([
+      { role: 'user', content: 'new' },
+    ]);
+  });
+
   it('finds no layout where there is no plain messages array of objects', () => {
     for (const body of [
       '[]',
@@ -159,6 +181,8 @@ describe('request bodies as bytes', () => {
     const layout = layoutOf(spaced)!;
     expect(layout.before).toEqual({ a: [1, { b: ']' }] });
     expect(layout.after).toEqual({ z: null });
-    expect(layout.messageEnds.map((end) => spaced.toString('utf8', end - 1, end))).toEqual(['}', '}']);
+    expect(layout.messageCount).toBe(2);
+    expect(spaced.toString('utf8', layout.messagesEnd - 1, layout.messagesEnd + 4)).toBe('} ] ,');
+    expect(layout.tail.toString()).toBe('] , "z" : null } ');
   });
 });

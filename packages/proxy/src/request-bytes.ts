@@ -1,8 +1,10 @@
 // Chat request bodies as bytes. Agents resend the whole conversation on every call, so a body
 // usually starts with the bytes of the session's previous body up to the end of its last message.
 // Those messages need no parsing: only the bytes after them are parsed, and the result equals what
-// JSON.parse of the whole body gives (anything unexpected falls back to parsing it whole).
+// JSON.parse of the whole body gives (anything unexpected falls back to parsing it whole). The
+// previous body is not kept: a SHA-256 of its bytes up to the end of its messages stands for them.
 
+import { createHash, type Hash } from 'node:crypto';
 import { detailError } from './http-error.js';
 
 const quote = 0x22;
@@ -17,15 +19,18 @@ const messagesKey = Buffer.from('messages');
 
 /**
  * Where the top-level `messages` array of a JSON body lies, and the other top-level members as
- * parsed: what the next body of the session is compared with.
+ * parsed: what the next body of the session is compared with. Its size does not grow with the
+ * conversation: the bytes up to the end of the last message are kept as their SHA-256 only.
  */
 export interface BodyLayout {
-  /** The whole body. */
-  bytes: Buffer;
-  /** Offset just past each element of the `messages` array. */
-  messageEnds: number[];
-  /** Offset of the array's closing bracket. */
-  close: number;
+  /** Elements of the `messages` array. */
+  messageCount: number;
+  /** Offset just past the last element (0 without elements). */
+  messagesEnd: number;
+  /** SHA-256 (base64) of the bytes `[0, messagesEnd)`. */
+  messagesDigest: string;
+  /** The bytes from the array's closing bracket to the end of the body (a copy). */
+  tail: Buffer;
   /** Top-level members before `messages`, as JSON.parse gives them. */
   before: Record<string, unknown>;
   /** Top-level members after the `messages` array. */
@@ -182,6 +187,12 @@ function scanElements(bytes: Buffer, position: number, ends: number[], first: bo
   }
 }
 
+// The layout's digest of `bytes[0, end)`, continuing `hash` (already fed `bytes[0, from)`).
+function digestUpTo(hash: Hash, bytes: Buffer, from: number, end: number): string {
+  if (end > from) hash.update(bytes.subarray(from, end));
+  return hash.digest('base64');
+}
+
 // Parses the members after the array's closing bracket; null when they are malformed or name
 // `messages` again (JSON.parse would take that later array).
 function parseAfter(bytes: Buffer, close: number): Record<string, unknown> | null {
@@ -240,46 +251,64 @@ export function layoutOf(bytes: Buffer): BodyLayout | null {
       return null;
     }
     delete before.messages;
-    return { bytes, messageEnds, close, before, after };
+    const messagesEnd = messageEnds.at(-1) ?? 0;
+    return {
+      messageCount: messageEnds.length,
+      messagesEnd,
+      messagesDigest: digestUpTo(createHash('sha256'), bytes, 0, messagesEnd),
+      tail: Buffer.from(bytes.subarray(close)),
+      before,
+      after,
+    };
   }
 }
 
 /**
  * Parses `bytes` as a continuation of `previous`: when it repeats the previous body byte for byte up
- * to the end of its last message, only the rest is parsed. Null when it does not, or when anything
+ * to the end of its last message (its SHA-256 equals the kept one), only the rest is parsed. Null when it does not, or when anything
  * after that point is unexpected; the caller then parses the body whole.
  *
  * @throws ProxyHttpError 400 when what it parsed is nested deeper than {@link maxJsonDepth}.
  */
 export function continueBody(previous: BodyLayout, bytes: Buffer): ContinuedBody | null {
-  const repeated = previous.messageEnds.length;
+  const repeated = previous.messageCount;
   if (repeated === 0) return null;
-  const end = previous.messageEnds[repeated - 1]!;
-  if (bytes.length <= end || bytes.compare(previous.bytes, 0, end, 0, end) !== 0) return null;
-  const messageEnds = previous.messageEnds.slice();
+  const end = previous.messagesEnd;
+  if (bytes.length <= end) return null;
+  // One pass of the hash over the body's messages: up to the previous end it must give the
+  // previous digest; through the new messages it is the next layout's digest.
+  const hash = createHash('sha256').update(bytes.subarray(0, end));
+  if (hash.copy().digest('base64') !== previous.messagesDigest) return null;
+  const messageEnds: number[] = [];
   const close = scanElements(bytes, end, messageEnds, false);
   if (close === -1) return null;
   let appended: unknown[] = [];
-  if (messageEnds.length > repeated) {
+  if (messageEnds.length > 0) {
     const start = skipSpace(bytes, end) + 1; // past the comma
     try {
       appended = JSON.parse(`[${bytes.toString('utf8', start, close)}]`) as unknown[];
     } catch {
       return null;
     }
-    if (appended.length !== messageEnds.length - repeated) return null;
+    if (appended.length !== messageEnds.length) return null;
     for (let index = 0; index < appended.length; index++)
       if (deeperThan(appended[index], maxJsonDepth - 2)) tooDeep(`messages[${repeated + index}]`);
   }
-  const tailLength = bytes.length - close;
-  const sameAfter =
-    tailLength === previous.bytes.length - previous.close &&
-    bytes.compare(previous.bytes, previous.close, previous.bytes.length, close, bytes.length) === 0;
+  const tail = bytes.subarray(close);
+  const sameAfter = tail.equals(previous.tail);
   const after = sameAfter ? previous.after : parseAfter(bytes, close);
   if (after === null) return null;
   if (!sameAfter) checkJsonDepth(after);
+  const messagesEnd = messageEnds.at(-1) ?? end;
   return {
-    layout: { bytes, messageEnds, close, before: previous.before, after },
+    layout: {
+      messageCount: repeated + messageEnds.length,
+      messagesEnd,
+      messagesDigest: digestUpTo(hash, bytes, end, messagesEnd),
+      tail: sameAfter ? previous.tail : Buffer.from(tail),
+      before: previous.before,
+      after,
+    },
     repeated,
     appended,
     sameAfter,
