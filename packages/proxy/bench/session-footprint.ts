@@ -4,7 +4,7 @@
 // one byte per Latin-1 character and two otherwise. Strings equal in value but distinct in the heap
 // cannot be told apart from JavaScript, so a message's strings are counted once per message object.
 import type { ChatMessage } from '@dressage/protocol';
-import type { RenderedSource, Session } from '../src/session.js';
+import type { Session } from '../src/session.js';
 import type { TokenBuffer } from '../src/token-buffer.js';
 
 /** A session's bytes by structure. */
@@ -16,7 +16,7 @@ export interface SessionFootprint {
   logprobs: number;
   /** Version runs and response ranges. */
   versionsAndRanges: number;
-  /** Rendered snapshot texts (hot) and their per-step hashes (cold). */
+  /** Rendered snapshots: one digest per step (the texts are not kept). */
   renderedSnapshots: number;
   /** What is kept of the previous request body: its messages' digest, the bytes after them. */
   keptRequestBody: number;
@@ -85,11 +85,10 @@ export function sessionFootprint(session: Session): SessionFootprint {
     tokens: 0,
   };
   const buffers = new Set<TokenBuffer>();
-  const sources = new Set<RenderedSource>();
   const messages = new Set<ChatMessage>();
   for (const step of session.steps) {
     buffers.add(step.buffer);
-    if (step.snapshotSource !== null) sources.add(step.snapshotSource);
+    if (step.snapshotDigest !== null) footprint.renderedSnapshots += stringBytes(step.snapshotDigest);
     for (const message of step.messagesSnapshot) messages.add(message);
     footprint.messageArrays += arrayBytes(step.messagesSnapshot.length);
     footprint.steps +=
@@ -112,11 +111,8 @@ export function sessionFootprint(session: Session): SessionFootprint {
       arrayBytes(buffer.responseRanges.length);
     if (buffer.routing !== null) footprint.tokenIds += buffer.routing.data.byteLength;
   }
-  for (const source of sources) {
-    if (source.text !== null) footprint.renderedSnapshots += stringBytes(source.text);
-    if (source.hashes !== null) footprint.renderedSnapshots += source.hashes.size * (3 * slot + 16 + 28);
-    footprint.renderedSnapshots += objectHeader + 4 * slot + arrayBytes(source.lengths.length);
-  }
+  // The running hash of the latest snapshot (an OpenSSL digest context, about 0.3 KiB).
+  if (session.snapshotHash !== null) footprint.renderedSnapshots += 320;
   const cache = session.requestCache;
   if (cache !== null) {
     if (cache.layout !== null)

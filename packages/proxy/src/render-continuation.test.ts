@@ -3,7 +3,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { qwen35ChatTemplatePath, qwenModelDirectory } from './__fixtures__/harness.js';
 import { createProxyConfig } from './config.js';
 import { loadPromptTokenizer, type PromptTokenizer } from './prompt-tokenizer.js';
-import { commitStep, planStep, Session, type StepPlan } from './session.js';
+import { commitStep, planStep, renderedDigest, Session, type Step, type StepPlan } from './session.js';
 
 // Steps continue the previous step's render instead of rendering the whole history again. With the
 // real tokenizer and the qwen3_5 renderer, a session that continues renders and one that always
@@ -82,6 +82,12 @@ function requests(): Array<{ messages: ChatMessage[]; tools: Tool[] | null }> {
     },
     // An earlier message rewritten.
     { messages: [system, user('What is in A.TXT?'), echo(0), toolResult], tools: [readTool] },
+    { messages: [system, user('Unrelated.')], tools: [readTool] },
+    // The first request again: its reply makes the first step's snapshot once more.
+    { messages: turn1, tools: [readTool] },
+    // Continues that latest step, but the second step's longer snapshot (another lineage) also
+    // starts the request, and ranks first.
+    { messages: turn3, tools: [readTool] },
   ];
 }
 
@@ -146,14 +152,46 @@ describe('render continuation', () => {
       expect(left.baseStep?.index ?? null).toBe(right.baseStep?.index ?? null);
       expect(Array.from(left.promptIds)).toEqual(Array.from(right.promptIds));
       const step = continued.session.steps[index]!;
-      const text = step.snapshotSource!.text!.slice(0, step.snapshotRenderedLength);
-      expect(text).toBe(tokenizer.render(step.messagesSnapshot, step.tools, false));
-      expect(step.snapshotRenderedLength).toBe(full.session.steps[index]!.snapshotRenderedLength);
+      const text = tokenizer.render(step.messagesSnapshot, step.tools, false);
+      expect(step.snapshotDigest).toBe(renderedDigest(text));
+      expect(step.snapshotRenderedLength).toBe(text.length);
+      expect(full.session.steps[index]!.snapshotDigest).toBe(step.snapshotDigest);
     }
     // Without continuation: two full renders a step. With it: only where the previous step's render
     // does not start the request (the first request, the branch, the tools change, the content
-    // parts, the rewrite).
+    // parts, the rewrite, the two unrelated requests).
     expect(full.fullRenders).toBe(2 * full.plans.length);
-    expect(continued.fullRenders).toBe(2 * 5);
+    expect(continued.fullRenders).toBe(2 * 7);
+  });
+
+  it('routes by digests exactly as comparing the rendered texts does', () => {
+    const { session, plans } = run(true);
+    const snapshots = session.steps.map((step) => tokenizer.render(step.messagesSnapshot, step.tools, false));
+    const routes = requests().map((request, index) => {
+      // The §1.7 candidate order over the steps recorded before this request, by text.
+      const text = tokenizer.render(request.messages, request.tools, true);
+      const before = session.steps.slice(0, index);
+      const latest = new Map(before.map((step) => [step.lineage, step.index]));
+      const ranks = (left: Step, right: Step) => {
+        const leftLength = snapshots[left.index]!.length;
+        const rightLength = snapshots[right.index]!.length;
+        if (leftLength !== rightLength) return leftLength > rightLength;
+        const leftLatest = latest.get(left.lineage) === left.index;
+        const rightLatest = latest.get(right.lineage) === right.index;
+        if (leftLatest !== rightLatest) return leftLatest;
+        if (left.index !== right.index) return left.index > right.index;
+        return left.lineage.index < right.lineage.index;
+      };
+      let best: Step | null = null;
+      for (const step of before)
+        if (text.startsWith(snapshots[step.index]!) && (best === null || ranks(step, best))) best = step;
+      const plan = plans[index]!;
+      if (best === null)
+        expect(plan.baseStep === null || plan.segmentReasons.includes('tools_changed')).toBe(true);
+      else expect(plan.baseStep).toBe(best);
+      return best === null ? null : [best.index, plan.routeType];
+    });
+    // The last request continues the latest step, yet branches from the longer second step.
+    expect(routes.at(-1)).toEqual([1, 'branch']);
   });
 });

@@ -3,7 +3,7 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import { decodeCharacters } from './__fixtures__/fake-tokenizer.js';
 import { type Harness, startHarness } from './__fixtures__/harness.js';
 
-// The per-session caches (validated message prefix, rendered-snapshot sources) must never change what
+// The per-session caches (validated message prefix, rendered-snapshot digests) must never change what
 // a request routes to, how it segments or how it fails.
 let harness: Harness;
 afterEach(async () => {

@@ -1,7 +1,7 @@
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash, type Hash, randomBytes } from 'node:crypto';
 import type { ChatMessage, RouteType, SegmentReason, Tool } from '@dressage/protocol';
 import { isRealVersion } from '@dressage/protocol';
-import { canonicalToolsJson, isMessagePrefix, rendersAlike, startsWithText } from '@dressage/tito';
+import { canonicalToolsJson, isMessagePrefix, rendersAlike } from '@dressage/tito';
 import type { RoutedExpertsDtype } from './config.js';
 import type { RoutedExpertsPiece } from './generation-controller.js';
 import { detailError } from './http-error.js';
@@ -48,11 +48,12 @@ export interface Step {
   tools: Tool[] | null;
   toolsJson: string;
   /**
-   * Rendered snapshot (no generation prompt): its length, and where its text is: the first
-   * `snapshotRenderedLength` characters of a shared {@link RenderedSource}. Routing only tests prefixes.
+   * Rendered snapshot (no generation prompt): its length (-1 when it does not render) and its
+   * {@link renderedDigest}. Routing only tests whether a snapshot starts a request's render, so the
+   * text itself is not kept.
    */
   snapshotRenderedLength: number;
-  snapshotSource: RenderedSource | null;
+  snapshotDigest: string | null;
   /** Token storage: the step's prompt is `[0, promptEnd)`, its response `[promptEnd, responseEnd)`. */
   buffer: TokenBuffer;
   promptEnd: number;
@@ -92,16 +93,29 @@ export interface StepPlan {
   tools: Tool[] | null;
   toolsJson: string;
   /**
-   * The previous step's rendered snapshot and its message count when this request extends it
-   * (same tools, the same messages as sent): the new step's snapshot render continues it.
+   * The previous step's rendered snapshot when this request extends it (same tools, the same
+   * messages as sent): the request's render and the new step's snapshot continue it.
    */
   renderBase: RenderBase | null;
 }
 
-/** A rendered conversation that later renders continue: its text and how many messages it covers. */
+/**
+ * A rendered snapshot that later renders continue: how many messages it covers, its length, and the
+ * running hash of its text (never digested itself: copies are).
+ */
 export interface RenderBase {
-  text: string;
   count: number;
+  length: number;
+  hash: Hash;
+}
+
+/**
+ * A render: the whole text, or when `base` is set, the text that follows the base's snapshot
+ * (the whole render is the base's text and then `text`).
+ */
+interface Render {
+  base: RenderBase | null;
+  text: string;
 }
 
 /** What generation produced for a step. */
@@ -120,44 +134,18 @@ export interface StepOutput {
   toolCallHookMetadata?: Record<string, unknown> | null;
 }
 
-function hashText(text: string): string {
-  return createHash('sha1').update(text).digest('base64');
+// SHA-256 over UTF-16 code units: hashing a text piece by piece gives the hash of the whole text,
+// wherever the pieces split it.
+function feedText(hash: Hash, text: string): Hash {
+  return hash.update(text, 'utf16le');
 }
 
 /**
- * The rendered snapshot text of a chain of steps whose snapshots extend one another: each step's
- * snapshot is a prefix of `text`. While hot, `text` is the longest snapshot of the chain, so routing
- * tests a step with a plain `startsWith` instead of hashing the request per candidate. A cold source
- * drops its text and keeps one SHA-1 per step length (bounded memory for sessions that rewrite).
+ * The digest a step keeps of its rendered snapshot: SHA-256 of the text's UTF-16 code units,
+ * base64. Equal digests (and lengths) stand for equal texts.
  */
-export interface RenderedSource {
-  text: string | null;
-  /** Hash of each step prefix length, filled when the source goes cold. */
-  hashes: Map<number, string> | null;
-  /** Lengths of the steps that point here (to hash them when going cold). */
-  lengths: number[];
-  lastUsed: number;
-}
-
-// Hot sources kept per session: enough for the live lineage tails of ordinary agents, while a session
-// that rewrites history every turn keeps O(1) texts instead of one per step.
-const hotSourceLimit = 4;
-
-function coolSource(source: RenderedSource): void {
-  const text = source.text;
-  if (text === null) return;
-  const hashes = new Map<number, string>();
-  // One running SHA-1 over the text, copied at each step length: O(text) for the whole chain.
-  const lengths = [...new Set(source.lengths)].sort((left, right) => left - right);
-  const hash = createHash('sha1');
-  let position = 0;
-  for (const length of lengths) {
-    hash.update(text.slice(position, length));
-    position = length;
-    hashes.set(length, hash.copy().digest('base64'));
-  }
-  source.hashes = hashes;
-  source.text = null;
+export function renderedDigest(text: string): string {
+  return feedText(createHash('sha256'), text).digest('base64');
 }
 
 const lineageReasonSet = new Set<SegmentReason>([
@@ -241,8 +229,11 @@ export class Session {
   boundEpoch: number | null = null;
   /** Distinct real versions of every response token so far, in order. */
   readonly realVersions: string[] = [];
-  /** Hot rendered-snapshot sources, least recently extended first. */
-  readonly hotSources: RenderedSource[] = [];
+  /**
+   * Running hash of the latest step's rendered snapshot (null when it did not render): the next
+   * request's render continues that snapshot, and its hash continues this one.
+   */
+  snapshotHash: Hash | null = null;
   /** The previous request's raw and validated messages and tools (validation reuses the prefix). */
   requestCache: RequestCache | null = null;
   /** Finished tool-call hook dispatches by idempotency key (created on the first dispatch). */
@@ -354,8 +345,8 @@ export function planStep(
   let routeType: RouteType = 'create';
   let baseStep: Step | null = null;
   let renderFailed = false;
-  let rendered: string | null = null;
-  const renderBase = previous === null ? null : continuableRender(previous, messages, toolsJson);
+  let rendered: Render | null = null;
+  const renderBase = previous === null ? null : continuableRender(session, previous, messages, toolsJson);
   try {
     // Agents resend the whole history: continue the previous step's render when the renderer can,
     // rendering only the new messages (same text as a full render, checked in the renderer tests).
@@ -387,6 +378,9 @@ export function planStep(
     baseStep = previous;
     routeType = 'append';
   }
+  // A whole render is handed to a full encode; a continued one is not kept whole (the encoder then
+  // renders again, which only a failed incremental encode of a continued request needs).
+  const renderedText = rendered !== null && rendered.base === null ? rendered.text : undefined;
 
   const reasons = new Set<SegmentReason>();
   if (historyRewrite) reasons.add('history_rewrite');
@@ -415,11 +409,11 @@ export function planStep(
     } catch {
       incrementalFailed = true;
       reasons.add('tito_incremental_tokenization_failed');
-      promptIds = tokenizer.encodeFull(messages, tools, rendered ?? undefined);
+      promptIds = tokenizer.encodeFull(messages, tools, renderedText);
       contextDelta = promptIds;
     }
   } else {
-    promptIds = tokenizer.encodeFull(messages, tools, rendered ?? undefined);
+    promptIds = tokenizer.encodeFull(messages, tools, renderedText);
     contextDelta = promptIds;
   }
   const segmentReasons = reasonOrder.filter((reason) => reasons.has(reason));
@@ -447,23 +441,21 @@ export function planStep(
 // The previous step's rendered snapshot when `messages` starts with its messages exactly as sent and
 // the tools are the same, so that its text is the start of the request's render; else null.
 function continuableRender(
+  session: Session,
   previous: Step,
   messages: readonly ChatMessage[],
   toolsJson: string,
 ): RenderBase | null {
-  const source = previous.snapshotSource;
+  const hash = session.snapshotHash;
   const length = previous.snapshotRenderedLength;
   const snapshot = previous.messagesSnapshot;
-  if (source === null || source.text === null || length < 0 || previous.toolsJson !== toolsJson) return null;
+  if (hash === null || length < 0 || previous.toolsJson !== toolsJson) return null;
   if (snapshot.length === 0 || snapshot.length > messages.length) return null;
   // Nearly always the same objects (the request cache reuses the previous request's messages); the
   // assistant reply comes back as the agent's copy of it.
   for (let index = 0; index < snapshot.length; index++)
     if (!rendersAlike(snapshot[index]!, messages[index]!)) return null;
-  return {
-    text: length === source.text.length ? source.text : source.text.slice(0, length),
-    count: snapshot.length,
-  };
+  return { count: snapshot.length, length, hash };
 }
 
 // True when `left` comes before `right` in the candidate order of §1.7: longest rendered snapshot,
@@ -479,57 +471,53 @@ function ranksBefore(left: Step, right: Step): boolean {
 }
 
 // The first candidate in §1.7 order whose snapshot prefixes the request, i.e. the best-ranked valid
-// one: one pass that only tests steps ranking above the best found so far (no sort, no copy; the
-// latest step usually wins at once and prunes the rest).
-function bestPrefixCandidate(session: Session, rendered: string): Step | null {
-  const hashes = new Map<number, string>();
-  let best: Step | null = null;
+// one. A continued render starts with the previous step's snapshot by construction, and that step
+// ranks first among snapshots no longer than its own (it is the latest step): only longer snapshots
+// are tested then, usually none. Snapshots are tested by digest: the request's render is hashed once,
+// with a digest copied at each length some snapshot has.
+function bestPrefixCandidate(session: Session, rendered: Render): Step | null {
+  const base = rendered.base;
+  const offset = base === null ? 0 : base.length;
+  const end = offset + rendered.text.length;
+  const best = base === null ? null : session.steps.at(-1)!;
+  const lengths: number[] = [];
+  for (const step of session.steps) {
+    const length = step.snapshotRenderedLength;
+    if (step.snapshotDigest !== null && length > offset && length <= end) lengths.push(length);
+  }
+  if (base === null) {
+    // An empty snapshot starts every render (it cannot come from a template, but costs nothing).
+    for (const step of session.steps) if (step.snapshotRenderedLength === 0) lengths.push(0);
+  }
+  if (lengths.length === 0) return best;
+  const digests = prefixDigests(
+    rendered.text,
+    base === null ? createHash('sha256') : base.hash.copy(),
+    offset,
+    lengths,
+  );
+  let found = best;
   for (let index = session.steps.length - 1; index >= 0; index--) {
     const step = session.steps[index]!;
-    if (best !== null && !ranksBefore(step, best)) continue;
-    if (snapshotPrefixes(step, rendered, hashes)) best = step;
+    if (found !== null && !ranksBefore(step, found)) continue;
+    const digest = digests.get(step.snapshotRenderedLength);
+    if (digest !== undefined && digest === step.snapshotDigest) found = step;
   }
-  return best;
+  return found;
 }
 
-function snapshotPrefixes(step: Step, rendered: string, hashes: Map<number, string>): boolean {
-  const length = step.snapshotRenderedLength;
-  const source = step.snapshotSource;
-  if (source === null || length < 0 || length > rendered.length) return false;
-  if (source.text !== null) {
-    // Hot: compare the characters themselves (no hashing, no copy for the chain's longest step).
-    return startsWithText(
-      rendered,
-      length === source.text.length ? source.text : source.text.slice(0, length),
-    );
+// Digests of the render's first `length` characters for each length (all within
+// `[offset, offset + text.length]`), `hash` having been fed the render's first `offset` characters.
+function prefixDigests(text: string, hash: Hash, offset: number, lengths: number[]): Map<number, string> {
+  const digests = new Map<number, string>();
+  const sorted = [...new Set(lengths)].sort((left, right) => left - right);
+  let position = offset;
+  for (const length of sorted) {
+    feedText(hash, text.slice(position - offset, length - offset));
+    position = length;
+    digests.set(length, hash.copy().digest('base64'));
   }
-  let hash = hashes.get(length);
-  if (hash === undefined) {
-    hash = hashText(rendered.slice(0, length));
-    hashes.set(length, hash);
-  }
-  return hash === source.hashes?.get(length);
-}
-
-// Attaches a new step's rendered snapshot to the hot source it extends (the base step's, else the
-// session's previous step's), or to a new source; cools the least recently used beyond the limit.
-function attachSnapshot(session: Session, base: Step | null, rendered: string | null): RenderedSource | null {
-  if (rendered === null) return null;
-  const tick = session.steps.length;
-  for (const candidate of [base?.snapshotSource, session.steps.at(-1)?.snapshotSource]) {
-    if (!candidate || candidate.text === null || !startsWithText(rendered, candidate.text)) continue;
-    candidate.text = rendered;
-    candidate.lengths.push(rendered.length);
-    candidate.lastUsed = tick;
-    const position = session.hotSources.indexOf(candidate);
-    if (position !== -1) session.hotSources.splice(position, 1);
-    session.hotSources.push(candidate);
-    return candidate;
-  }
-  const source: RenderedSource = { text: rendered, hashes: null, lengths: [rendered.length], lastUsed: tick };
-  session.hotSources.push(source);
-  while (session.hotSources.length > hotSourceLimit) coolSource(session.hotSources.shift()!);
-  return source;
+  return digests;
 }
 
 function newSegment(reasons: SegmentReason[]): LineageSegment {
@@ -577,8 +565,19 @@ export function commitStep(session: Session, plan: StepPlan, output: StepOutput,
   segment.logprobsInvalid ||= output.logprobsInvalid;
   segment.incrementalFailed ||= plan.incrementalFailed;
   const snapshot = [...plan.messages, output.assistantMessage];
-  const renderedSnapshot = renderSnapshot(options.tokenizer, snapshot, plan.tools, plan.renderBase);
-  const snapshotSource = attachSnapshot(session, plan.baseStep, renderedSnapshot);
+  const rendered = renderSnapshot(options.tokenizer, snapshot, plan.tools, plan.renderBase);
+  let snapshotRenderedLength = -1;
+  let snapshotDigest: string | null = null;
+  session.snapshotHash = null;
+  if (rendered !== null) {
+    const hash = feedText(
+      rendered.base === null ? createHash('sha256') : rendered.base.hash.copy(),
+      rendered.text,
+    );
+    snapshotRenderedLength = (rendered.base?.length ?? 0) + rendered.text.length;
+    snapshotDigest = hash.copy().digest('base64');
+    session.snapshotHash = hash;
+  }
   const index = session.steps.length;
   const lastVersion = output.versionRuns.at(-1)?.version ?? null;
   const step: Step = {
@@ -592,8 +591,8 @@ export function commitStep(session: Session, plan: StepPlan, output: StepOutput,
     messagesSnapshot: snapshot,
     tools: plan.tools,
     toolsJson: plan.toolsJson,
-    snapshotRenderedLength: renderedSnapshot === null ? -1 : renderedSnapshot.length,
-    snapshotSource,
+    snapshotRenderedLength,
+    snapshotDigest,
     buffer,
     promptEnd,
     responseEnd,
@@ -619,7 +618,7 @@ export function commitStep(session: Session, plan: StepPlan, output: StepOutput,
   return step;
 }
 
-// `render(messages, tools, addGenerationPrompt)`, as `base`'s text and what follows it when the
+// `render(messages, tools, addGenerationPrompt)`, as what follows `base`'s snapshot when the
 // renderer can continue it, else rendered whole.
 function renderContinuing(
   tokenizer: PromptTokenizer,
@@ -627,12 +626,12 @@ function renderContinuing(
   tools: Tool[] | null,
   base: RenderBase | null,
   addGenerationPrompt: boolean,
-): string {
+): Render {
   const continuation =
     base === null ? null : tokenizer.renderFrom(messages, base.count, tools, addGenerationPrompt);
   return continuation === null
-    ? tokenizer.render(messages, tools, addGenerationPrompt)
-    : base!.text + continuation;
+    ? { base: null, text: tokenizer.render(messages, tools, addGenerationPrompt) }
+    : { base, text: continuation };
 }
 
 // The snapshot's render (no generation prompt), continuing the plan's base when it has one; null
@@ -642,7 +641,7 @@ function renderSnapshot(
   messages: ChatMessage[],
   tools: Tool[] | null,
   base: RenderBase | null,
-): string | null {
+): Render | null {
   try {
     return renderContinuing(tokenizer, messages, tools, base, false);
   } catch {
