@@ -78,13 +78,14 @@ def samples_of(batch):
 
 
 def direct_logprobs(module, batch) -> list[torch.Tensor]:
-    """Per sample, the logprobs of its response tokens from one unpadded forward pass each."""
+    """Per sample, the logprobs of its response tokens from one unpadded forward pass each (on
+    the module's device; returned on the CPU)."""
     result = []
     for tokens, response in zip(samples_of(batch), batch.response_lengths):
-        ids = torch.from_numpy(tokens)[None]
+        ids = torch.from_numpy(tokens)[None].to(module.device)
         logits = module(input_ids=ids).logits[0, :-1].float()
         picked = torch.log_softmax(logits, dim=-1).gather(1, ids[0, 1:, None])[:, 0]
-        result.append(picked[len(tokens) - 1 - int(response) :])
+        result.append(picked[len(tokens) - 1 - int(response) :].cpu())
     return result
 
 
