@@ -18,6 +18,7 @@ import grpc
 import numpy as np
 import torch
 
+from .embedded_checkpoint import TRAINER_STATE_FILE
 from .errors import WorkerError
 
 PREFIX = "hf:"
@@ -27,9 +28,16 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 VERSION_FILE = "dressage-weights.json"
 # Top-level files of the source directory copied beside the weights: tokenizer, chat template,
 # generation settings (an engine loads the written directory as a whole model). Weights and their
-# indexes are never copied: `save_pretrained` writes those.
+# indexes are never copied (`save_pretrained` writes those), nor the trainer state of a checkpoint
+# the model started from (SaveCheckpoint writes its own).
 COPIED_SUFFIXES = (".json", ".jinja", ".txt", ".model", ".tiktoken")
-NOT_COPIED = ("config.json", VERSION_FILE, "model.safetensors.index.json", "pytorch_model.bin.index.json")
+NOT_COPIED = (
+    "config.json",
+    VERSION_FILE,
+    TRAINER_STATE_FILE,
+    "model.safetensors.index.json",
+    "pytorch_model.bin.index.json",
+)
 
 
 def model_directory(model: str) -> str | None:

@@ -283,6 +283,15 @@ class HuggingFaceActorTest(ActorTestCase):
         first.update_weights("v1", [])
         first.save_checkpoint(saved, 1)
         first.train(2, header(learning_rate=0.01), batch, {})
+        # Weights published by a trainer that started from the checkpoint carry its tokenizer
+        # files, not its trainer state.
+        started = TorchActor(TorchSettings(model_path=f"hf:{saved}"))
+        self.addCleanup(started.close)
+        published = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, published, True)
+        started.rank.model.write(published, "v2")
+        self.assertIn("tokenizer_config.json", os.listdir(published))
+        self.assertNotIn("embedded-trainer.json", os.listdir(published))
         second = self.actor()
         self.assertEqual(second.load_checkpoint(saved), 1)
         self.assertEqual(second.weight_version, "v1")
