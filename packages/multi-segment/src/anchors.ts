@@ -34,6 +34,7 @@ export function findTrajectoryAnchors<T extends AnchorSample>(
   const anchors = new Map<string, number>();
   const best = new Map<string, number>();
   for (let position = 0; position < samples.length; position++) {
+    // In bounds: the loop runs over the array's own length.
     const sample = samples[position] as T;
     if (!include(sample)) continue;
     const id = trajectoryIdOf(sample);

@@ -1,5 +1,4 @@
-import { DressageError, type Sample } from '@dressage/protocol';
-import type { SegmentInput } from './segment-input.js';
+import { DressageError, type Sample, type Segment } from '@dressage/protocol';
 import { type WriteSampleOptions, writeSampleFromSegment } from './write-sample.js';
 
 /** Options of {@link expandSegmentsToSamples}. */
@@ -31,42 +30,29 @@ function nonEmpty(value: unknown): string | null {
  * reward (normally unset, so the reward model runs once per trajectory); every other segment gets
  * reward 0.
  *
- * Everything conversion will need is checked here, so that a bad trajectory fails where it was
- * produced, with its session named: an empty or duplicated segment list, a missing session,
- * instance, `index` or `group_index`, and every per-segment problem of {@link writeSampleFromSegment}.
+ * The segments are `Segment`s as `ProxyClient.readTrajectory` returns them, each already checked
+ * by its schema. What no single segment's schema can see is checked here, so that a bad trajectory
+ * fails where it was produced, with its session named: an empty list, a `segment_index` that appears
+ * twice, and a template without the `index` or `group_index` conversion needs.
  */
 export function expandSegmentsToSamples(
   template: Sample,
-  segments: readonly SegmentInput[],
+  segments: readonly Segment[],
   options: ExpandOptions = {},
 ): Sample[] {
   const first = segments[0];
-  const sessionId =
-    nonEmpty(options.sessionId) ?? nonEmpty(template.session_id) ?? nonEmpty(first?.session_id) ?? null;
-  const label = sessionId ?? '(no session id)';
   if (first === undefined) {
+    const label = nonEmpty(options.sessionId) ?? nonEmpty(template.session_id) ?? '(no session id)';
     throw new DressageError({
       code: 'invalid_argument',
       message: `Session ${label}: no segments to expand`,
-      details: { session_id: sessionId },
+      details: { session_id: label },
     });
   }
-  if (sessionId === null) {
-    throw new DressageError({
-      code: 'invalid_argument',
-      message:
-        'Cannot expand segments without a session id: pass sessionId, or set template.session_id or the segments’ session_id',
-    });
-  }
+  // A segment always names its session and instance; explicit options and the template come first.
+  const sessionId = nonEmpty(options.sessionId) ?? nonEmpty(template.session_id) ?? first.session_id;
   const instanceId =
-    nonEmpty(options.instanceId) ?? nonEmpty(template.metadata.instance_id) ?? nonEmpty(first.instance_id);
-  if (instanceId === null) {
-    throw new DressageError({
-      code: 'invalid_argument',
-      message: `Session ${sessionId}: no instance id (pass instanceId, or set template.metadata.instance_id or the segments’ instance_id); prompt-equal training groups samples by it`,
-      details: { session_id: sessionId },
-    });
-  }
+    nonEmpty(options.instanceId) ?? nonEmpty(template.metadata.instance_id) ?? first.instance_id;
   if (template.index === null) {
     throw new DressageError({
       code: 'invalid_argument',
@@ -83,16 +69,9 @@ export function expandSegmentsToSamples(
   }
 
   const ordered = [...segments].sort((a, b) => a.segment_index - b.segment_index);
-  for (let i = 0; i < ordered.length; i++) {
-    const index = (ordered[i] as SegmentInput).segment_index;
-    if (!Number.isInteger(index) || index < 0) {
-      throw new DressageError({
-        code: 'invalid_argument',
-        message: `Session ${sessionId}: segment_index ${index} is not a non-negative integer`,
-        details: { session_id: sessionId, segment_index: index },
-      });
-    }
-    if (i > 0 && index === (ordered[i - 1] as SegmentInput).segment_index) {
+  for (let i = 1; i < ordered.length; i++) {
+    const index = ordered[i]?.segment_index;
+    if (index === ordered[i - 1]?.segment_index) {
       throw new DressageError({
         code: 'invalid_argument',
         message: `Session ${sessionId}: segment_index ${index} appears more than once`,
@@ -101,7 +80,7 @@ export function expandSegmentsToSamples(
     }
   }
 
-  const uids = ordered.map((segment) => segment.uid).filter((uid): uid is string => typeof uid === 'string');
+  const uids = ordered.map((segment) => segment.uid);
   const last = ordered.length - 1;
   return ordered.map((segment, position) => {
     const sample = writeSampleFromSegment(template, segment, {

@@ -20,4 +20,3 @@ export {
   rolloutLogMetrics,
 } from './metrics.js';
 export type { RoutedExperts } from './routed-experts.js';
-export type { SegmentInput } from './segment-input.js';

@@ -19,6 +19,7 @@ function stableJson(value: unknown): string {
   if (value !== null && typeof value === 'object') {
     const entries = Object.keys(value)
       .sort()
+      // `value` is a non-array object here, so its own keys index it.
       .map((key) => `${JSON.stringify(key)}:${stableJson((value as Record<string, unknown>)[key])}`);
     return `{${entries.join(',')}}`;
   }

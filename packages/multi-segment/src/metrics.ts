@@ -175,6 +175,7 @@ export function mopdTeacherMetrics(
 ): Record<string, number> {
   const byTeacher = new Map<string, TrajectoryRewards>();
   for (let position = 0; position < samples.length; position++) {
+    // In bounds: the loop runs over the array's own length.
     const sample = samples[position] as Sample;
     const teacherValue = sample.metadata.teacher_id;
     if (teacherValue === null || teacherValue === undefined || teacherValue === '') continue;

@@ -1,4 +1,4 @@
-import { DressageError } from '@dressage/protocol';
+import { DressageError, type RoutedExpertsChunk } from '@dressage/protocol';
 
 /**
  * The routed experts (MoE routing replay, R3) of one sample: `rows × numLayers × topk` expert ids,
@@ -20,7 +20,6 @@ export interface RoutedExpertsShape {
 }
 
 const bytesPerId = { uint8: 1, uint16: 2, int32: 4 } as const;
-type RoutedExpertsDtype = keyof typeof bytesPerId;
 
 const base64Pattern = /^[A-Za-z0-9+/]*={0,2}$/;
 
@@ -84,33 +83,17 @@ export function zeroRoutedExperts(rows: number, shape: RoutedExpertsShape): Rout
   };
 }
 
-// One chunk's ids as int32 (the wire is little-endian, as are the hosts we run on).
-function decodeChunk(
-  chunk: Record<string, unknown>,
-  index: number,
-  rowWidth: number,
-  at: string,
-): Int32Array {
+// One chunk's ids as int32 (the wire is little-endian, as are the hosts we run on). The chunk's
+// fields have their schema's types; what the schema cannot see is checked here: base64 text, whole
+// rows, and a row count that agrees with the payload.
+function decodeChunk(chunk: RoutedExpertsChunk, index: number, rowWidth: number, at: string): Int32Array {
   const field = `routed_experts_chunks[${index}]`;
-  const dtype = chunk.dtype === undefined || chunk.dtype === null ? 'int32' : chunk.dtype;
-  if (typeof dtype !== 'string' || !Object.hasOwn(bytesPerId, dtype)) {
-    throw invalid(
-      `${at}: ${field}.dtype is ${JSON.stringify(dtype)}, expected one of ${Object.keys(bytesPerId).join(', ')}`,
-      { field: `${field}.dtype` },
-    );
-  }
-  const data = chunk.data;
-  if (typeof data !== 'string' || !base64Pattern.test(data)) {
+  const { data, dtype, row_count: rowCount } = chunk;
+  if (!base64Pattern.test(data)) {
     throw invalid(`${at}: ${field}.data is not base64 text`, { field: `${field}.data` });
   }
-  const rowCount = chunk.row_count;
-  if (!Number.isInteger(rowCount) || (rowCount as number) < 0) {
-    throw invalid(`${at}: ${field}.row_count is ${JSON.stringify(rowCount)}, not a row count`, {
-      field: `${field}.row_count`,
-    });
-  }
   const bytes = Buffer.from(data, 'base64');
-  const size = bytesPerId[dtype as RoutedExpertsDtype];
+  const size = bytesPerId[dtype];
   const idCount = bytes.length / size;
   if (!Number.isInteger(idCount) || idCount % rowWidth !== 0) {
     throw invalid(
@@ -135,38 +118,29 @@ function decodeChunk(
 }
 
 /**
- * Decodes a segment's `routed_experts_chunks` (base64 `uint8` / `uint16` / `int32`; a chunk without
- * a dtype is `int32`) into one {@link RoutedExperts}: chunks are concatenated in order, then cut to
- * `tokenCount − 1` rows (`tokenCount` after the token cap). `where` names the segment in errors.
+ * Decodes a segment's `routed_experts_chunks` (base64 `uint8` / `uint16` / `int32`) into one
+ * {@link RoutedExperts}: chunks are concatenated in order, then cut to `tokenCount − 1` rows
+ * (`tokenCount` after the token cap). `where` names the segment in errors.
  *
- * Errors (`invalid_argument`, naming the segment and the chunk field): an unknown dtype, text that
- * is not base64, a payload that is not whole rows of `numLayers × moeRouterTopk` ids, rows other
- * than the chunk's `row_count`, and fewer rows in all than `tokenCount − 1`.
+ * Errors (`invalid_argument`, naming the segment and the chunk field): text that is not base64, a
+ * payload that is not whole rows of `numLayers × moeRouterTopk` ids, rows other than the chunk's
+ * `row_count`, and fewer rows in all than `tokenCount − 1`.
  *
  * @returns null when there are no chunks
  */
 export function decodeRoutedExperts(
-  chunks: readonly unknown[] | null | undefined,
+  chunks: readonly RoutedExpertsChunk[] | undefined,
   shape: RoutedExpertsShape,
   tokenCount: number,
   where: string,
 ): RoutedExperts | null {
-  if (chunks === null || chunks === undefined) return null;
-  if (!Array.isArray(chunks)) {
-    throw invalid(`${where}: routed_experts_chunks must be a list`, { field: 'routed_experts_chunks' });
-  }
-  if (chunks.length === 0) return null;
+  if (chunks === undefined || chunks.length === 0) return null;
   checkShape(shape, where);
   const rowWidth = shape.numLayers * shape.moeRouterTopk;
   const decoded: Int32Array[] = [];
   let total = 0;
   chunks.forEach((chunk, index) => {
-    if (typeof chunk !== 'object' || chunk === null || Array.isArray(chunk)) {
-      throw invalid(`${where}: routed_experts_chunks[${index}] is not an object`, {
-        field: `routed_experts_chunks[${index}]`,
-      });
-    }
-    const ids = decodeChunk(chunk as Record<string, unknown>, index, rowWidth, where);
+    const ids = decodeChunk(chunk, index, rowWidth, where);
     decoded.push(ids);
     total += ids.length / rowWidth;
   });
@@ -178,9 +152,9 @@ export function decodeRoutedExperts(
     );
   }
   let ids: Int32Array;
-  if (decoded.length === 1) {
+  const only = decoded.length === 1 ? decoded[0] : undefined;
+  if (only !== undefined) {
     // A cut copies: a view would keep (and clone, with the sample) every row past the cap.
-    const only = decoded[0] as Int32Array;
     ids = only.length === expected * rowWidth ? only : only.slice(0, expected * rowWidth);
   } else {
     ids = new Int32Array(expected * rowWidth);

@@ -1,10 +1,11 @@
+import { expandSegmentsToSamples, markAbortedNoGrad, type RoutedExperts } from '@dressage/multi-segment';
 import {
-  expandSegmentsToSamples,
-  markAbortedNoGrad,
-  type RoutedExperts,
-  type SegmentInput,
-} from '@dressage/multi-segment';
-import { createSample, DressageError, segmentSchema } from '@dressage/protocol';
+  createSample,
+  DressageError,
+  type Segment,
+  segmentSchema,
+  trajectoryReadShapeSchema,
+} from '@dressage/protocol';
 import { convertSamplesToTrainData } from '@dressage/trainer-bridge';
 import { afterEach, describe, expect, it } from 'vitest';
 import { type Harness, startHarness, temporaryDirectory } from './__fixtures__/harness.js';
@@ -20,6 +21,13 @@ afterEach(async () => {
 
 const user = (content: string) => ({ role: 'user', content });
 const assistant = (content: string) => ({ role: 'assistant', content });
+
+// The segments of a `/trajectory/read` answer by id, as ProxyClient.readTrajectory reads them.
+function segmentsOf(body: unknown): Segment[] {
+  const read = trajectoryReadShapeSchema.parse(body);
+  if (read.mode !== 'trajectory') throw new Error(`expected mode trajectory, got ${read.mode}`);
+  return read.data;
+}
 
 function decodeChunk(chunk: { data: string; dtype: string }): number[] {
   const bytes = Buffer.from(chunk.data, 'base64');
@@ -196,7 +204,7 @@ describe('R3 routed experts', () => {
     });
     await twoTurns([{ text: 'hello' }, { text: 'follow' }]);
     const read = await harness!.call('POST', '/trajectory/read', { trajectory_id: 's' });
-    const segments = read.body.data as SegmentInput[];
+    const segments = segmentsOf(read.body);
     const template = createSample({ index: 0, group_index: 0, session_id: 's' });
     const replay = { useRolloutRoutingReplay: true, ...shape, instanceId: 'p' };
     const [sample] = expandSegmentsToSamples(template, segments, replay);
@@ -228,7 +236,7 @@ describe('R3 routed experts', () => {
     await twoTurns([{ text: 'hello' }, { text: 'follow' }]);
     const plain = await harness!.call('POST', '/trajectory/read', { trajectory_id: 's' });
     try {
-      expandSegmentsToSamples(template, plain.body.data, replay);
+      expandSegmentsToSamples(template, segmentsOf(plain.body), replay);
       expect.unreachable();
     } catch (error) {
       expect(DressageError.isInstance(error)).toBe(true);

@@ -3,6 +3,7 @@ import {
   createSample,
   DressageError,
   type Sample,
+  type Segment,
   trainBatchSchema,
   unpackTrainBatch,
 } from '@dressage/protocol';
@@ -15,6 +16,50 @@ interface PartOptions {
   segmentIndex?: number;
   rolloutId?: number | null;
   fields?: Parameters<typeof createSample>[0];
+}
+
+// One finalized segment of two as `ProxyClient.readTrajectory` returns it: tokens [1, 2, 3], the
+// last two trainable.
+function proxySegment(segmentIndex: number, sessionId: string): Segment {
+  return {
+    uid: `${sessionId}-${segmentIndex}`,
+    session_id: sessionId,
+    trajectory_id: sessionId,
+    turn_id: null,
+    instance_id: 'p',
+    segment_index: segmentIndex,
+    segment_count: 2,
+    messages: [{ role: 'assistant', content: 'done' }],
+    tools: null,
+    tokens: Int32Array.of(1, 2, 3),
+    full_logprobs: Float64Array.of(0, -0.1, -0.2),
+    full_loss_mask: Uint8Array.of(0, 1, 1),
+    aligned_response_length: 2,
+    finish_reason: 'stop',
+    timestamp: 1,
+    extra_info: {
+      token_build_mode: 'tito',
+      context_token_count: 1,
+      output_token_count: 2,
+      num_steps: 1,
+      lineage_id: 'l',
+      lineage_index: 0,
+      segment_reason: 'initial',
+      segment_reasons: ['initial'],
+      finalization_complete: true,
+      finalization_id: 'f',
+      segment_view: 'lineage',
+      alignment_method: 'tito',
+      context_delta_token_count: 0,
+      num_turns: 1,
+      turn_ids: [],
+      branch_from_step_id: null,
+      step_ids: ['step'],
+      timestamp: '1',
+      history_rewritten: false,
+      trajectory_num_segments: 2,
+    },
+  };
 }
 
 let nextIndex = 0;
@@ -216,12 +261,7 @@ describe('convertSamplesToTrainData: keys', () => {
       session_id: 's-0',
       metadata: { instance_id: 'p' },
     });
-    const segments = [0, 1].map((segment_index) => ({
-      segment_index,
-      tokens: [1, 2, 3],
-      full_loss_mask: [0, 1, 1],
-      full_logprobs: [0, -0.1, -0.2],
-    }));
+    const segments = [0, 1].map((segment_index) => proxySegment(segment_index, 's-0'));
     const expanded = expandSegmentsToSamples(template, segments);
     expanded[1]!.reward = 1;
     const failed = markAbortedNoGrad(

@@ -2,20 +2,50 @@
 import assert from 'node:assert/strict';
 import { expandSegmentsToSamples } from '@dressage/multi-segment';
 import { tokenCap } from '@dressage/multi-segment/internal';
-import { createSample } from '@dressage/protocol';
+import { createSample, segmentShapeSchema } from '@dressage/protocol';
 
-const segment = (index, tokens, mask) => ({
-  session_id: 'sess-1',
-  instance_id: 'inst-1',
-  segment_index: index,
-  segment_count: 2,
-  tokens,
-  full_logprobs: mask.map((value) => (value ? -0.5 : 0)),
-  full_loss_mask: mask,
-  full_versions: mask.map((value) => (value ? '1' : '-1')),
-  finish_reason: 'stop',
-  messages: [{ role: 'assistant', content: `answer ${index}` }],
-});
+// A segment record as `/trajectory/read` writes it, read the way ProxyClient.readTrajectory reads it.
+const segment = (index, tokens, mask) =>
+  segmentShapeSchema.parse({
+    uid: `uid-${index}`,
+    session_id: 'sess-1',
+    trajectory_id: 'sess-1',
+    turn_id: null,
+    instance_id: 'inst-1',
+    segment_index: index,
+    segment_count: 2,
+    messages: [{ role: 'assistant', content: `answer ${index}` }],
+    tools: null,
+    tokens,
+    full_logprobs: mask.map((value) => (value ? -0.5 : 0)),
+    full_loss_mask: mask,
+    aligned_response_length: mask.filter((value) => value === 1).length,
+    finish_reason: 'stop',
+    timestamp: 1,
+    full_versions: mask.map((value) => (value ? '1' : '-1')),
+    extra_info: {
+      token_build_mode: 'snapshot',
+      context_token_count: 2,
+      output_token_count: tokens.length - 2,
+      num_steps: 1,
+      lineage_id: 'lineage-1',
+      lineage_index: 0,
+      segment_reason: 'initial',
+      segment_reasons: ['initial'],
+      finalization_complete: true,
+      finalization_id: 'finalization-1',
+      segment_view: 'timeline',
+      alignment_method: 'snapshot_step',
+      num_turns: 1,
+      turn_ids: [`turn-${index}`],
+      step_id: `step-${index}`,
+      timestamp: '1',
+      history_rewritten: false,
+      trajectory_num_segments: 2,
+      route_type: 'create',
+      route_base_step_id: null,
+    },
+  });
 const template = createSample({ index: 7, group_index: 3, metadata: { instance_id: 'inst-1' } });
 const samples = expandSegmentsToSamples(template, [
   segment(1, [1, 2, 3, 4, 5], [0, 0, 1, 1, 1]),

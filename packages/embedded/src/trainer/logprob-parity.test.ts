@@ -3,7 +3,7 @@
 // over gRPC. The trainer recomputes the logprob of every trainable token with the rollout's
 // weights; any token, mask or logprob out of place anywhere in the pipeline shows up as a difference.
 import { expandSegmentsToSamples } from '@dressage/multi-segment';
-import { createSample, type PackedTrainBatch, segmentSchema } from '@dressage/protocol';
+import { createSample, type PackedTrainBatch, segmentFromRecord, segmentSchema } from '@dressage/protocol';
 import { createProxyConfig, type ProxyServer, startProxyServer } from '@dressage/proxy';
 import type { TitoTokenizer } from '@dressage/tito';
 import {
@@ -72,7 +72,7 @@ async function finalizeAndRead(sessionId: string) {
     trajectory_id: sessionId,
     drain: true,
   });
-  return read.data.map((segment) => segmentSchema.parse(segment));
+  return read.data.map((segment) => segmentFromRecord(segmentSchema.parse(segment)));
 }
 
 function chat(
@@ -123,7 +123,7 @@ beforeAll(async () => {
   await chat('probe', [{ role: 'user', content: question }], 1);
   const [probe] = await finalizeAndRead('probe');
   const promptLength = probe!.full_loss_mask.indexOf(1);
-  const prompt = probe!.tokens.slice(0, promptLength);
+  const prompt = Array.from(probe!.tokens.subarray(0, promptLength));
   const answer = Array.from(tokenizer.encode(toolCallText));
   const warmStart = new SupervisedTrainer(model, { learningRate: 1e-2 });
   const example = {

@@ -4,7 +4,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { expandSegmentsToSamples } from '@dressage/multi-segment';
-import { createSample } from '@dressage/protocol';
+import { createSample, trajectoryReadShapeSchema } from '@dressage/protocol';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Script, ScriptedModelServer } from '../__fixtures__/scripted-model.js';
 import { findFreePortRange } from '../sandbox/free-ports.js';
@@ -145,18 +145,20 @@ describe.each(agents)('%s in a bubblewrap slot', (type, agent, options) => {
       method: 'POST',
       body: JSON.stringify({ session_id: session }),
     });
-    const read = (await (
-      await fetch(`${model.url}/trajectory/read`, {
-        method: 'POST',
-        body: JSON.stringify({ trajectory_id: session, drain: true }),
-      })
-    ).json()) as { data: Json[] };
-    const segment = read.data[0] as Json;
-    const messages = segment.messages as Json[];
-    expect(messages.map((message) => message.role)).toContain('tool');
+    const read = trajectoryReadShapeSchema.parse(
+      await (
+        await fetch(`${model.url}/trajectory/read`, {
+          method: 'POST',
+          body: JSON.stringify({ trajectory_id: session, drain: true }),
+        })
+      ).json(),
+    );
+    if (read.mode !== 'trajectory') throw new Error(`expected mode trajectory, got ${read.mode}`);
+    const segment = read.data[0];
+    expect(segment?.messages.map((message) => message.role)).toContain('tool');
     const samples = expandSegmentsToSamples(
       createSample({ index: 0, group_index: 0, session_id: session, metadata: { instance_id: 'task-1' } }),
-      read.data as never,
+      read.data,
     );
     const sample = samples[0];
     expect(sample).toBeDefined();

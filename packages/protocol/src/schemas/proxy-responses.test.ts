@@ -42,6 +42,23 @@ describe('/trajectory/read', () => {
     expect(notArray.error?.issues.map((issue) => issue.path.join('.'))).toEqual(['tokens']);
   });
 
+  it('checks every loss-mask entry and every routed-expert chunk: they decide what is trained', () => {
+    const record = timelineSegment();
+    const mask = [...record.full_loss_mask];
+    mask[mask.length - 1] = 2;
+    const badMask = segmentShapeSchema.safeParse({ ...record, full_loss_mask: mask });
+    expect(badMask.error?.issues.map((issue) => issue.path.join('.'))).toEqual([
+      `full_loss_mask.${mask.length - 1}`,
+    ]);
+    const badChunk = segmentShapeSchema.safeParse({
+      ...record,
+      routed_experts_chunks: [{ data: 'AAAA', row_count: 1, dtype: 'int64' }],
+    });
+    expect(badChunk.error?.issues.map((issue) => issue.path.join('.'))).toEqual([
+      'routed_experts_chunks.0.dtype',
+    ]);
+  });
+
   it('writes typed segments as the JSON the full schema accepts, in both modes', () => {
     const parsed = trajectoryReadShapeSchema.parse({
       success: true,

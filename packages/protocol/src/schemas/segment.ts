@@ -115,21 +115,34 @@ function checkSegment(segment: SegmentArrays, context: z.core.$RefinementCtx): v
   if (segment.full_versions !== undefined) {
     checkLength(context, ['full_versions'], segment.full_versions.length, length, 'tokens');
   }
-  let trainable = 0;
-  const mask = segment.full_loss_mask;
-  for (let index = 0; index < mask.length; index++) trainable += mask[index] === 1 ? 1 : 0;
-  if (segment.aligned_response_length !== trainable) {
-    context.addIssue({
-      code: 'custom',
-      path: ['aligned_response_length'],
-      message: `is ${segment.aligned_response_length} but full_loss_mask has ${trainable} trainable tokens`,
-    });
-  }
   if (segment.segment_index >= segment.segment_count) {
     context.addIssue({
       code: 'custom',
       path: ['segment_index'],
       message: `${segment.segment_index} is out of range for segment_count ${segment.segment_count}`,
+    });
+  }
+  // One pass counts the trainable tokens and checks every entry is 0 or 1: the mask is what
+  // decides which tokens are trained, so even the shape check reads each of its entries.
+  let trainable = 0;
+  const mask = segment.full_loss_mask;
+  for (let index = 0; index < mask.length; index++) {
+    const value = mask[index];
+    if (value === 1) trainable++;
+    else if (value !== 0) {
+      context.addIssue({
+        code: 'custom',
+        path: ['full_loss_mask', index],
+        message: `is ${value}, expected 0 or 1`,
+      });
+      return;
+    }
+  }
+  if (segment.aligned_response_length !== trainable) {
+    context.addIssue({
+      code: 'custom',
+      path: ['aligned_response_length'],
+      message: `is ${segment.aligned_response_length} but full_loss_mask has ${trainable} trainable tokens`,
     });
   }
 }
@@ -165,8 +178,9 @@ function arrayOf<T>(what: string) {
 
 /**
  * The cheap check a client runs on each segment of a `/trajectory/read` answer: the structure
- * (every field present with its type, arrays of equal length, the extra_info record in full) but
- * not every token, message or logprob; then the token data moves into typed arrays.
+ * (every field present with its type, arrays of equal length, the extra_info record and the
+ * routed-expert chunks in full, every loss-mask entry 0 or 1) but not every token id, message or
+ * logprob; then the token data moves into typed arrays.
  */
 export const segmentShapeSchema = z
   .looseObject({
@@ -177,10 +191,7 @@ export const segmentShapeSchema = z
     full_logprobs: arrayOf<number>('logprobs'),
     full_loss_mask: arrayOf<number>('mask values'),
     full_versions: arrayOf<string>('version labels').optional(),
-    routed_experts_chunks:
-      arrayOf<NonNullable<SegmentFieldValues['routed_experts_chunks']>[number]>(
-        'routed-expert chunks',
-      ).optional(),
+    // routed_experts_chunks keeps its full schema: a handful of chunks per segment, each one string.
   })
   .superRefine(checkSegment)
   .transform((record): Segment => segmentFromRecord(record));
