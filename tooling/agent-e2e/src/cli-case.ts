@@ -101,7 +101,7 @@ export function describeCli(type: CliType, expected: Expected, backendOptions: J
       const { turns: statuses, segments } = await run.runTurns(turns);
       expect(statuses.map((status) => status.status)).toEqual(['committed', 'committed', 'committed']);
       const replies = run.model.replies.slice(before);
-      const reasons = segments.map((segment) => String((segment.extra_info as Json).segment_reason));
+      const reasons = segments.map((segment) => segment.extra_info.segment_reason);
       // The measured row of the README table.
       console.log(
         `[agent-e2e] ${type}: ${JSON.stringify({
@@ -111,7 +111,7 @@ export function describeCli(type: CliType, expected: Expected, backendOptions: J
           tools: replies[0]?.tools.length,
           first_prompt_tokens: replies[0]?.promptTokens,
           segments: reasons,
-          reasons: segments.map((segment) => (segment.extra_info as Json).segment_reasons),
+          reasons: segments.map((segment) => segment.extra_info.segment_reasons),
         })}`,
       );
       expect(replies.filter((reply) => reply.kind !== 'side').map((reply) => reply.kind)).toEqual([

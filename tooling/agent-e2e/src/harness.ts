@@ -22,7 +22,7 @@ import {
   LocalBwrapProvider,
 } from '@dressage/paddock';
 import { findFreePortRange } from '@dressage/paddock/internal';
-import { createSample, type Sample } from '@dressage/protocol';
+import { type BlackboxTurn, createSample, type Sample, type Segment } from '@dressage/protocol';
 import { ProxyClient } from '@dressage/proxy';
 import { convertSamplesToPackedTrainBatch, createTrainerClient } from '@dressage/trainer-bridge';
 import { QwenAgentModel } from './qwen-agent-model.js';
@@ -156,8 +156,8 @@ export class CliEndToEnd {
     texts: readonly string[],
     session = `bbs-${this.type}-turns`,
   ): Promise<{
-    turns: Json[];
-    segments: Json[];
+    turns: BlackboxTurn[];
+    segments: Segment[];
   }> {
     const lease = await this.provider.create({
       trajectoryId: session,
@@ -174,7 +174,7 @@ export class CliEndToEnd {
         bound_instance_id: `${this.type}-turns`,
         backend_options: { ...this.backendOptions, proxy: { max_steps: 20 } },
       });
-      const turns: Json[] = [];
+      const turns: BlackboxTurn[] = [];
       for (const [index, text] of texts.entries())
         turns.push(
           await client.callAgent(session, [{ role: 'user', content: text }], { turnId: `turn-${index + 1}` }),
@@ -182,7 +182,7 @@ export class CliEndToEnd {
       const proxy = new ProxyClient({ baseUrl: this.proxy.url });
       await proxy.finalizeSession(session);
       const read = await proxy.readTrajectory({ trajectoryId: session, drain: true });
-      return { turns, segments: read.data as Json[] };
+      return { turns, segments: read.data };
     } finally {
       await this.provider.terminate(lease).catch(() => undefined);
     }

@@ -48,6 +48,9 @@ export const registerRequestSchema = z.strictObject({
 /** A register request after defaults. */
 export type RegisterRequest = z.output<typeof registerRequestSchema>;
 
+/** A register request as a client sends it (defaults may be left out). */
+export type BlackboxRegisterRequest = z.input<typeof registerRequestSchema>;
+
 /** One chat message of the BlackboxServer API. */
 export const messageSchema = blackboxMessageSchema;
 

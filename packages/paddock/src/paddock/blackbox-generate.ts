@@ -1,7 +1,16 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { expandSegmentsToSamples, markAbortedNoGrad } from '@dressage/multi-segment';
 import {
+  type BlackboxErrorBody,
+  type BlackboxExecuteCommandResponse,
+  type BlackboxRegisterResponse,
+  type BlackboxTurn,
+  blackboxErrorBodySchema,
+  blackboxExecuteCommandResponseSchema,
   blackboxExecuteCommandsSchema,
+  blackboxMessagesAcceptedSchema,
+  blackboxRegisterResponseSchema,
+  blackboxTurnSchema,
   type DiscardResponse,
   DressageError,
   type FinalizeResponse,
@@ -9,6 +18,8 @@ import {
   type Segment,
 } from '@dressage/protocol';
 import { codeOfHttpStatus } from '@dressage/protocol/http';
+import type { z } from 'zod';
+import type { BlackboxMessage, BlackboxRegisterRequest } from '../blackbox/schemas.js';
 import { sandboxPaths } from '../sandbox/bwrap-command.js';
 import type { SandboxLease, SandboxProvider } from '../sandbox/types.js';
 
@@ -32,12 +43,15 @@ export class BlackboxCallError extends DressageError {
   /** The HTTP status the BlackboxServer answered. */
   readonly status: number;
   /** The error envelope it answered. */
-  readonly body: Json;
+  readonly body: BlackboxErrorBody;
 
-  constructor(status: number, body: Json) {
+  constructor(
+    status: number,
+    envelope: Pick<BlackboxErrorBody, 'error' | 'message'> & { details?: Record<string, unknown> },
+  ) {
+    const body: BlackboxErrorBody = { ...envelope, details: envelope.details ?? {} };
     super({
-      message:
-        `BlackboxServer answered ${status}: ${String(body.error ?? '')} ${String(body.message ?? '')}`.trim(),
+      message: `BlackboxServer answered ${status}: ${body.error} ${body.message}`.trim(),
       code: codeOfHttpStatus(status),
       details: { status },
     });
@@ -45,9 +59,22 @@ export class BlackboxCallError extends DressageError {
     this.status = status;
     this.body = body;
   }
+  /** The reference's error name (`backend_timeout`, `context_overflow`, ...). */
   get error(): string {
-    return String(this.body.error ?? '');
+    return this.body.error;
   }
+}
+
+// The envelope of a non-2xx answer; an answer without one (a proxy in between, a crash) is named by
+// its status.
+function errorBodyOf(status: number, answer: unknown): BlackboxErrorBody {
+  const envelope = blackboxErrorBodySchema.safeParse(answer);
+  if (envelope.success) return envelope.data;
+  return {
+    error: `http_${status}`,
+    message: 'the answer carries no error envelope',
+    details: { body: answer },
+  };
 }
 
 /** Retry settings of {@link BlackboxClient}. */
@@ -86,12 +113,18 @@ export class BlackboxClient {
     };
   }
 
-  async request(
+  /**
+   * One call, its answer checked against `schema` (a BlackboxServer answer of
+   * `@dressage/protocol`); `retried` retries 503s and connection failures. A non-2xx answer throws
+   * a {@link BlackboxCallError}, an answer of the wrong shape a `DressageError` (`internal`).
+   */
+  async request<T extends z.ZodType>(
     method: string,
     path: string,
+    schema: T,
     body?: unknown,
     retried = false,
-  ): Promise<{ status: number; body: Json }> {
+  ): Promise<z.output<T>> {
     const attempts = retried ? this.retry.maxAttempts : 1;
     let delay = this.retry.initialDelaySeconds;
     for (let attempt = 1; ; attempt++) {
@@ -103,15 +136,15 @@ export class BlackboxClient {
             body === undefined ? this.headers : { ...this.headers, 'content-type': 'application/json' },
           body: body === undefined ? undefined : JSON.stringify(body),
         });
-        const parsed = (await response.json().catch(() => ({}))) as Json;
-        if (response.status < 400) return { status: response.status, body: parsed };
+        const answer: unknown = await response.json().catch(() => null);
+        if (response.status < 400) return this.checked(schema, answer, path);
         if (response.status !== 503 || attempt >= attempts)
-          throw new BlackboxCallError(response.status, parsed);
+          throw new BlackboxCallError(response.status, errorBodyOf(response.status, answer));
         const retryAfter = Number(response.headers.get('retry-after'));
         if (Number.isFinite(retryAfter) && retryAfter > 0)
           wait = Math.min(retryAfter, this.retry.maxDelaySeconds);
       } catch (error) {
-        if (error instanceof BlackboxCallError || attempt >= attempts) throw error;
+        if (DressageError.isInstance(error) || attempt >= attempts) throw error;
       }
       const jittered = wait * (1 + (Math.random() * 2 - 1) * this.retry.jitter);
       await new Promise((resolve) => setTimeout(resolve, Math.max(0, jittered) * 1000));
@@ -119,47 +152,68 @@ export class BlackboxClient {
     }
   }
 
-  register(body: Json): Promise<Json> {
-    return this.request('POST', '/v1/rollout/register', body, true).then((result) => result.body);
+  // The answers are small records (no token data), so the whole schema is cheap.
+  private checked<T extends z.ZodType>(schema: T, answer: unknown, path: string): z.output<T> {
+    const result = schema.safeParse(answer);
+    if (result.success) return result.data;
+    throw new DressageError({
+      code: 'internal',
+      message: `BlackboxServer ${path} answered a body of the wrong shape: ${result.error.issues
+        .slice(0, 3)
+        .map((issue) => `${issue.path.join('.') || '(root)'}: ${issue.message}`)
+        .join('; ')}`,
+      details: { path },
+    });
   }
 
-  async executeCommand(sessionId: string, cmd: string, timeout?: number): Promise<Json> {
-    const result = await this.request('POST', `/v1/sessions/${sessionId}/execute_cmd`, {
-      cmd,
-      ...(timeout ? { timeout } : {}),
-    });
-    return result.body;
+  /** `POST /v1/rollout/register`: binds the server to one rollout. */
+  register(body: BlackboxRegisterRequest): Promise<BlackboxRegisterResponse> {
+    return this.request('POST', '/v1/rollout/register', blackboxRegisterResponseSchema, body, true);
+  }
+
+  /** `POST /v1/sessions/{id}/execute_cmd`: one shell command in the agent's workspace. */
+  executeCommand(sessionId: string, cmd: string, timeout?: number): Promise<BlackboxExecuteCommandResponse> {
+    return this.request(
+      'POST',
+      `/v1/sessions/${sessionId}/execute_cmd`,
+      blackboxExecuteCommandResponseSchema,
+      {
+        cmd,
+        ...(timeout ? { timeout } : {}),
+      },
+    );
   }
 
   /** Submits an async turn and polls it until it is terminal; failed turns throw with their record. */
   async callAgent(
     sessionId: string,
-    messages: unknown[],
+    messages: readonly BlackboxMessage[],
     options: { turnId?: string; pollWaitSeconds?: number } = {},
-  ): Promise<Json> {
+  ): Promise<BlackboxTurn> {
     const turnId = options.turnId ?? `turn-${randomBytes(8).toString('hex')}`;
     await this.request(
       'POST',
       `/v1/sessions/${sessionId}/messages`,
+      blackboxMessagesAcceptedSchema,
       { turn_id: turnId, mode: 'async', messages },
       true,
     );
     const wait = options.pollWaitSeconds ?? Number(process.env.DRESSAGE_BLACKBOX_AGENT_POLL_WAIT_SEC ?? 30);
     while (true) {
-      const { body } = await this.request(
+      const turn = await this.request(
         'GET',
         `/v1/sessions/${sessionId}/turns/${turnId}?wait=${wait}`,
+        blackboxTurnSchema,
         undefined,
         true,
       );
-      const status = String(body.status);
-      if (status === 'committed') return body;
-      if (status === 'failed' || status === 'unknown' || status === 'cancelled') {
-        const error = (body.error ?? {}) as Json;
-        throw new BlackboxCallError(Number(error.http_status ?? 502), {
-          error: error.error,
-          message: error.message,
-          details: error.details,
+      if (turn.status === 'committed') return turn;
+      if (turn.status === 'failed' || turn.status === 'unknown' || turn.status === 'cancelled') {
+        const error = turn.error;
+        throw new BlackboxCallError(error?.http_status ?? 502, {
+          error: error?.error ?? '',
+          message: error?.message ?? `turn ${turnId} ended ${turn.status}`,
+          details: error?.details ?? {},
         });
       }
     }
@@ -180,7 +234,7 @@ export interface BlackboxGenerateOptions {
    * as `system_prompt_file` (the adapter gives it to the agent in place of its own).
    */
   systemPrompt?: string | null;
-  serverConfig?: Json;
+  serverConfig?: NonNullable<BlackboxRegisterRequest['server_config']>;
   retry?: RetryOptions;
   maxTokensPerGpu?: number | null;
 }
@@ -261,12 +315,12 @@ export function createBlackboxGenerate(options: BlackboxGenerateOptions) {
       };
       await runStage('before_agent');
       const prompt = sample.prompt;
-      const messages = typeof prompt === 'string' ? [{ role: 'user', content: prompt }] : prompt;
+      const messages: readonly BlackboxMessage[] =
+        typeof prompt === 'string' ? [{ role: 'user', content: prompt }] : prompt;
       let agentResponse: string | null = null;
       try {
-        const turn = await client.callAgent(sessionId, messages as unknown[]);
-        const outputs = (turn.outputs as Json[] | undefined) ?? [];
-        const last = [...outputs].reverse().find((message) => message.role === 'assistant');
+        const turn = await client.callAgent(sessionId, messages);
+        const last = (turn.outputs ?? []).findLast((message) => message.role === 'assistant');
         agentResponse = typeof last?.content === 'string' ? last.content : null;
       } catch (error) {
         if (!(error instanceof BlackboxCallError) || !harvested.has(error.error)) {
