@@ -22,7 +22,7 @@ export interface SessionFootprint {
   keptRequestBody: number;
   /** The strings and objects of the distinct messages (raw and validated). */
   messageContents: number;
-  /** Per-step message arrays, the request cache's arrays. */
+  /** The message logs the steps share, the request cache's arrays. */
   messageArrays: number;
   /** Step objects, their ids and raw response texts; lineages and segments. */
   steps: number;
@@ -86,13 +86,18 @@ export function sessionFootprint(session: Session): SessionFootprint {
   };
   const buffers = new Set<TokenBuffer>();
   const messages = new Set<ChatMessage>();
+  const logs = new Set<ChatMessage[]>();
   for (const step of session.steps) {
     buffers.add(step.buffer);
     if (step.snapshotDigest !== null) footprint.renderedSnapshots += stringBytes(step.snapshotDigest);
-    for (const message of step.messagesSnapshot) messages.add(message);
-    footprint.messageArrays += arrayBytes(step.messagesSnapshot.length);
+    logs.add(step.messageLog);
+    messages.add(step.assistantMessage);
     footprint.steps +=
       objectHeader + 40 * slot + stringBytes(step.stepId) + stringBytes(step.rawResponseText);
+  }
+  for (const log of logs) {
+    footprint.messageArrays += arrayBytes(log.length);
+    for (const message of log) messages.add(message);
   }
   for (const lineage of session.lineages) {
     footprint.steps += objectHeader + 5 * slot + stringBytes(lineage.id) + arrayBytes(lineage.steps.length);

@@ -7,7 +7,7 @@ import {
   type TimelineExtraInfo,
 } from '@dressage/protocol';
 import type { ProxyConfig } from './config.js';
-import type { LineageSegment, Session, Step } from './session.js';
+import { type LineageSegment, type Session, type Step, snapshotMessages } from './session.js';
 import type { TokenBuffer } from './token-buffer.js';
 import type { StoredBlock, StoredRecord, StoredTrajectory } from './trajectory-store.js';
 
@@ -90,7 +90,7 @@ export function buildTrajectory(
     trajectory_id: session.id,
     turn_id: step.turnId,
     instance_id: session.instanceId,
-    messages: step.messagesSnapshot,
+    messages: snapshotMessages(step),
     tools: step.tools,
     label: label ?? null,
     finish_reason: step.finishReason,

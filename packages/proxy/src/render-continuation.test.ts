@@ -3,7 +3,15 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { qwen35ChatTemplatePath, qwenModelDirectory } from './__fixtures__/harness.js';
 import { createProxyConfig } from './config.js';
 import { loadPromptTokenizer, type PromptTokenizer } from './prompt-tokenizer.js';
-import { commitStep, planStep, renderedDigest, Session, type Step, type StepPlan } from './session.js';
+import {
+  commitStep,
+  planStep,
+  renderedDigest,
+  Session,
+  type Step,
+  type StepPlan,
+  snapshotMessages,
+} from './session.js';
 
 // Steps continue the previous step's render instead of rendering the whole history again. With the
 // real tokenizer and the qwen3_5 renderer, a session that continues renders and one that always
@@ -152,7 +160,7 @@ describe('render continuation', () => {
       expect(left.baseStep?.index ?? null).toBe(right.baseStep?.index ?? null);
       expect(Array.from(left.promptIds)).toEqual(Array.from(right.promptIds));
       const step = continued.session.steps[index]!;
-      const text = tokenizer.render(step.messagesSnapshot, step.tools, false);
+      const text = tokenizer.render(snapshotMessages(step), step.tools, false);
       expect(step.snapshotDigest).toBe(renderedDigest(text));
       expect(step.snapshotRenderedLength).toBe(text.length);
       expect(full.session.steps[index]!.snapshotDigest).toBe(step.snapshotDigest);
@@ -166,7 +174,9 @@ describe('render continuation', () => {
 
   it('routes by digests exactly as comparing the rendered texts does', () => {
     const { session, plans } = run(true);
-    const snapshots = session.steps.map((step) => tokenizer.render(step.messagesSnapshot, step.tools, false));
+    const snapshots = session.steps.map((step) =>
+      tokenizer.render(snapshotMessages(step), step.tools, false),
+    );
     const routes = requests().map((request, index) => {
       // The §1.7 candidate order over the steps recorded before this request, by text.
       const text = tokenizer.render(request.messages, request.tools, true);

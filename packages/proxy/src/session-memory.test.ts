@@ -1,5 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { type Harness, startHarness } from './__fixtures__/harness.js';
+import { snapshotMessages } from './session.js';
 
 // A session holds its conversation once: the messages (records need them) and the token ids in
 // typed arrays. Nothing else it keeps grows with the conversation's text: no rendered snapshot text,
@@ -15,6 +16,7 @@ function reachable(root: unknown, messages: ReadonlySet<unknown>) {
   const seen = new Set<unknown>();
   const strings: string[] = [];
   let byteArrayBytes = 0;
+  let arraySlots = 0;
   const pending: unknown[] = [root];
   while (pending.length > 0) {
     const value = pending.pop();
@@ -30,9 +32,13 @@ function reachable(root: unknown, messages: ReadonlySet<unknown>) {
     }
     if (value instanceof Map) pending.push(...value.keys(), ...value.values());
     else if (value instanceof Set) pending.push(...value);
-    else pending.push(...Object.values(value));
+    else {
+      // Slots of arrays that hold messages: each is a reference to the conversation.
+      if (Array.isArray(value) && value.some((item) => messages.has(item))) arraySlots += value.length;
+      pending.push(...Object.values(value));
+    }
   }
-  return { strings, byteArrayBytes };
+  return { strings, byteArrayBytes, arraySlots };
 }
 
 describe('session memory', () => {
@@ -58,14 +64,18 @@ describe('session memory', () => {
     expect(session.steps.at(-1)!.snapshotRenderedLength).toBeGreaterThan(20 * output.length);
     expect(new Set(session.steps.map((step) => step.lineage)).size).toBe(1);
     const conversation = new Set<unknown>([
-      ...session.steps.flatMap((step) => step.messagesSnapshot),
+      ...session.steps.flatMap((step) => snapshotMessages(step)),
       ...(session.requestCache?.rawMessages ?? []),
       ...(session.requestCache?.messages ?? []),
     ]);
-    const { strings, byteArrayBytes } = reachable(session, conversation);
+    const { strings, byteArrayBytes, arraySlots } = reachable(session, conversation);
     // The longest string outside the messages is a reply's raw text, far below one tool output.
     expect(Math.max(...strings.map((text) => text.length))).toBeLessThan(output.length);
     // Bytes outside the token buffers: what follows the messages in the last body, nothing more.
     expect(byteArrayBytes).toBeLessThan(256);
+    // References to the messages: the steps share one log; the request cache holds two arrays. Not
+    // one array per step (quadratic in turns).
+    expect(new Set(session.steps.map((step) => step.messageLog)).size).toBe(1);
+    expect(arraySlots).toBeLessThan(4 * messages.length);
   });
 });

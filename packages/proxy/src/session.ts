@@ -43,8 +43,15 @@ export interface Step {
   segment: LineageSegment;
   routeType: RouteType;
   routeBaseStepId: string | null;
-  /** The request's messages and the recorded reply (the request's own array is not kept as well). */
-  messagesSnapshot: ChatMessage[];
+  /**
+   * The request's messages: the first `requestMessageCount` of `messageLog`, an array the steps of a
+   * session share while each request starts with the previous one's messages (only appended to,
+   * so each step's prefix stays as it was). See {@link snapshotMessages}.
+   */
+  messageLog: ChatMessage[];
+  requestMessageCount: number;
+  /** The recorded reply. */
+  assistantMessage: ChatMessage;
   tools: Tool[] | null;
   toolsJson: string;
   /**
@@ -72,6 +79,13 @@ export interface Step {
   /** Outputs and optional failures of the tool-call hooks dispatched for this step, or null. */
   toolCallHookMetadata: Record<string, unknown> | null;
   timestamp: number;
+}
+
+/** A step's messages: its request's, then its recorded reply (a new array). */
+export function snapshotMessages(step: Step): ChatMessage[] {
+  const messages = step.messageLog.slice(0, step.requestMessageCount);
+  messages.push(step.assistantMessage);
+  return messages;
 }
 
 /** Where a request goes and what its prompt is, computed before generation and committed after. */
@@ -339,7 +353,7 @@ export function planStep(
   const { tokenizer, mode } = options;
   const toolsJson = toolsKey(tools, tokenizer.noToolsEqualsEmptyTools);
   const previous = session.steps.at(-1) ?? null;
-  const appendOnly = previous === null || isMessagePrefix(previous.messagesSnapshot, messages);
+  const appendOnly = previous === null || isMessagePrefix(snapshotMessages(previous), messages);
   const historyRewrite = previous !== null && previous.turnId === turnId && !appendOnly;
 
   let routeType: RouteType = 'create';
@@ -366,7 +380,7 @@ export function planStep(
         if (
           step.lineage.steps.at(-1) === step &&
           step.toolsJson !== toolsJson &&
-          isMessagePrefix(step.messagesSnapshot, messages)
+          isMessagePrefix(snapshotMessages(step), messages)
         ) {
           baseStep = step;
           routeType = 'append';
@@ -401,7 +415,7 @@ export function planStep(
         ? baseStep.segment.buffer.ids.subarray(0, baseStep.segment.buffer.length)
         : baseStep.buffer.ids.subarray(0, baseStep.responseEnd);
     try {
-      const delta = tokenizer.encodeIncremental(prefix, baseStep.messagesSnapshot, messages);
+      const delta = tokenizer.encodeIncremental(prefix, snapshotMessages(baseStep), messages);
       promptIds = new Int32Array(prefix.length + delta.length);
       promptIds.set(prefix);
       promptIds.set(delta, prefix.length);
@@ -448,7 +462,7 @@ function continuableRender(
 ): RenderBase | null {
   const hash = session.snapshotHash;
   const length = previous.snapshotRenderedLength;
-  const snapshot = previous.messagesSnapshot;
+  const snapshot = snapshotMessages(previous);
   if (hash === null || length < 0 || previous.toolsJson !== toolsJson) return null;
   if (snapshot.length === 0 || snapshot.length > messages.length) return null;
   // Nearly always the same objects (the request cache reuses the previous request's messages); the
@@ -520,6 +534,23 @@ function prefixDigests(text: string, hash: Hash, offset: number, lengths: number
   return digests;
 }
 
+// The previous step's message log, extended, when the request starts with that step's request
+// messages as the same objects (the request cache hands the repeated ones back); else a new log.
+// Sharing keeps one reference per message for a chain of steps instead of one per message per step.
+function messageLogFor(previous: Step | null, messages: readonly ChatMessage[]): ChatMessage[] {
+  if (previous !== null) {
+    const log = previous.messageLog;
+    const count = previous.requestMessageCount;
+    let shared = log.length === count && messages.length >= count;
+    for (let index = 0; shared && index < count; index++) shared = log[index] === messages[index];
+    if (shared) {
+      for (let index = count; index < messages.length; index++) log.push(messages[index]!);
+      return log;
+    }
+  }
+  return messages.slice();
+}
+
 function newSegment(reasons: SegmentReason[]): LineageSegment {
   return {
     buffer: new TokenBuffer(),
@@ -588,7 +619,9 @@ export function commitStep(session: Session, plan: StepPlan, output: StepOutput,
     segment,
     routeType: plan.routeType,
     routeBaseStepId: plan.baseStep?.stepId ?? null,
-    messagesSnapshot: snapshot,
+    messageLog: messageLogFor(session.steps.at(-1) ?? null, plan.messages),
+    requestMessageCount: plan.messages.length,
+    assistantMessage: output.assistantMessage,
     tools: plan.tools,
     toolsJson: plan.toolsJson,
     snapshotRenderedLength,
