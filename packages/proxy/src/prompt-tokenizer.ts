@@ -6,11 +6,11 @@ import {
   createSnapshotRenderer,
   loadTokenizer,
   readChatTemplateFile,
-  rendersNoToolsLikeEmptyTools,
   TitoEncoder,
   type TitoTextEncoder,
   type TitoTokenizer,
 } from '@dressage/tito';
+import { rendersNoToolsLikeEmptyTools } from '@dressage/tito/internal';
 import type { ProxyConfig } from './config.js';
 
 /**

