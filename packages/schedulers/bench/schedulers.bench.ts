@@ -11,13 +11,13 @@ import { join } from 'node:path';
 import { type Sample, SampleStatus } from '@dressage/protocol';
 import {
   createRolloutScheduler,
-  createSeededRandom,
   type GenerateFunction,
   JsonlPromptStore,
   PromptDataSource,
   type RolloutMode,
   type SchedulerOptionsInput,
 } from '../src/index.js';
+import { createSeededRandom } from '../src/internal.js';
 
 const STEPS = 50;
 const ROLLOUT_BATCH_SIZE = 32; // prompt groups per step

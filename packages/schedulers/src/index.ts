@@ -1,5 +1,6 @@
 // Public surface of @dressage/schedulers: the prompt data source, the generate contract and the
-// three rollout schedulers with their options.
+// three rollout schedulers with their options. The parts they are built from (the group runner,
+// the async worker, staleness tracking, seeded shuffling) are in `@dressage/schedulers/internal`.
 
 export {
   AsyncRolloutScheduler,
@@ -7,12 +8,10 @@ export {
   createPartialAsyncRolloutScheduler,
   PARTIAL_ROLLOUT_STALENESS_MARKER,
 } from './async-rollout.js';
-export { AsyncRolloutWorker, type AsyncRolloutWorkerOptions, type CompletedGroup } from './async-worker.js';
 export { createRolloutScheduler } from './create-scheduler.js';
 export {
   type DataSourceState,
   dataSourceStateFile,
-  dataSourceStateSchema,
   PromptDataSource,
   type PromptDataSourceOptions,
   type RolloutDataSource,
@@ -31,18 +30,6 @@ export {
   type SessionDiscarder,
 } from './generate.js';
 export {
-  assertTrainableBatch,
-  defaultMarkAbortedNoGrad,
-  type GroupOutcome,
-  hasTrainableSample,
-  incrementRetry,
-  retryCountOf,
-  runGroup,
-  sessionIdsOf,
-} from './group-runner.js';
-export {
-  type PartialRolloutTarget,
-  partialRolloutTarget,
   type ResolveOptionsSources,
   resolveSchedulerOptions,
   type SchedulerOptions,
@@ -63,11 +50,4 @@ export type {
   RolloutScheduler,
   SchedulerDependencies,
 } from './scheduler.js';
-export { createSeededRandom, seededPermutation } from './seeded-shuffle.js';
-export {
-  StalenessTracker,
-  type TrajectoryVersion,
-  trajectoryAnchors,
-  trajectoryVersions,
-} from './staleness.js';
 export { createSyncRolloutScheduler, SyncRolloutScheduler } from './sync-rollout.js';

@@ -6,6 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { SampleStatus } from '@dressage/protocol';
 import { createRolloutScheduler, PromptDataSource } from '@dressage/schedulers';
+import { seededPermutation } from '@dressage/schedulers/internal';
 
 const directory = mkdtempSync(join(tmpdir(), 'dressage-schedulers-'));
 const file = join(directory, 'prompts.jsonl');
@@ -38,4 +39,6 @@ const { samples } = await scheduler.generateRollout(0);
 await scheduler.shutdown();
 assert.equal(samples.length, 2);
 assert.ok(samples.every((group) => group.length === 2 && group[0].group_index === group[1].group_index));
+// The building blocks are a subpath of their own.
+assert.deepEqual(Array.from(seededPermutation(5, 7)).sort(), [0, 1, 2, 3, 4]);
 console.log(`one sync rollout: ${samples.length} groups of ${samples[0].length} samples from a JSONL file`);

@@ -7,13 +7,13 @@ import {
   buildVocabulary,
   CausalLanguageModel,
   defaultEosTokenIds,
-  hashSeed,
   InferenceEngine,
   initializeBackend,
   saveCheckpoint,
   startEmbeddedTrainerServer,
   startEngineServer,
 } from '@dressage/embedded';
+import { hashSeed } from '@dressage/embedded/internal';
 import type { PackedTrainBatch } from '@dressage/protocol';
 import {
   createPromptTokenizer,
@@ -21,7 +21,7 @@ import {
   loadPromptRendering,
   startProxyServer,
 } from '@dressage/proxy';
-import { seededPermutation } from '@dressage/schedulers';
+import { seededPermutation } from '@dressage/schedulers/internal';
 import { TitoEncoder } from '@dressage/tito';
 import { createTrainerClient, type TrainerClient } from '@dressage/trainer-bridge';
 import { startEngineProcess } from './engine-process.js';
