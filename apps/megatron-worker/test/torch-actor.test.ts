@@ -12,8 +12,8 @@ import {
   saveCheckpoint,
   startEngineServer,
   TokenVocabulary,
-  weightsEqual,
 } from '@dressage/embedded';
+import { weightsEqual } from '@dressage/embedded/internal';
 import type { PackedTrainBatch } from '@dressage/protocol';
 import { createTrainerClient, type TrainerClient } from '@dressage/trainer-bridge';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';

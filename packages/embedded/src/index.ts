@@ -1,5 +1,7 @@
 // Public surface of @dressage/embedded: the embedded default's tiny causal LM, its inference engine
-// and the SGLang-compatible HTTP server in front of it.
+// and the SGLang-compatible HTTP server in front of it, checkpoints, and the trainer behind
+// TrainerService. The parts these are built from (decode batches and caches, sampling math, the
+// safetensors codec, request-body schemas, seeded randomness) are in `@dressage/embedded/internal`.
 
 export {
   activeBackend,
@@ -10,15 +12,11 @@ export {
 } from './backend.js';
 export {
   type Checkpoint,
-  checkpointManifestFile,
-  checkpointSafetensorsFile,
-  checkpointWeightsFile,
   loadCheckpoint,
   loadModel,
   loadWeightsFor,
   type SaveCheckpointOptions,
   saveCheckpoint,
-  weightsEqual,
 } from './checkpoint.js';
 export {
   ContextOverflowError,
@@ -34,19 +32,7 @@ export {
   type WeightUpdate,
 } from './engine.js';
 export { addedTokenIds, defaultEosTokenIds } from './engine-cli.js';
-export {
-  CausalLanguageModel,
-  DecodeBatch,
-  defaultPrefillChunkLength,
-  disposeCache,
-  type ForwardOptions,
-  type NamedWeights,
-  type ParameterSpec,
-  type PreparedBatch,
-  parameterSpecs,
-  type SequenceCache,
-  scaleLogits,
-} from './model.js';
+export { CausalLanguageModel, type NamedWeights } from './model.js';
 export {
   defaultModelConfig,
   type Initialization,
@@ -55,23 +41,6 @@ export {
   type PositionEncoding,
   resolveModelConfig,
 } from './model-config.js';
-export { hashSeed, SeededRandom } from './random.js';
-export { decodeSafetensors, encodeSafetensors, type SafetensorsTensor } from './safetensors.js';
-export {
-  greedyTemperature,
-  isGreedy,
-  logprobTemperature,
-  type SamplingSettings,
-  sampleClass,
-} from './sampling.js';
-export {
-  abortRequestSchema,
-  type GenerateRequestBody,
-  generateRequestSchema,
-  pauseRequestSchema,
-  samplingParamsSchema,
-  updateWeightsRequestSchema,
-} from './schemas.js';
 export {
   type EngineServer,
   type EngineServerOptions,
@@ -88,14 +57,12 @@ export {
   type EmbeddedLossType,
   EmbeddedTrainer,
   type EmbeddedTrainerOptions,
-  nextWeightVersion,
 } from './trainer/embedded-trainer.js';
 export {
   type EmbeddedTrainerServer,
   type EmbeddedTrainerServerOptions,
   startEmbeddedTrainerServer,
 } from './trainer/trainer-server.js';
-export { optimizerStateFile, trainerStateFile } from './trainer/trainer-state.js';
 export {
   type BuildVocabularyOptions,
   buildVocabulary,

@@ -11,6 +11,7 @@ import {
   initializeBackend,
   startEngineServer,
 } from '@dressage/embedded';
+import { decodeSafetensors, encodeSafetensors } from '@dressage/embedded/internal';
 import { loadTokenizer } from '@dressage/tito';
 
 const require = createRequire(import.meta.url);
@@ -31,6 +32,10 @@ const model = CausalLanguageModel.create(vocabulary, {
   feedForwardDimension: 64,
   contextLength: 128,
 });
+// The building blocks are a subpath of their own: the checkpoint format's codec round-trips.
+const tensor = { name: 'w', shape: [2], values: Float32Array.of(0.5, -1) };
+const decoded = decodeSafetensors(encodeSafetensors([tensor]));
+assert.deepEqual(Array.from(decoded.tensors[0].values), [0.5, -1]);
 const engine = new InferenceEngine({ model, weightVersion: 'consumer' });
 const server = await startEngineServer({ engine, tokenizer });
 try {

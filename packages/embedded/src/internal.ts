@@ -1,0 +1,41 @@
+// Building blocks of @dressage/embedded for code that embeds or tests parts of the engine and
+// trainer: decode batches and sequence caches, parameter specs, sampling math, the safetensors
+// codec, the engine server's request-body schemas, seeded randomness, checkpoint and trainer-state
+// file names, and weight comparison. Not covered by the package's compatibility promise.
+
+export {
+  checkpointManifestFile,
+  checkpointSafetensorsFile,
+  checkpointWeightsFile,
+  weightsEqual,
+} from './checkpoint.js';
+export {
+  DecodeBatch,
+  defaultPrefillChunkLength,
+  disposeCache,
+  type ForwardOptions,
+  type ParameterSpec,
+  type PreparedBatch,
+  parameterSpecs,
+  type SequenceCache,
+  scaleLogits,
+} from './model.js';
+export { hashSeed, SeededRandom } from './random.js';
+export { decodeSafetensors, encodeSafetensors, type SafetensorsTensor } from './safetensors.js';
+export {
+  greedyTemperature,
+  isGreedy,
+  logprobTemperature,
+  type SamplingSettings,
+  sampleClass,
+} from './sampling.js';
+export {
+  abortRequestSchema,
+  type GenerateRequestBody,
+  generateRequestSchema,
+  pauseRequestSchema,
+  samplingParamsSchema,
+  updateWeightsRequestSchema,
+} from './schemas.js';
+export { nextWeightVersion } from './trainer/embedded-trainer.js';
+export { optimizerStateFile, trainerStateFile } from './trainer/trainer-state.js';
