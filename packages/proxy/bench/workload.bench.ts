@@ -11,7 +11,8 @@
 // Think time scales with the number of sessions (default 30 ms per session: 7.7 s at 256) so every
 // size runs at the same request rate, below saturation: latency is then the proxy's work, not a
 // queue. The last line is one JSON object (`workload_<N>_peak_rss_gib`, `workload_<N>_added_p99_ms`,
-// ...), plus the resident memory projected for 4,096 sessions from the measured slope.
+// ...), plus the resident memory projected for 4,096 sessions from the measured slope (as
+// `workload_4096_peak_rss_gib` with `workload_4096_measured: 0` when 4,096 did not run).
 import type { ChildProcess } from 'node:child_process';
 import { mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -437,6 +438,19 @@ async function main(): Promise<void> {
       (largest.livePeakResident + slope * (4096 - largest.sessions)) / gib,
       2,
     );
+    if (!sizes.includes(4096)) {
+      // The full workload's keys when it did not run (`workload_4096_measured` 0): memory projected from the
+      // slope, latency and rate those of the largest size (every size runs at the same offered
+      // rate, and per-request work does not grow with the number of sessions).
+      headline.workload_4096_measured = 0;
+      headline.workload_4096_peak_rss_gib = headline.workload_4096_projected_live_rss_gib;
+      headline.workload_4096_store_disk_gib = round(
+        (largest.storeDiskBytes / largest.sessions) * (4096 / gib),
+        2,
+      );
+      for (const key of ['added_p50_ms', 'added_p99_ms', 'rps', 'proxy_cpu_ms_per_request'])
+        headline[`workload_4096_${key}`] = headline[`workload_${largest.sessions}_${key}`]!;
+    }
   }
   headline.load_average_before = round(loadBefore, 2);
   headline.load_average_after = round(loadavg()[0]!, 2);
