@@ -2,7 +2,7 @@ import { defineConfig } from 'tsup';
 
 export default defineConfig([
   {
-    entry: ['src/index.ts', 'src/tfjs.ts'],
+    entry: ['src/index.ts', 'src/internal.ts', 'src/tfjs.ts'],
     format: ['esm'],
     dts: true,
     sourcemap: true,

@@ -1,5 +1,6 @@
 import { DressageError, HealthStatus } from '@dressage/protocol';
-import { createSyntheticTrainBatch, createTrainerClient, type TrainerClient } from '@dressage/trainer-bridge';
+import { createTrainerClient, type TrainerClient } from '@dressage/trainer-bridge';
+import { createSyntheticTrainBatch } from '@dressage/trainer-bridge/internal';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startWorker, type WorkerProcess } from './worker-process.js';
 

@@ -1,7 +1,8 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { copyFile, mkdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { DressageError, hostIsLittleEndian } from '@dressage/protocol';
+import { DressageError } from '@dressage/protocol';
+import { hostIsLittleEndian } from '@dressage/protocol/internal';
 import { z } from 'zod';
 import { CausalLanguageModel, type NamedWeights, parameterSpecs } from './model.js';
 import { type ModelConfig, modelConfigSchema } from './model-config.js';

@@ -1,4 +1,5 @@
-import { DressageError, hostIsLittleEndian } from '@dressage/protocol';
+import { DressageError } from '@dressage/protocol';
+import { hostIsLittleEndian } from '@dressage/protocol/internal';
 
 /** One float32 tensor of a safetensors file. */
 export interface SafetensorsTensor {

@@ -3,8 +3,9 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { extname, join, normalize, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { DressageError, hostHeaderName, isLoopbackAddress } from '@dressage/protocol';
+import { DressageError } from '@dressage/protocol';
 import { httpStatusOf, type RouteParameters, RouteTable, sendJson } from '@dressage/protocol/http';
+import { hostHeaderName, isLoopbackAddress } from '@dressage/protocol/internal';
 import type { InspectedSession } from './model.js';
 import { resolveView, sessionDetail, sessionExport, type TokenDecoder, tokenPage } from './session-detail.js';
 import { maxPageSize, parseSessionQuery, SessionIndex } from './session-index.js';

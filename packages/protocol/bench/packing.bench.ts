@@ -3,13 +3,8 @@
 // slime train_data dict as JSON, and the same token data as protobuf `repeated int32`.
 // Last output line: one JSON object of headline figures.
 import { BinaryReader, BinaryWriter } from '@bufbuild/protobuf/wire';
-import {
-  packTrainBatch,
-  type TrainBatch,
-  TrainChunk,
-  trainBatchFromChunks,
-  trainBatchToChunks,
-} from '../src/index.js';
+import { packTrainBatch, type TrainBatch, TrainChunk } from '../src/index.js';
+import { trainBatchFromChunks, trainBatchToChunks } from '../src/internal.js';
 
 const SAMPLES = 256;
 const TOKENS_PER_SAMPLE = 4096;

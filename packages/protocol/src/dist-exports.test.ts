@@ -26,8 +26,10 @@ describe('built package exports', () => {
   it('imports the public entry point from dist and exercises it', async () => {
     const output = await runModule(`
       import * as protocol from '@dressage/protocol';
+      import { packTypedArray, unpackTypedArray } from '@dressage/protocol/internal';
       const resolved = import.meta.resolve('@dressage/protocol');
-      const ids = protocol.unpackTypedArray(protocol.packTypedArray(new Int32Array([9707, 1879])), 'int32');
+      const ids = unpackTypedArray(packTypedArray(new Int32Array([9707, 1879])), 'int32');
+      if ('packTypedArray' in protocol) throw new Error('the main entry still exports a building block');
       const error = new protocol.DressageError({ message: 'm', code: 'not_found' });
       const request = protocol.chatCompletionRequestSchema.parse({ messages: [{ role: 'user', content: 'hi' }] });
       const chunk = protocol.TrainChunk.encode({ payload: { $case: 'header', value: { batch_id: 'b', rollout_id: 1,

@@ -1,5 +1,8 @@
-// Public surface of @dressage/protocol. Everything a package needs to speak Dressage's wire and
-// file formats; nothing else.
+// Public surface of @dressage/protocol: Dressage's wire and file formats (schemas, the gRPC
+// contract, the packed train batch), its errors and weight-version labels. The low-level parts
+// packages build on (typed-array packing, the Train stream's chunk codec and assembler, secrets,
+// loopback checks) are in `@dressage/protocol/internal`; the shared HTTP layer is
+// `@dressage/protocol/http`.
 
 export {
   DressageError,
@@ -10,19 +13,6 @@ export {
   httpStatusByCode,
   isErrorCode,
 } from './errors.js';
-export { hostHeaderName, isLoopbackAddress, reachableHost } from './loopback.js';
-export {
-  bytesPerElement,
-  concatTypedArrays,
-  hostIsLittleEndian,
-  type PackableArray,
-  type PackedArrayByType,
-  type PackedType,
-  packTypedArray,
-  toTypedArray,
-  type UnpackOptions,
-  unpackTypedArray,
-} from './packing.js';
 export * from './schemas/blackbox-responses.js';
 export {
   type AssistantMessage,
@@ -142,18 +132,7 @@ export {
   streamErrorFrameSchema,
   toStreamErrorFrame,
 } from './schemas/wire-errors.js';
-export { bearerMatches, readSecret, type SecretSources, secretsEqual } from './secrets.js';
-export {
-  type ChunkOptions,
-  type PackedTrainBatch,
-  packTrainBatch,
-  TrainBatchAssembler,
-  type TrainBatchAssemblerOptions,
-  trainBatchFromChunks,
-  trainBatchToChunks,
-  unpackTrainBatch,
-} from './train-batch-packing.js';
-export { checkTrainBatchValues } from './train-batch-values.js';
+export { type PackedTrainBatch, packTrainBatch, unpackTrainBatch } from './train-batch-packing.js';
 export * from './trainer.js';
 export {
   formatIssuePath,

@@ -1,7 +1,8 @@
 import { networkInterfaces } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { DressageError, readSecret } from '@dressage/protocol';
+import { DressageError } from '@dressage/protocol';
+import { readSecret } from '@dressage/protocol/internal';
 import { z } from 'zod';
 
 // Every setting of the proxy is one field of `proxyConfigSchema`: its type, range and default are the

@@ -1,6 +1,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
-import { bearerMatches, reachableHost, trajectoryReadToJson } from '@dressage/protocol';
+import { trajectoryReadToJson } from '@dressage/protocol';
+import { bearerMatches, reachableHost } from '@dressage/protocol/internal';
 import type { ProxyConfig } from './config.js';
 import { detailError, ProxyHttpError, toHttpResponse } from './http-error.js';
 import { identifierProblem } from './identifiers.js';

@@ -1,14 +1,8 @@
 import { closeSync, constants, openSync, readSync } from 'node:fs';
 import { mkdir, open, rename, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import {
-  DressageError,
-  packTypedArray,
-  type Segment,
-  type SegmentMeta,
-  type TrajectoryStats,
-  unpackTypedArray,
-} from '@dressage/protocol';
+import { DressageError, type Segment, type SegmentMeta, type TrajectoryStats } from '@dressage/protocol';
+import { packTypedArray, unpackTypedArray } from '@dressage/protocol/internal';
 import { ProxyHttpError } from './http-error.js';
 import { expandVersionRuns, type RoutingRows, type VersionRun } from './token-buffer.js';
 

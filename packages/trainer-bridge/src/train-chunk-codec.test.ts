@@ -1,4 +1,5 @@
-import { SampleBlock, TrainChunk, trainBatchToChunks } from '@dressage/protocol';
+import { SampleBlock, TrainChunk } from '@dressage/protocol';
+import { trainBatchToChunks } from '@dressage/protocol/internal';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { createSyntheticTrainBatch } from './synthetic-batch.js';

@@ -1,4 +1,5 @@
-import { TrainBatchAssembler, type TrainChunk, trainBatchToChunks } from '@dressage/protocol';
+import type { TrainChunk } from '@dressage/protocol';
+import { TrainBatchAssembler, trainBatchToChunks } from '@dressage/protocol/internal';
 import { describe, expect, it } from 'vitest';
 import { createSyntheticTrainBatch } from './synthetic-batch.js';
 import { decodeTrainChunk, encodeTrainChunk } from './train-chunk-codec.js';

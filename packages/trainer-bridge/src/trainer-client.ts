@@ -14,10 +14,10 @@ import {
   type TrainChunk,
   type TrainerServiceClient,
   type TrainResponse,
-  trainBatchToChunks,
   UpdateWeightsRequest,
   type UpdateWeightsResponse,
 } from '@dressage/protocol';
+import { trainBatchToChunks } from '@dressage/protocol/internal';
 import {
   type CallOptions,
   type ChannelCredentials,

@@ -4,8 +4,8 @@ import {
   type PackedTrainBatch,
   type TrainBatchHeader,
   type TrainChunk,
-  trainBatchToChunks,
 } from '@dressage/protocol';
+import { trainBatchToChunks } from '@dressage/protocol/internal';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createSyntheticTrainBatch } from './synthetic-batch.js';
 import { createTrainerClient, type TrainerClient } from './trainer-client.js';

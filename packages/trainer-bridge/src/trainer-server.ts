@@ -10,7 +10,6 @@ import {
   type PackedTrainBatch,
   type SaveCheckpointRequest,
   SaveCheckpointResponse,
-  TrainBatchAssembler,
   type TrainBatchHeader,
   type TrainChunk,
   type TrainerServiceServer,
@@ -18,6 +17,7 @@ import {
   type UpdateWeightsRequest,
   UpdateWeightsResponse,
 } from '@dressage/protocol';
+import { TrainBatchAssembler } from '@dressage/protocol/internal';
 import {
   type ChannelOptions,
   Server,

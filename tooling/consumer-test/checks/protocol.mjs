@@ -6,9 +6,8 @@ import {
   packTrainBatch,
   safeParseWire,
   TrainChunk,
-  trainBatchFromChunks,
-  trainBatchToChunks,
 } from '@dressage/protocol';
+import { trainBatchFromChunks, trainBatchToChunks } from '@dressage/protocol/internal';
 
 const bad = safeParseWire(chatCompletionRequestSchema, { messages: [{ role: 'robot' }] }, 'request');
 assert.equal(bad.success, false);

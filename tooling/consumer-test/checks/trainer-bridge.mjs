@@ -4,6 +4,7 @@
 import assert from 'node:assert/strict';
 import { createSample } from '@dressage/protocol';
 import { convertSamplesToPackedTrainBatch, rewardPostProcess } from '@dressage/trainer-bridge';
+import { createSyntheticTrainBatch } from '@dressage/trainer-bridge/internal';
 
 const sample = (trajectory, segmentIndex, mask, reward) =>
   createSample({
@@ -34,6 +35,11 @@ const options = { globalBatchSize: 2 };
 const { loss } = policyLoss({ logProbs: tf.tensor1d(logProbs) }, packed, options);
 const reference = policyLossReference({ logProbs }, packed, options);
 assert.ok(Math.abs(loss.dataSync()[0] - reference.loss) < 1e-5, 'tfjs loss matches the reference');
+// The building blocks are a subpath of their own.
+assert.equal(
+  createSyntheticTrainBatch({ samples: 2, tokensPerSample: 8, responseTokens: 4 }).sample_count,
+  2,
+);
 console.log(
   `converted ${packed.sample_count} samples; prompt-equal denominators ${Array.from(packed.rollout_mask_sums).join(', ')}`,
 );

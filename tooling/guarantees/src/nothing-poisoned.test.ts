@@ -20,10 +20,10 @@ import { createSample, type PackedTrainBatch } from '@dressage/protocol';
 import { ProxyClient } from '@dressage/proxy';
 import {
   convertSamplesToPackedTrainBatch,
-  createSyntheticTrainBatch,
   createTrainerClient,
   type TrainerClient,
 } from '@dressage/trainer-bridge';
+import { createSyntheticTrainBatch } from '@dressage/trainer-bridge/internal';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { EngineStub } from './engine-stub.js';
 import { chatBody, startQwenEngineStub, temporaryDirectory } from './fixtures.js';

@@ -2,7 +2,6 @@ import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
-  checkTrainBatchValues,
   DressageError,
   type GetInfoResponse,
   type HealthResponse,
@@ -17,13 +16,14 @@ import {
   type UpdateWeightsRequest,
   type UpdateWeightsResponse,
 } from '@dressage/protocol';
+import { checkTrainBatchValues } from '@dressage/protocol/internal';
 import {
-  effectiveGlobalBatchSize,
   type PolicyLossOptions,
   policyLossOptionsFromLossConfig,
   resolvePolicyLossOptions,
   type TrainerImplementation,
 } from '@dressage/trainer-bridge';
+import { effectiveGlobalBatchSize } from '@dressage/trainer-bridge/internal';
 import {
   clipGradientsByGlobalNorm,
   policyLossGradients,

@@ -1,6 +1,7 @@
 import { existsSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { DressageError, unpackTypedArray } from '@dressage/protocol';
+import { DressageError } from '@dressage/protocol';
+import { unpackTypedArray } from '@dressage/protocol/internal';
 import { contextVersion, type InspectedSegment, type InspectedSession, summarizeSession } from '../model.js';
 import { forEachLine, readLineAt } from './lines.js';
 import { rewardOfRecord, segmentFromRecord } from './segment-records.js';

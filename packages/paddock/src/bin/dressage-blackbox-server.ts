@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // dressage-blackbox-server: serves the BlackboxServer API with the built-in agent adapters. Settings
 // come from the BBS_* environment variables; the bearer key from BBS_API_KEY_FILE or BBS_API_KEY.
-import { isLoopbackAddress } from '@dressage/protocol';
+import { isLoopbackAddress } from '@dressage/protocol/internal';
 import { builtinAdapters } from '../adapters/index.js';
 import { blackboxApiKeyFromEnv, blackboxConfigFromEnv } from '../blackbox/config.js';
 import { BlackboxServer } from '../blackbox/server.js';

@@ -1,4 +1,5 @@
-import { DressageError, readSecret } from '@dressage/protocol';
+import { DressageError } from '@dressage/protocol';
+import { readSecret } from '@dressage/protocol/internal';
 
 /** Settings of a BlackboxServer. Durations are in seconds, as on the wire. */
 export interface BlackboxServerConfig {

@@ -6,8 +6,9 @@ import {
   type ServerResponse,
 } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { bearerMatches, DressageError, secretsEqual } from '@dressage/protocol';
+import { DressageError } from '@dressage/protocol';
 import { HttpError, readBody, sendJson } from '@dressage/protocol/http';
+import { bearerMatches, secretsEqual } from '@dressage/protocol/internal';
 import {
   anthropicErrorBody,
   anthropicRequestToChat,

@@ -5,7 +5,8 @@ import { existsSync } from 'node:fs';
 import { chown, mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { DressageError, isLoopbackAddress } from '@dressage/protocol';
+import { DressageError } from '@dressage/protocol';
+import { isLoopbackAddress } from '@dressage/protocol/internal';
 import {
   buildBwrapArgs,
   defaultSystemMounts,

@@ -4,7 +4,8 @@
 // objects (about 20% of the proxy's CPU per request at 512 sessions; 128 MiB semi-spaces take
 // another ~4% off 64 MiB ones). Embedders and other launchers pass the flag themselves
 // (`node --max-semi-space-size=128 …` or NODE_OPTIONS).
-import { DressageError, isLoopbackAddress } from '@dressage/protocol';
+import { DressageError } from '@dressage/protocol';
+import { isLoopbackAddress } from '@dressage/protocol/internal';
 import { parseProxyArguments, usage } from '../config.js';
 import { startProxyServer } from '../server.js';
 

@@ -1,0 +1,26 @@
+// Building blocks of @dressage/protocol for the packages that implement its formats: typed-array
+// packing, the Train stream's chunk codec and assembler with the finite-value check, bearer and
+// secret handling, and loopback checks. Not covered by the package's compatibility promise.
+
+export { hostHeaderName, isLoopbackAddress, reachableHost } from './loopback.js';
+export {
+  bytesPerElement,
+  concatTypedArrays,
+  hostIsLittleEndian,
+  type PackableArray,
+  type PackedArrayByType,
+  type PackedType,
+  packTypedArray,
+  toTypedArray,
+  type UnpackOptions,
+  unpackTypedArray,
+} from './packing.js';
+export { bearerMatches, readSecret, type SecretSources, secretsEqual } from './secrets.js';
+export {
+  type ChunkOptions,
+  TrainBatchAssembler,
+  type TrainBatchAssemblerOptions,
+  trainBatchFromChunks,
+  trainBatchToChunks,
+} from './train-batch-packing.js';
+export { checkTrainBatchValues } from './train-batch-values.js';
