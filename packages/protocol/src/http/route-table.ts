@@ -140,37 +140,51 @@ export class RouteTable<THandler> {
       if (handler !== undefined) return { kind: 'found', handler, parameters: noParameters };
     }
     let allowed: string[] | null = literal === undefined ? null : [...literal.keys()];
-    if (this.patterns.length > 0) {
-      const segments = path.split('/');
-      for (const route of this.patterns) {
-        if (!segmentsMatch(route, segments)) continue;
-        const handler = route.handlers.get(method);
-        if (handler === undefined) {
-          allowed = [...(allowed ?? []), ...route.handlers.keys()];
-          continue;
-        }
-        const parameters: Record<string, string> = {};
-        for (const [index, name] of route.names.entries()) {
-          if (name !== undefined) parameters[name] = this.decodeParameter(segments[index]!, name);
-        }
-        return { kind: 'found', handler, parameters };
+    for (const route of this.patterns) {
+      const captured = captureSegments(route, path);
+      if (captured === null) continue;
+      const handler = route.handlers.get(method);
+      if (handler === undefined) {
+        allowed = [...(allowed ?? []), ...route.handlers.keys()];
+        continue;
       }
+      const parameters: Record<string, string> = {};
+      for (let index = 0; index < captured.length; index += 2) {
+        const name = captured[index]!;
+        parameters[name] = this.decodeParameter(captured[index + 1]!, name);
+      }
+      return { kind: 'found', handler, parameters };
     }
     if (allowed === null) return { kind: 'not_found' };
     return { kind: 'method_not_allowed', allowed: [...new Set(allowed)] };
   }
 }
 
-function segmentsMatch(route: PatternRoute<unknown>, segments: readonly string[]): boolean {
-  if (route.segments.length !== segments.length) return false;
-  for (let index = 0; index < segments.length; index++) {
-    const segment = segments[index]!;
-    if (route.names[index] !== undefined) {
+// Matches `path` against a pattern segment by segment without splitting it (no array per request):
+// null when it does not match, else the captured [name, raw value, ...] pairs.
+function captureSegments(route: PatternRoute<unknown>, path: string): string[] | null {
+  const captured: string[] = [];
+  // Both start with `/`: segment 0 is the empty string before it.
+  let start = 1;
+  const last = route.segments.length - 1;
+  for (let index = 1; index <= last; index++) {
+    if (start > path.length) return null;
+    let end = path.indexOf('/', start);
+    if (end === -1) end = path.length;
+    // More segments in the path than in the pattern.
+    else if (index === last) return null;
+    const name = route.names[index];
+    if (name !== undefined) {
       // A parameter captures one non-empty segment.
-      if (segment === '') return false;
-    } else if (route.segments[index] !== segment) return false;
+      if (end === start) return null;
+      captured.push(name, path.slice(start, end));
+    } else {
+      const literal = route.segments[index]!;
+      if (end - start !== literal.length || !path.startsWith(literal, start)) return null;
+    }
+    start = end + 1;
   }
-  return true;
+  return start > path.length ? captured : null;
 }
 
 function invalidPattern(pattern: string, reason: string): DressageError {
