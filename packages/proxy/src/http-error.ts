@@ -4,6 +4,7 @@ import {
   DressageError,
   type ErrorCode,
 } from '@dressage/protocol';
+import { HttpError } from '@dressage/protocol/http';
 
 const codeByStatus: Readonly<Record<number, ErrorCode>> = {
   400: 'invalid_argument',
@@ -24,26 +25,20 @@ const codeByStatus: Readonly<Record<number, ErrorCode>> = {
  * An error that leaves the proxy as an HTTP response with an exact status and JSON body. Most bodies
  * use FastAPI's `{"detail": ...}` envelope, as the reference does; context overflow is top-level.
  */
-export class ProxyHttpError extends DressageError {
-  /** The HTTP status the proxy answers with. */
-  readonly status: number;
+export class ProxyHttpError extends HttpError {
   /** The JSON body the proxy answers with. */
   readonly body: unknown;
 
   constructor(status: number, body: unknown, message?: string, cause?: unknown) {
     super({
+      status,
       message: message ?? describeBody(body) ?? `HTTP ${status}`,
       code: codeByStatus[status] ?? (status >= 500 ? 'internal' : 'invalid_argument'),
       details: { status },
       cause,
     });
     this.name = 'ProxyHttpError';
-    this.status = status;
     this.body = body;
-  }
-
-  override get httpStatus(): number {
-    return this.status;
   }
 }
 

@@ -1,6 +1,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { trajectoryReadToJson } from '@dressage/protocol';
+import { RouteTable, readBody, requestPath, sendJson, sendJsonText } from '@dressage/protocol/http';
 import { bearerMatches, reachableHost } from '@dressage/protocol/internal';
 import type { ProxyConfig } from './config.js';
 import { detailError, ProxyHttpError, toHttpResponse } from './http-error.js';
@@ -15,9 +16,7 @@ type Handler = (request: IncomingMessage, body: unknown) => Promise<unknown>;
 type BytesHandler = (request: IncomingMessage, bytes: Buffer, response: ServerResponse) => Promise<void>;
 
 /** A JSON route answers with what its handler returns; a bytes route reads its body raw and answers itself. */
-type Route =
-  | { method: 'GET' | 'POST'; auth: boolean; handler: Handler }
-  | { method: 'POST'; auth: boolean; bytesHandler: BytesHandler };
+type Route = { auth: boolean; handler: Handler } | { auth: boolean; bytesHandler: BytesHandler };
 
 /** A running proxy. */
 export interface ProxyServer {
@@ -59,20 +58,14 @@ function connectionAbort(socket: Socket): AbortController {
   return controller;
 }
 
-/** The routes an agent uses, which also answer under a session base URL (`/s/{session}/v1/...`). */
-const agentRoutes = new Set(['/v1/models', '/v1/chat/completions']);
-
 /**
- * Splits `/s/{session}/rest` into the session (percent-decoded) and `/rest`. Agents that set their
- * own `X-Session-Id` on every request (opencode does) can only be pinned by their base URL, so the
- * URL's session wins over every header and body field.
+ * Decodes the session of a session base URL (`/s/{session}/v1/...`). Agents that set their own
+ * `X-Session-Id` on every request (opencode does) can only be pinned by their base URL, so the URL's
+ * session wins over every header and body field.
  *
  * @throws ProxyHttpError 400 when the session segment is not a valid id.
  */
-function splitSessionPath(path: string): { session: string | null; path: string } {
-  if (!path.startsWith('/s/')) return { session: null, path };
-  const end = path.indexOf('/', 3);
-  const segment = end === -1 ? path.slice(3) : path.slice(3, end);
+function decodeSessionSegment(segment: string): string {
   let session: string;
   try {
     session = decodeURIComponent(segment);
@@ -81,7 +74,7 @@ function splitSessionPath(path: string): { session: string | null; path: string 
   }
   const problem = identifierProblem(session);
   if (problem !== null) throw detailError(400, `path session (/s/{session}/...) ${problem}`);
-  return { session, path: end === -1 ? '/' : path.slice(end) };
+  return session;
 }
 
 /** A body already written as JSON text (typed arrays written straight into it). */
@@ -89,17 +82,9 @@ class JsonText {
   constructor(readonly text: string) {}
 }
 
-function sendJson(response: ServerResponse, status: number, body: unknown): void {
-  if (response.headersSent) {
-    response.end();
-    return;
-  }
-  const text = body instanceof JsonText ? body.text : JSON.stringify(body);
-  response.writeHead(status, {
-    'content-type': 'application/json',
-    'content-length': Buffer.byteLength(text),
-  });
-  response.end(text);
+function sendBody(response: ServerResponse, status: number, body: unknown): void {
+  if (body instanceof JsonText) sendJsonText(response, status, body.text);
+  else sendJson(response, status, body);
 }
 
 function sendError(response: ServerResponse, error: unknown): void {
@@ -109,58 +94,6 @@ function sendError(response: ServerResponse, error: unknown): void {
   }
   const { status, body } = toHttpResponse(error);
   sendJson(response, status, body);
-}
-
-// Reads a request body of at most `limit` bytes (413 above it) within `timeoutMs` (408 past it: a
-// client trickling its body does not hold a connection and its buffers forever).
-function readBody(request: IncomingMessage, limit: number, timeoutMs: number | null): Promise<Buffer> {
-  const declared = Number(request.headers['content-length'] ?? '0');
-  if (declared > limit) {
-    request.resume();
-    return Promise.reject(
-      detailError(
-        413,
-        `Request body of ${declared} bytes exceeds the limit of ${limit} bytes (--max-request-mb)`,
-      ),
-    );
-  }
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    let failed = false;
-    const timer =
-      timeoutMs === null
-        ? undefined
-        : setTimeout(() => {
-            failed = true;
-            chunks.length = 0;
-            reject(
-              detailError(
-                408,
-                `Request body not received within ${timeoutMs / 1000} s (--request-body-timeout)`,
-              ),
-            );
-          }, timeoutMs);
-    request.on('data', (chunk: Buffer) => {
-      if (failed) return;
-      size += chunk.length;
-      if (size > limit) {
-        failed = true;
-        clearTimeout(timer);
-        reject(detailError(413, `Request body exceeds the limit of ${limit} bytes (--max-request-mb)`));
-        return;
-      }
-      chunks.push(chunk);
-    });
-    request.on('end', () => {
-      clearTimeout(timer);
-      if (!failed) resolve(Buffer.concat(chunks));
-    });
-    request.on('error', (error) => {
-      clearTimeout(timer);
-      reject(error);
-    });
-  });
 }
 
 function sendOutcome(response: ServerResponse, outcome: CompletionOutcome): void {
@@ -222,64 +155,66 @@ export function createProxyHttpServer(service: ProxyService): Server {
     }
   };
 
-  const routes = new Map<string, Route>([
-    ['/v1/models', { method: 'GET', auth: true, handler: () => service.models() }],
-    ['/v1/chat/completions', { method: 'POST', auth: true, bytesHandler: chat }],
-    ['/session/finalize', { method: 'POST', auth: true, handler: (_, body) => service.finalize(body) }],
-    ['/session/discard', { method: 'POST', auth: true, handler: (_, body) => service.discard(body) }],
-    [
-      '/trajectory/read',
-      {
-        method: 'POST',
-        auth: true,
-        handler: async (_, body) => new JsonText(trajectoryReadToJson(await service.read(body))),
-      },
-    ],
-    ['/trajectory/stats', { method: 'GET', auth: true, handler: async () => service.stats() }],
-    ['/v1/rollout/pause', { method: 'POST', auth: true, handler: (_, body) => service.pause(body) }],
-    ['/v1/rollout/resume', { method: 'POST', auth: true, handler: (_, body) => service.resume(body) }],
-    [
-      '/v1/rollout/pause_state',
-      { method: 'GET', auth: true, handler: async () => service.controller.state() },
-    ],
-    ['/integration/capabilities', { method: 'GET', auth: true, handler: () => service.capabilities() }],
-    ['/health', { method: 'GET', auth: false, handler: async () => service.health() }],
-  ]);
+  const routes = new RouteTable<Route>({ decodeParameter: decodeSessionSegment })
+    .add('GET', '/v1/models', { auth: true, handler: () => service.models() })
+    .add('POST', '/v1/chat/completions', { auth: true, bytesHandler: chat })
+    .add('POST', '/session/finalize', { auth: true, handler: (_, body) => service.finalize(body) })
+    .add('POST', '/session/discard', { auth: true, handler: (_, body) => service.discard(body) })
+    .add('POST', '/trajectory/read', {
+      auth: true,
+      handler: async (_, body) => new JsonText(trajectoryReadToJson(await service.read(body))),
+    })
+    .add('GET', '/trajectory/stats', { auth: true, handler: async () => service.stats() })
+    .add('POST', '/v1/rollout/pause', { auth: true, handler: (_, body) => service.pause(body) })
+    .add('POST', '/v1/rollout/resume', { auth: true, handler: (_, body) => service.resume(body) })
+    .add('GET', '/v1/rollout/pause_state', { auth: true, handler: async () => service.controller.state() })
+    .add('GET', '/integration/capabilities', { auth: true, handler: () => service.capabilities() })
+    .add('GET', '/health', { auth: false, handler: async () => service.health() })
+    // The routes an agent uses also answer under a session base URL.
+    .add('GET', '/s/{session}/v1/models', { auth: true, handler: () => service.models() })
+    .add('POST', '/s/{session}/v1/chat/completions', { auth: true, bytesHandler: chat });
+
+  const bodyTimeoutMs =
+    config.requestBodyTimeoutSeconds === null ? null : config.requestBodyTimeoutSeconds * 1000;
+  const tooLarge = (limit: number, declared: number | null) =>
+    detailError(
+      413,
+      declared === null
+        ? `Request body exceeds the limit of ${limit} bytes (--max-request-mb)`
+        : `Request body of ${declared} bytes exceeds the limit of ${limit} bytes (--max-request-mb)`,
+    );
+  const timedOut = (timeoutMs: number) =>
+    detailError(408, `Request body not received within ${timeoutMs / 1000} s (--request-body-timeout)`);
+  const readRequestBody = (request: IncomingMessage, response: ServerResponse) =>
+    readBody(request, {
+      limit: config.maxRequestBytes,
+      timeoutMs: bodyTimeoutMs,
+      response,
+      tooLarge,
+      timedOut,
+    });
 
   const server = createServer(async (request, response) => {
     try {
-      const { session, path } = splitSessionPath(
-        (request.url ?? '/').split('?')[0]!.replace(/\/+$/, '') || '/',
-      );
-      const route = session === null || agentRoutes.has(path) ? routes.get(path) : undefined;
-      if (!route) throw detailError(404, 'Not Found');
+      const found = routes.lookup(request.method ?? 'GET', requestPath(request.url));
+      if (found.kind === 'not_found') throw detailError(404, 'Not Found');
+      if (found.kind === 'method_not_allowed') throw detailError(405, 'Method Not Allowed');
+      const route = found.handler;
       // The service reads the session from this header; the URL's replaces the agent's own.
-      if (session !== null) request.headers['x-session-id'] = session;
-      if (route.method !== request.method) throw detailError(405, 'Method Not Allowed');
+      const session = found.parameters.session;
+      if (session !== undefined) request.headers['x-session-id'] = session;
       if (route.auth && config.apiKey !== 'no-auth') {
         if (!bearerMatches(request.headers.authorization, config.apiKey))
           throw new ProxyHttpError(401, { detail: 'Unauthorized' });
       }
-      const bodyTimeoutMs =
-        config.requestBodyTimeoutSeconds === null ? null : config.requestBodyTimeoutSeconds * 1000;
       if ('bytesHandler' in route) {
-        const bytes = await readBody(request, config.maxRequestBytes, bodyTimeoutMs);
-        await route.bytesHandler(request, bytes, response);
+        await route.bytesHandler(request, await readRequestBody(request, response), response);
         return;
       }
       const body =
-        route.method === 'POST'
-          ? parseJson(await readBody(request, config.maxRequestBytes, bodyTimeoutMs))
-          : undefined;
-      sendJson(response, 200, await route.handler(request, body));
+        request.method === 'POST' ? parseJson(await readRequestBody(request, response)) : undefined;
+      sendBody(response, 200, await route.handler(request, body));
     } catch (error) {
-      if (
-        error instanceof ProxyHttpError &&
-        (error.status === 413 || error.status === 408) &&
-        !request.complete
-      ) {
-        response.setHeader('connection', 'close');
-      }
       sendError(response, error);
     }
   });
