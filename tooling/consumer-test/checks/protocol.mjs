@@ -1,4 +1,5 @@
-// @dressage/protocol from its tarball: validate a request, and round-trip a batch through Train chunks.
+// @dressage/protocol from its tarball: validate a request, round-trip a batch through Train chunks,
+// and route a request with the HTTP layer of its ./http subpath.
 import assert from 'node:assert/strict';
 import {
   chatCompletionRequestSchema,
@@ -7,6 +8,7 @@ import {
   safeParseWire,
   TrainChunk,
 } from '@dressage/protocol';
+import { HttpError, httpStatusOf, RouteTable, requestPath } from '@dressage/protocol/http';
 import { trainBatchFromChunks, trainBatchToChunks } from '@dressage/protocol/internal';
 
 const bad = safeParseWire(chatCompletionRequestSchema, { messages: [{ role: 'robot' }] }, 'request');
@@ -39,6 +41,12 @@ const wire = chunks.map((chunk) => TrainChunk.decode(TrainChunk.encode(chunk).fi
 const { batch } = trainBatchFromChunks(wire);
 assert.deepEqual(Array.from(batch.tokens), [1, 2, 3, 4, 5, 6, 7]);
 assert.deepEqual(Array.from(batch.rollout_log_probs), [-0.5, -0.25, 0]);
+const routes = new RouteTable().add('POST', '/s/{session}/v1/chat/completions', 'chat');
+const found = routes.lookup('POST', requestPath('/s/rollout%3A7/v1/chat/completions/'));
+assert.deepEqual(found, { kind: 'found', handler: 'chat', parameters: { session: 'rollout:7' } });
+const tooLarge = new HttpError({ status: 413, message: 'too large' });
+assert.ok(DressageError.isInstance(tooLarge));
+assert.equal(httpStatusOf(tooLarge), 413);
 console.log(
-  `validated a request and round-tripped ${batch.sample_count} samples through ${chunks.length} Train chunks`,
+  `validated a request, round-tripped ${batch.sample_count} samples through ${chunks.length} Train chunks, routed a session URL`,
 );
