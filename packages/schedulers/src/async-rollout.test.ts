@@ -124,12 +124,12 @@ describe('fully-async scheduler', () => {
     await scheduler.generateRollout(0);
     await until(() => scheduler.pipeline.queued === 4);
     await tick(5);
-    expect(scheduler.pipeline).toEqual({ active: 0, queued: 4, running: true });
+    expect(scheduler.pipeline).toEqual({ active: 0, activeSamples: 0, queued: 4, running: true });
     // Collecting frees room and the worker tops up again.
     await scheduler.generateRollout(1);
     await until(() => scheduler.pipeline.queued === 4);
     await tick(5);
-    expect(scheduler.pipeline).toEqual({ active: 0, queued: 4, running: true });
+    expect(scheduler.pipeline).toEqual({ active: 0, activeSamples: 0, queued: 4, running: true });
   });
 
   it('warns when no group completes for the configured time', async () => {
@@ -152,7 +152,7 @@ describe('fully-async scheduler', () => {
     );
     const { metrics } = await scheduler.generateRollout(0);
     expect(metrics['dressage/fully_async_final_worker_drain']).toBe(1);
-    expect(scheduler.pipeline).toEqual({ active: 0, queued: 0, running: false });
+    expect(scheduler.pipeline).toEqual({ active: 0, activeSamples: 0, queued: 0, running: false });
     expect(run.cancelled.length).toBeGreaterThan(0);
   });
 
@@ -330,6 +330,85 @@ describe('staleness filter', () => {
     expect(samples).toHaveLength(4);
     expect(metrics['staleness/dropped_groups']).toBe(0);
     expect(scheduler.staleness.versions).toEqual(['A']);
+  });
+});
+
+describe('rollout budget and recall of stale groups', () => {
+  it('counts the sample budget per call: a finished sample frees its place while its sibling runs', async () => {
+    const straggler = createGate();
+    let peak = 0;
+    const { scheduler, run } = setup(
+      'fully-async',
+      (sample) => {
+        peak = Math.max(peak, run.running() + 1);
+        // The second sample of each group waits; the first finishes at once.
+        return (sample.index ?? 0) % 2 === 1 ? { gate: straggler.promise } : {};
+      },
+      { asyncMaxActiveSamples: 4 },
+    );
+    const pending = scheduler.generateRollout(0);
+    // Three groups in flight on a budget of two groups' samples: each finished sample made room.
+    await until(() => scheduler.pipeline.active === 3 && scheduler.pipeline.activeSamples === 3);
+    expect(peak).toBeLessThanOrEqual(4);
+    straggler.open();
+    const { samples } = await pending;
+    expect(samples).toHaveLength(4);
+    expect(peak).toBeLessThanOrEqual(4);
+  });
+
+  it('generates no further ahead than the outstanding-group limit', async () => {
+    const { scheduler } = setup('fully-async', () => ({}), {
+      rolloutBatchSize: 2,
+      asyncMaxOutstandingGroups: 3,
+    });
+    await scheduler.generateRollout(0);
+    await tick(20);
+    expect(scheduler.pipeline.active + scheduler.pipeline.queued).toBe(3);
+  });
+
+  it('recalls a group in flight that a finished sample rules out, and generates its prompt again', async () => {
+    let engine = 'v1';
+    const straggler = createGate();
+    const { scheduler, run, discarder } = setup(
+      'fully-async',
+      (sample, context) =>
+        // Group 2's second sample runs long on its first attempt; its retry ends on v3.
+        sample.group_index === 2 && context.attempt === 1
+          ? { version: 'v3' }
+          : sample.index === 5
+            ? { version: engine, gate: straggler.promise }
+            : { version: engine },
+      {
+        rolloutBatchSize: 2,
+        asyncMaxActiveGroups: 3,
+        asyncMaxOutstandingGroups: 3,
+        stalenessKeepVersions: 2,
+        stalenessRecallInFlight: true,
+      },
+    );
+    const first = await scheduler.generateRollout(0, { weightVersion: 'v1' });
+    expect(groupIndexes(first.samples)).toEqual([0, 1]);
+    await until(() => scheduler.pipeline.queued === 2);
+    // Group 2's finished sample ended on v1: usable while the trainer holds v2, not after.
+    engine = 'v2';
+    const second = await scheduler.generateRollout(1, { weightVersion: 'v2' });
+    expect(groupIndexes(second.samples)).toEqual([3, 4]);
+    // Once that batch is full, group 2 could only be trained on v3: it is stopped, not finished.
+    await until(() => run.cancelled.includes(5) && discarder.discarded.length >= 2);
+    expect(discarder.discarded).toEqual(expect.arrayContaining(['s4-0', 's5-0']));
+    engine = 'v3';
+    const third = await scheduler.generateRollout(2, { weightVersion: 'v3' });
+    engine = 'v4';
+    const later = [third, await scheduler.generateRollout(3, { weightVersion: 'v4' })];
+    expect(later.reduce((sum, { metrics }) => sum + (metrics['staleness/recalled_groups'] ?? 0), 0)).toBe(1);
+    const trained = [first, second, ...later].flatMap(({ samples }) => samples.flat());
+    // The prompt came back as a retry and was trained on; the recalled attempt never was.
+    expect(run.calls.filter((call) => call.group === 2).map((call) => call.attempt)).toEqual([0, 0, 1, 1]);
+    expect(trained.filter((sample) => sample.group_index === 2).map((sample) => sample.session_id)).toEqual([
+      's4-1',
+      's5-1',
+    ]);
+    straggler.open();
   });
 });
 

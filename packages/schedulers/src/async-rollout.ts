@@ -64,6 +64,8 @@ export class AsyncRolloutScheduler implements RolloutScheduler {
   private readonly shutdownController = new AbortController();
   private warnedTarget = false;
   private collecting = false;
+  // Groups recalled in flight since the last call returned, reported by the next one.
+  private recalled = { groups: 0, givenUp: 0 };
 
   constructor(
     readonly mode: 'fully-async' | 'partial-async',
@@ -79,10 +81,19 @@ export class AsyncRolloutScheduler implements RolloutScheduler {
       generate: dependencies.generate,
       samplingParams: options.samplingParams,
       mode,
-      maxActiveGroups: options.asyncMaxActiveGroups ?? options.rolloutBatchSize,
+      maxActiveGroups:
+        options.asyncMaxActiveGroups ??
+        (options.asyncMaxActiveSamples === undefined ? options.rolloutBatchSize : Number.POSITIVE_INFINITY),
+      ...(options.asyncMaxActiveSamples === undefined
+        ? {}
+        : { maxActiveSamples: options.asyncMaxActiveSamples }),
       outputQueueSize: options.asyncOutputQueueSize,
+      ...(options.asyncMaxOutstandingGroups === undefined
+        ? {}
+        : { maxOutstandingGroups: options.asyncMaxOutstandingGroups }),
       logger: this.logger,
       onCancelled: (outcome) => this.janitor.discard(sessionIdsOf(outcome)),
+      onRecalled: (outcome) => this.recycle(outcome),
       ...(mode === 'partial-async' ? { prepare: stampSubmitted } : {}),
     });
   }
@@ -92,9 +103,14 @@ export class AsyncRolloutScheduler implements RolloutScheduler {
     return this.tracker;
   }
 
-  /** Groups in flight and completed groups waiting, for dashboards and tests. */
-  get pipeline(): { active: number; queued: number; running: boolean } {
-    return { active: this.worker.activeCount, queued: this.worker.queuedCount, running: this.worker.running };
+  /** Groups in flight, their calls running and completed groups waiting (dashboards, tests). */
+  get pipeline(): { active: number; activeSamples: number; queued: number; running: boolean } {
+    return {
+      active: this.worker.activeCount,
+      activeSamples: this.worker.activeSampleCount,
+      queued: this.worker.queuedCount,
+      running: this.worker.running,
+    };
   }
 
   /** The number of groups one call returns. */
@@ -144,7 +160,8 @@ export class AsyncRolloutScheduler implements RolloutScheduler {
     };
     let batch: CompletedGroup[] = [];
     let unprocessed: CompletedGroup[] = [];
-    if (callOptions.weightVersion !== undefined) this.tracker.observeVersion(callOptions.weightVersion);
+    if (callOptions.weightVersion !== undefined && this.tracker.observeVersion(callOptions.weightVersion))
+      this.recallStale(0);
 
     this.worker.start(rolloutId);
     const warnAfterMs = this.options.asyncNoProgressWarnSec * 1000;
@@ -183,6 +200,7 @@ export class AsyncRolloutScheduler implements RolloutScheduler {
           const kept = batch.filter((pending) => !this.tracker.isStale(pending.outcome.samples));
           counters.staleDropped += batch.length - kept.length;
           batch = kept;
+          this.recallStale(0);
         }
         unprocessed = completed;
         while (unprocessed.length > 0) {
@@ -215,6 +233,11 @@ export class AsyncRolloutScheduler implements RolloutScheduler {
     } finally {
       clearTimeout(timer);
     }
+    // The batch is full: a group still in flight can only be trained after the next weight update.
+    this.recallStale(1);
+    counters.staleDropped += this.recalled.givenUp;
+    const recalledGroups = this.recalled.groups;
+    this.recalled = { groups: 0, givenUp: 0 };
     this.tracker.droppedGroups += counters.staleDropped;
 
     const isFinal = this.options.numRollout !== undefined && rolloutId + 1 >= this.options.numRollout;
@@ -249,6 +272,7 @@ export class AsyncRolloutScheduler implements RolloutScheduler {
     const metrics: Record<string, number> = {
       ...computeMultiSegmentMetrics(groups.flat()),
       ...this.tracker.metrics(groups, counters.staleDropped),
+      ...(this.tracker.enabled ? { 'staleness/recalled_groups': recalledGroups } : {}),
       [`${prefix}target_groups`]: target.groups,
       [`${prefix}target_samples`]: target.samples,
       [`${prefix}full_groups`]: this.options.rolloutBatchSize,
@@ -273,6 +297,45 @@ export class AsyncRolloutScheduler implements RolloutScheduler {
     this.shutdownController.abort(cancelledError(`the ${this.mode} scheduler`));
     await this.worker.stop(this.options.asyncWorkerStopTimeoutSec * 1000);
     await this.janitor.settle();
+  }
+
+  /**
+   * Recalls every group in flight that a finished sample already rules out: one of its trajectories
+   * ended on a version that is outside the kept window now (`versionsAhead` 0) or will be once the
+   * trainer holds `versionsAhead` newer versions. Finishing it would only produce a group to drop.
+   */
+  private recallStale(versionsAhead: number): void {
+    if (!this.tracker.enabled || !this.options.stalenessRecallInFlight) return;
+    // Completed groups that will be stale when collected leave the queue now, making room.
+    if (versionsAhead > 0) {
+      const stale = this.worker.discardQueued(
+        (entry) => !entry.outcome.failed && this.tracker.isStale(entry.outcome.samples, versionsAhead),
+      );
+      this.recalled.givenUp += stale.length;
+    }
+    for (const { asyncGroupId, run } of this.worker.inFlight()) {
+      const finished = run.finishedSamples();
+      if (finished.length === 0 || !this.tracker.isStale(finished, versionsAhead)) continue;
+      this.worker.recall(
+        asyncGroupId,
+        new DressageError({
+          code: 'aborted',
+          message: 'a finished sample of the group is older than the staleness bound',
+        }),
+      );
+    }
+  }
+
+  // A recalled group's prompt goes back to the data source (as a failed group's would) while
+  // retries remain; its sessions are discarded either way.
+  private recycle(outcome: GroupOutcome): void {
+    this.janitor.discard(sessionIdsOf(outcome));
+    this.recalled.groups++;
+    if (retryCountOf(outcome.group) < this.options.maxRetries) {
+      this.dependencies.dataSource.addSamples([outcome.group.map(incrementRetry)]);
+    } else {
+      this.recalled.givenUp++;
+    }
   }
 
   private handleFailure(

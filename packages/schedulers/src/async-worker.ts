@@ -1,7 +1,7 @@
 import type { Sample } from '@dressage/protocol';
 import type { RolloutDataSource } from './data-source.js';
 import type { GenerateFunction, RolloutMode, SamplingParams, SchedulerLogger } from './generate.js';
-import { cancelledError, type GroupOutcome, retryCountOf, runGroup } from './group-runner.js';
+import { cancelledError, type GroupOutcome, GroupRun, retryCountOf } from './group-runner.js';
 
 const emptySourceFirstDelayMs = 10;
 const emptySourceMaxDelayMs = 1000;
@@ -23,6 +23,14 @@ export interface AsyncRolloutWorkerOptions {
   mode: RolloutMode;
   /** Groups in flight at most. */
   maxActiveGroups: number;
+  /**
+   * Generate calls running at once at most, counted per sample: a group is started when all its
+   * samples fit, and each finished sample frees its place even while its siblings still run.
+   * Unset: only `maxActiveGroups` limits dispatch.
+   */
+  maxActiveSamples?: number;
+  /** Groups in flight plus completed groups waiting, at most. Unset: no limit of its own. */
+  maxOutstandingGroups?: number;
   /** Completed groups held at most; dispatch pauses while the queue is at 80% or more. */
   outputQueueSize: number;
   logger: SchedulerLogger;
@@ -30,6 +38,22 @@ export interface AsyncRolloutWorkerOptions {
   prepare?: (group: Sample[], asyncGroupId: number, rolloutId: number) => Sample[];
   /** Called for groups cancelled by {@link AsyncRolloutWorker.stop} (their sessions can be discarded). */
   onCancelled?: (outcome: GroupOutcome) => void;
+  /** Called for groups stopped by {@link AsyncRolloutWorker.recall} once they have settled. */
+  onRecalled?: (outcome: GroupOutcome) => void;
+}
+
+/** A group in flight as the collector sees it. */
+export interface InFlightGroup {
+  asyncGroupId: number;
+  /** Its calls in flight and the samples of those that have finished. */
+  run: GroupRun;
+}
+
+interface ActiveGroup {
+  controller: AbortController;
+  run: GroupRun;
+  done: Promise<void>;
+  recalled: boolean;
 }
 
 /**
@@ -39,7 +63,10 @@ export interface AsyncRolloutWorkerOptions {
  * holds no timer.
  */
 export class AsyncRolloutWorker {
-  private readonly active = new Map<number, { controller: AbortController; done: Promise<void> }>();
+  private readonly active = new Map<number, ActiveGroup>();
+  private runningSamples = 0;
+  // A fetched group waiting for room under `maxActiveSamples`.
+  private held: Sample[] | null = null;
   private queue: CompletedGroup[] = [];
   private readonly listeners = new Set<() => void>();
   private filling: Promise<void> | null = null;
@@ -58,6 +85,30 @@ export class AsyncRolloutWorker {
   /** Groups in flight. */
   get activeCount(): number {
     return this.active.size;
+  }
+
+  /** Generate calls running now (samples of groups in flight that have not finished). */
+  get activeSampleCount(): number {
+    return this.runningSamples;
+  }
+
+  /** Groups in flight (not recalled), oldest first. */
+  inFlight(): InFlightGroup[] {
+    const groups: InFlightGroup[] = [];
+    for (const [asyncGroupId, group] of this.active)
+      if (!group.recalled) groups.push({ asyncGroupId, run: group.run });
+    return groups;
+  }
+
+  /**
+   * Stops one group in flight whose result could not be used: its calls are aborted, and once they
+   * have settled its outcome goes to `onRecalled` instead of the queue (never to a batch).
+   */
+  recall(asyncGroupId: number, reason: unknown): void {
+    const group = this.active.get(asyncGroupId);
+    if (group === undefined || group.recalled) return;
+    group.recalled = true;
+    group.controller.abort(reason);
   }
 
   /** Completed groups waiting to be collected. */
@@ -92,6 +143,16 @@ export class AsyncRolloutWorker {
   /** The completed groups waiting, oldest first, without taking them. */
   peek(): readonly CompletedGroup[] {
     return this.queue;
+  }
+
+  /** Removes the completed groups `reject` returns true for, and tops the pipeline up. */
+  discardQueued(reject: (entry: CompletedGroup) => boolean): CompletedGroup[] {
+    const removed = this.queue.filter(reject);
+    if (removed.length > 0) {
+      this.queue = this.queue.filter((entry) => !reject(entry));
+      this.pump();
+    }
+    return removed;
   }
 
   /** Puts completed groups back at the front of the queue (collected but not returned). */
@@ -148,6 +209,11 @@ export class AsyncRolloutWorker {
         { active: this.active.size },
       );
     }
+    if (this.held !== null) {
+      // Fetched but never started: back to the source, unstarted.
+      this.options.dataSource.addSamples([this.held]);
+      this.held = null;
+    }
     const leftovers = this.queue;
     this.queue = [];
     this.notify();
@@ -158,12 +224,26 @@ export class AsyncRolloutWorker {
     return (
       this.state === 'running' &&
       !this.hasFailure &&
+      this.held === null &&
       this.active.size < this.options.maxActiveGroups &&
+      this.active.size + this.queue.length <
+        (this.options.maxOutstandingGroups ?? Number.POSITIVE_INFINITY) &&
       this.queue.length < 0.8 * this.options.outputQueueSize
     );
   }
 
+  // A group larger than the whole sample budget still runs, alone.
+  private fits(group: readonly Sample[]): boolean {
+    const limit = this.options.maxActiveSamples;
+    return limit === undefined || this.runningSamples === 0 || this.runningSamples + group.length <= limit;
+  }
+
   private pump(): void {
+    if (this.held !== null && this.state === 'running' && this.fits(this.held)) {
+      const group = this.held;
+      this.held = null;
+      this.launch(group);
+    }
     if (this.filling !== null || this.retryTimer !== undefined || !this.canDispatch()) return;
     this.filling = this.fill().finally(() => {
       this.filling = null;
@@ -184,6 +264,10 @@ export class AsyncRolloutWorker {
         if (this.state !== 'running') {
           // Stopped while fetching: the group goes back, unstarted.
           this.options.dataSource.addSamples([group]);
+          return;
+        }
+        if (!this.fits(group)) {
+          this.held = group;
           return;
         }
         this.launch(group);
@@ -218,20 +302,33 @@ export class AsyncRolloutWorker {
     const submittedRolloutId = this.rolloutId;
     const prepared = this.options.prepare?.(group, asyncGroupId, submittedRolloutId) ?? group;
     const controller = new AbortController();
-    const done = runGroup(
+    const run = new GroupRun(
       prepared,
       this.options.generate,
       this.options.samplingParams,
       { rolloutId: submittedRolloutId, attempt: retryCountOf(prepared), mode: this.options.mode },
       controller.signal,
-    ).then((outcome) => {
+      {
+        started: () => {
+          this.runningSamples++;
+        },
+        settled: () => {
+          this.runningSamples--;
+          // A finished sample frees its place under the sample budget at once.
+          if (this.options.maxActiveSamples !== undefined) this.pump();
+        },
+      },
+    );
+    const entry: ActiveGroup = { controller, run, done: Promise.resolve(), recalled: false };
+    this.active.set(asyncGroupId, entry);
+    entry.done = run.done.then((outcome) => {
       this.active.delete(asyncGroupId);
-      if (outcome.cancelled) this.options.onCancelled?.(outcome);
+      if (entry.recalled) this.options.onRecalled?.(outcome);
+      else if (outcome.cancelled) this.options.onCancelled?.(outcome);
       else this.queue.push({ asyncGroupId, submittedRolloutId, outcome });
       this.notify();
       this.pump();
     });
-    this.active.set(asyncGroupId, { controller, done });
   }
 
   private notify(): void {

@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { routeGenerateByPath } from './generate.js';
 import {
   defaultMarkAbortedNoGrad,
+  GroupRun,
   incrementRetry,
   retryCountOf,
   runGroup,
@@ -67,6 +68,35 @@ describe('runGroup', () => {
     expect((outcome.error as Error).message).toBe('boom');
     expect(seen).toEqual(['aborted']);
     expect(sessionIdsOf(outcome).sort()).toEqual(['s0', 's1']);
+  });
+
+  it('shows the samples of finished calls while siblings still run, and each call as it settles', async () => {
+    let release = () => {};
+    const gate = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const events: string[] = [];
+    const run = new GroupRun(
+      [createSample({ index: 0 }), createSample({ index: 1 })],
+      async (sample) => {
+        if (sample.index === 1) await gate;
+        return { ...sample, response: `r${sample.index}` };
+      },
+      {},
+      { rolloutId: 0, attempt: 0, mode: 'fully-async' },
+      new AbortController().signal,
+      {
+        started: () => events.push('started'),
+        settled: (samples) => events.push(`settled ${samples?.map((sample) => sample.index).join()}`),
+      },
+    );
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(run.finishedSamples().map((sample) => sample.response)).toEqual(['r0']);
+    expect(events).toEqual(['started', 'started', 'settled 0']);
+    release();
+    const outcome = await run.done;
+    expect(outcome.samples.map((sample) => sample.response)).toEqual(['r0', 'r1']);
+    expect(events).toEqual(['started', 'started', 'settled 0', 'settled 1']);
   });
 
   it('flattens nested results', async () => {

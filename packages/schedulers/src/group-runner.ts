@@ -35,53 +35,111 @@ function flatten(result: GenerateResult): Sample[] {
   return out;
 }
 
+/** Hears of a group's generate calls as they start and settle. */
+export interface GroupRunListener {
+  started?(): void;
+  /** The call's samples, or `null` when it threw. */
+  settled?(samples: readonly Sample[] | null): void;
+}
+
 /**
- * Runs `generate` on every sample of a group at once. The first failure aborts the siblings (the
- * group is lost anyway), and the outcome waits for every call to settle so no work outlives it.
+ * One prompt group in flight: `generate` runs on every sample at once. The first failure aborts the
+ * siblings (the group is lost anyway), and {@link GroupRun.done} waits for every call to settle so
+ * no work outlives it. While the group runs, the samples of its finished calls can be read
+ * ({@link GroupRun.finishedSamples}): the async worker judges a group's staleness before it ends.
  */
-export async function runGroup(
+export class GroupRun {
+  /** Settles once every call has, with the group's outcome. */
+  readonly done: Promise<GroupOutcome>;
+  // Per sample: what its call returned (empty when it threw); `null` while it runs.
+  private readonly results: (Sample[] | null)[];
+  private readonly controller = new AbortController();
+  private readonly forward: () => void;
+  private running = 0;
+  private failed = false;
+  private firstError: unknown;
+  private settle!: (outcome: GroupOutcome) => void;
+
+  constructor(
+    private readonly group: Sample[],
+    private readonly generate: GenerateFunction,
+    private readonly samplingParams: SamplingParams,
+    private readonly context: Omit<GenerateContext, 'signal'>,
+    private readonly signal: AbortSignal,
+    private readonly listener: GroupRunListener = {},
+  ) {
+    this.done = new Promise((resolve) => {
+      this.settle = resolve;
+    });
+    this.forward = () => this.controller.abort(signal.reason);
+    if (signal.aborted) this.forward();
+    else signal.addEventListener('abort', this.forward, { once: true });
+    this.results = group.map(() => null);
+    this.running = group.length;
+    for (const [position, sample] of group.entries()) {
+      this.listener.started?.();
+      void this.call(position, sample);
+    }
+    if (group.length === 0) this.finish();
+  }
+
+  /** Samples of the calls that have finished so far, in group order. */
+  finishedSamples(): Sample[] {
+    return this.results.flatMap((result) => result ?? []);
+  }
+
+  private async call(position: number, sample: Sample): Promise<void> {
+    try {
+      const result = flatten(
+        await this.generate(sample, this.samplingParams, {
+          ...this.context,
+          signal: this.controller.signal,
+        }),
+      );
+      if (result.length === 0 || result.some((item) => item.status === SampleStatus.ABORTED)) {
+        this.failed = true;
+        this.controller.abort(new DressageError({ code: 'aborted', message: 'a sibling sample failed' }));
+      }
+      this.results[position] = result;
+      this.listener.settled?.(result);
+    } catch (error) {
+      this.results[position] = [];
+      this.listener.settled?.(null);
+      if (!this.failed) this.firstError = error;
+      this.failed = true;
+      this.controller.abort(new DressageError({ code: 'aborted', message: 'a sibling sample failed' }));
+    }
+    this.running--;
+    if (this.running === 0) this.finish();
+  }
+
+  private finish(): void {
+    this.signal.removeEventListener('abort', this.forward);
+    const cancelled = this.signal.aborted;
+    const outcome: GroupOutcome = {
+      group: this.group,
+      samples: this.finishedSamples(),
+      failed: this.failed || cancelled,
+      cancelled,
+    };
+    if (this.firstError !== undefined) outcome.error = this.firstError;
+    else if (cancelled) outcome.error = this.signal.reason;
+    this.settle(outcome);
+  }
+}
+
+/**
+ * Runs `generate` on every sample of a group at once (a {@link GroupRun} nobody watches). The first
+ * failure aborts the siblings, and the outcome waits for every call to settle.
+ */
+export function runGroup(
   group: Sample[],
   generate: GenerateFunction,
   samplingParams: SamplingParams,
   context: Omit<GenerateContext, 'signal'>,
   signal: AbortSignal,
 ): Promise<GroupOutcome> {
-  const controller = new AbortController();
-  const forward = () => controller.abort(signal.reason);
-  if (signal.aborted) forward();
-  else signal.addEventListener('abort', forward, { once: true });
-  let firstError: unknown;
-  let failed = false;
-  try {
-    const settled = await Promise.allSettled(
-      group.map(async (sample) => {
-        try {
-          const result = flatten(
-            await generate(sample, samplingParams, { ...context, signal: controller.signal }),
-          );
-          if (result.length === 0 || result.some((item) => item.status === SampleStatus.ABORTED)) {
-            failed = true;
-            controller.abort(new DressageError({ code: 'aborted', message: 'a sibling sample failed' }));
-          }
-          return result;
-        } catch (error) {
-          if (!failed) firstError = error;
-          failed = true;
-          controller.abort(new DressageError({ code: 'aborted', message: 'a sibling sample failed' }));
-          throw error;
-        }
-      }),
-    );
-    const samples: Sample[] = [];
-    for (const entry of settled) if (entry.status === 'fulfilled') samples.push(...entry.value);
-    const cancelled = signal.aborted;
-    const outcome: GroupOutcome = { group, samples, failed: failed || cancelled, cancelled };
-    if (firstError !== undefined) outcome.error = firstError;
-    else if (cancelled) outcome.error = signal.reason;
-    return outcome;
-  } finally {
-    signal.removeEventListener('abort', forward);
-  }
+  return new GroupRun(group, generate, samplingParams, context, signal).done;
 }
 
 function nonEmpty(value: unknown): string | null {

@@ -3,12 +3,19 @@
 // target, the data source's state schema and seeded shuffling. Not covered by the package's
 // compatibility promise.
 
-export { AsyncRolloutWorker, type AsyncRolloutWorkerOptions, type CompletedGroup } from './async-worker.js';
+export {
+  AsyncRolloutWorker,
+  type AsyncRolloutWorkerOptions,
+  type CompletedGroup,
+  type InFlightGroup,
+} from './async-worker.js';
 export { dataSourceStateSchema } from './data-source.js';
 export {
   assertTrainableBatch,
   defaultMarkAbortedNoGrad,
   type GroupOutcome,
+  GroupRun,
+  type GroupRunListener,
   hasTrainableSample,
   incrementRetry,
   retryCountOf,

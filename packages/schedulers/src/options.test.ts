@@ -35,6 +35,9 @@ describe('scheduler options', () => {
       DRESSAGE_DRAIN_PARTIAL_WORKER_ON_FINAL_ROLLOUT: 'false',
       DRESSAGE_PARTIAL_ROLLOUT_TARGET_GROUPS: '2',
       DRESSAGE_PARTIAL_ROLLOUT_TARGET_SAMPLES: '8',
+      DRESSAGE_ASYNC_MAX_ACTIVE_SAMPLES: '64',
+      DRESSAGE_ASYNC_MAX_OUTSTANDING_GROUPS: '12',
+      DRESSAGE_STALENESS_RECALL_IN_FLIGHT: 'on',
     };
     expect(Object.keys(env).sort()).toEqual(Object.keys(schedulerEnvironmentVariables).sort());
     expect(schedulerOptionsFromEnv(env)).toEqual({
@@ -49,6 +52,9 @@ describe('scheduler options', () => {
       drainPartialWorkerOnFinalRollout: false,
       partialRolloutTargetGroups: 2,
       partialRolloutTargetSamples: 8,
+      asyncMaxActiveSamples: 64,
+      asyncMaxOutstandingGroups: 12,
+      stalenessRecallInFlight: true,
     });
     const options = resolveSchedulerOptions({ rolloutBatchSize: 4, maxRetries: 1 }, { env });
     expect(options.maxRetries).toBe(1);

@@ -22,8 +22,22 @@ export const schedulerOptionsSchema = z.strictObject({
   maxRetries: nonNegativeInt.default(2),
   /** Return a batch with nothing trainable instead of failing (`DRESSAGE_ALLOW_EMPTY_TRAIN_BATCH`). */
   allowEmptyTrainBatch: z.boolean().default(false),
-  /** Groups in flight in the async worker (`DRESSAGE_ASYNC_MAX_ACTIVE_GROUPS`; default `rolloutBatchSize`). */
+  /**
+   * Groups in flight in the async worker (`DRESSAGE_ASYNC_MAX_ACTIVE_GROUPS`; default
+   * `rolloutBatchSize`, or no limit of its own when `asyncMaxActiveSamples` is set).
+   */
   asyncMaxActiveGroups: positiveInt.optional(),
+  /**
+   * Generate calls running at once in the async worker, counted per sample
+   * (`DRESSAGE_ASYNC_MAX_ACTIVE_SAMPLES`; unset: only groups are counted). A finished sample frees
+   * its place while its siblings still run.
+   */
+  asyncMaxActiveSamples: positiveInt.optional(),
+  /**
+   * Groups in flight plus completed groups not yet collected (`DRESSAGE_ASYNC_MAX_OUTSTANDING_GROUPS`;
+   * unset: no limit besides the output queue). Bounds what is generated ahead of the trainer.
+   */
+  asyncMaxOutstandingGroups: positiveInt.optional(),
   /** Completed groups the worker may hold (`DRESSAGE_ASYNC_OUTPUT_QUEUE_SIZE`); dispatch pauses above 80%. */
   asyncOutputQueueSize: positiveInt.default(1000),
   /** Exhausted failed groups one call may drop before it fails (`DRESSAGE_ASYNC_MAX_DROPPED_FAILED_GROUPS`; default max(target × 10, 100)). */
@@ -42,6 +56,12 @@ export const schedulerOptionsSchema = z.strictObject({
   partialRolloutTargetSamples: z.int().optional(),
   /** Keep only groups from the newest N observed weight versions (`dressage_staleness_keep_versions`); 0 = off. */
   stalenessKeepVersions: nonNegativeInt.nullable().default(0),
+  /**
+   * With `stalenessKeepVersions`, stop a group in flight as soon as a finished sample rules it out
+   * (`DRESSAGE_STALENESS_RECALL_IN_FLIGHT`), counting the trainer's next version once a batch is
+   * full, and put its prompt back into the data source while retries remain.
+   */
+  stalenessRecallInFlight: z.boolean().default(false),
   /** Passed to every generate call unchanged. */
   samplingParams: z.record(z.string(), z.unknown()).default({}),
 });
@@ -54,6 +74,8 @@ export type SchedulerOptions = z.output<typeof schedulerOptionsSchema>;
 type IntegerKey =
   | 'maxRetries'
   | 'asyncMaxActiveGroups'
+  | 'asyncMaxActiveSamples'
+  | 'asyncMaxOutstandingGroups'
   | 'asyncOutputQueueSize'
   | 'asyncMaxDroppedFailedGroups'
   | 'partialRolloutTargetGroups'
@@ -61,6 +83,7 @@ type IntegerKey =
 type NumberKey = 'asyncNoProgressWarnSec' | 'asyncWorkerStopTimeoutSec';
 type BooleanKey =
   | 'allowEmptyTrainBatch'
+  | 'stalenessRecallInFlight'
   | 'drainFullyAsyncWorkerOnFinalRollout'
   | 'drainPartialWorkerOnFinalRollout';
 
@@ -69,18 +92,22 @@ export const schedulerEnvironmentVariables = {
   DRESSAGE_ROLLOUT_MAX_RETRIES: 'maxRetries',
   DRESSAGE_ALLOW_EMPTY_TRAIN_BATCH: 'allowEmptyTrainBatch',
   DRESSAGE_ASYNC_MAX_ACTIVE_GROUPS: 'asyncMaxActiveGroups',
+  DRESSAGE_ASYNC_MAX_ACTIVE_SAMPLES: 'asyncMaxActiveSamples',
+  DRESSAGE_ASYNC_MAX_OUTSTANDING_GROUPS: 'asyncMaxOutstandingGroups',
   DRESSAGE_ASYNC_OUTPUT_QUEUE_SIZE: 'asyncOutputQueueSize',
   DRESSAGE_ASYNC_MAX_DROPPED_FAILED_GROUPS: 'asyncMaxDroppedFailedGroups',
   DRESSAGE_ASYNC_NO_PROGRESS_WARN_SEC: 'asyncNoProgressWarnSec',
   DRESSAGE_ASYNC_WORKER_STOP_TIMEOUT_SEC: 'asyncWorkerStopTimeoutSec',
   DRESSAGE_DRAIN_FULLY_ASYNC_WORKER_ON_FINAL_ROLLOUT: 'drainFullyAsyncWorkerOnFinalRollout',
   DRESSAGE_DRAIN_PARTIAL_WORKER_ON_FINAL_ROLLOUT: 'drainPartialWorkerOnFinalRollout',
+  DRESSAGE_STALENESS_RECALL_IN_FLIGHT: 'stalenessRecallInFlight',
   DRESSAGE_PARTIAL_ROLLOUT_TARGET_GROUPS: 'partialRolloutTargetGroups',
   DRESSAGE_PARTIAL_ROLLOUT_TARGET_SAMPLES: 'partialRolloutTargetSamples',
 } as const satisfies Record<string, IntegerKey | NumberKey | BooleanKey>;
 
 const booleanKeys = new Set<string>([
   'allowEmptyTrainBatch',
+  'stalenessRecallInFlight',
   'drainFullyAsyncWorkerOnFinalRollout',
   'drainPartialWorkerOnFinalRollout',
 ]);

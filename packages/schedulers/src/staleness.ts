@@ -93,10 +93,13 @@ export class StalenessTracker {
     return true;
   }
 
-  /** True when the group must be dropped. */
-  isStale(samples: readonly Sample[]): boolean {
+  /**
+   * True when the group must be dropped. With `versionsAhead` k, true when it would have to be
+   * dropped once k more versions have appeared (a group that cannot be trained before then).
+   */
+  isStale(samples: readonly Sample[], versionsAhead = 0): boolean {
     if (!this.enabled) return false;
-    const cutoff = this.cutoffIndex;
+    const cutoff = Math.max(0, this.order.length + versionsAhead - (this.keepVersions as number));
     return trajectoryVersions(samples).some(
       ({ version }) => (this.positions.get(version) ?? cutoff) < cutoff,
     );
