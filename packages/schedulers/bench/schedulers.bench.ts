@@ -128,6 +128,7 @@ interface Configuration {
   mode: RolloutMode;
   keepVersions?: number;
   maxActiveGroups?: number;
+  extra?: Partial<SchedulerOptionsInput>;
 }
 
 interface ModeResult {
@@ -141,6 +142,12 @@ interface ModeResult {
   maxStaleness: number;
   droppedStaleGroups: number;
   retriedGroups: number;
+  recalledGroups: number;
+  refreshedSamples: number;
+  /** Generation time (sample-seconds) spent on samples never trained, as a share of all of it. */
+  wastedGenerationFraction: number;
+  peakConcurrentSamples: number;
+  meanConcurrentSamples: number;
   wallSeconds: number;
 }
 
@@ -155,10 +162,23 @@ async function simulate(configuration: Configuration): Promise<ModeResult> {
   };
   let version = 0;
   let session = 0;
+  let running = 0;
+  let peakRunning = 0;
+  let generationSeconds = 0;
+  const durations = new Map<string, number>();
   const generate: GenerateFunction = async (sample, _params, { signal }) => {
     const id = `sim-${session++}`;
     const start = version;
-    await clock.sleep(lognormal(), signal);
+    const startedAt = clock.now;
+    running++;
+    peakRunning = Math.max(peakRunning, running);
+    try {
+      await clock.sleep(lognormal(), signal);
+    } finally {
+      running--;
+      generationSeconds += clock.now - startedAt;
+    }
+    durations.set(id, clock.now - startedAt);
     const end = version;
     if (mode === 'partial-async' && end - start > PARTIAL_MAX_VERSION_SPAN) {
       throw new Error(`partial_rollout_staleness_exceeded: ${id} spans versions ${start}..${end}`);
@@ -196,6 +216,7 @@ async function simulate(configuration: Configuration): Promise<ModeResult> {
     ...(configuration.maxActiveGroups !== undefined
       ? { asyncMaxActiveGroups: configuration.maxActiveGroups }
       : {}),
+    ...configuration.extra,
   };
   const scheduler = createRolloutScheduler(
     mode,
@@ -208,6 +229,9 @@ async function simulate(configuration: Configuration): Promise<ModeResult> {
   let trained = 0;
   let dropped = 0;
   let retried = 0;
+  let recalled = 0;
+  let refreshed = 0;
+  let trainedGenerationSeconds = 0;
   const staleness: number[] = [];
   await clock.run(
     (async () => {
@@ -218,14 +242,18 @@ async function simulate(configuration: Configuration): Promise<ModeResult> {
         });
         idle += clock.now - waitFrom;
         dropped += metrics['staleness/dropped_groups'] ?? 0;
+        recalled += metrics['staleness/recalled_groups'] ?? 0;
+        refreshed += metrics['staleness/refreshed_samples'] ?? 0;
         retried +=
           metrics['dressage/partial_rollout_retried_groups'] ??
           metrics['dressage/fully_async_retried_groups'] ??
           0;
         const batch = samples.flat();
         // Weight versions behind: the policy being trained minus the version that wrote the first token.
-        for (const sample of batch)
+        for (const sample of batch) {
           staleness.push(version - Number(sample.metadata.dressage_start_token_version));
+          trainedGenerationSeconds += durations.get(sample.session_id ?? '') ?? 0;
+        }
         trained += batch.length;
         await clock.sleep(
           (TRAIN_SECONDS_PER_FULL_BATCH * batch.length) / (ROLLOUT_BATCH_SIZE * SAMPLES_PER_PROMPT),
@@ -246,6 +274,11 @@ async function simulate(configuration: Configuration): Promise<ModeResult> {
     maxStaleness: Math.max(...staleness),
     droppedStaleGroups: dropped,
     retriedGroups: retried,
+    recalledGroups: recalled,
+    refreshedSamples: refreshed,
+    wastedGenerationFraction: 1 - trainedGenerationSeconds / generationSeconds,
+    peakConcurrentSamples: peakRunning,
+    meanConcurrentSamples: generationSeconds / clock.now,
     wallSeconds: (performance.now() - started) / 1000,
   };
 }
@@ -289,53 +322,65 @@ console.log(
     `max version span ${PARTIAL_MAX_VERSION_SPAN}, keep ${PARTIAL_KEEP_VERSIONS} versions.`,
 );
 const results: ModeResult[] = [];
+// The fast bounded mode: the same 256 concurrent generate calls as sync, counted per sample, at most
+// 1.5 batches generated ahead of the trainer, and groups a finished sample rules out stopped early.
+const BUDGET_SAMPLES = ROLLOUT_BATCH_SIZE * SAMPLES_PER_PROMPT;
+const BUDGET_OUTSTANDING_GROUPS = (3 * ROLLOUT_BATCH_SIZE) / 2;
+const recall = { stalenessRecallInFlight: true };
+const budget = {
+  ...recall,
+  asyncMaxActiveSamples: BUDGET_SAMPLES,
+  asyncMaxOutstandingGroups: BUDGET_OUTSTANDING_GROUPS,
+};
 const configurations: Configuration[] = [
   { label: 'sync', mode: 'sync' },
   { label: 'fully-async', mode: 'fully-async' },
   { label: 'fully-async ≤1', mode: 'fully-async', keepVersions: 2 },
   { label: 'fully-async ≤2', mode: 'fully-async', keepVersions: 3 },
-  {
-    label: 'fully-async ≤1 2×',
-    mode: 'fully-async',
-    keepVersions: 2,
-    maxActiveGroups: 2 * ROLLOUT_BATCH_SIZE,
-  },
-  {
-    label: 'fully-async ≤2 2×',
-    mode: 'fully-async',
-    keepVersions: 3,
-    maxActiveGroups: 2 * ROLLOUT_BATCH_SIZE,
-  },
+  { label: '≤1 recall', mode: 'fully-async', keepVersions: 2, extra: recall },
+  { label: '≤2 recall', mode: 'fully-async', keepVersions: 3, extra: recall },
+  { label: '≤1 budget', mode: 'fully-async', keepVersions: 2, extra: budget },
+  { label: '≤2 budget', mode: 'fully-async', keepVersions: 3, extra: budget },
+  { label: '≤1 2× groups', mode: 'fully-async', keepVersions: 2, maxActiveGroups: 2 * ROLLOUT_BATCH_SIZE },
+  { label: '≤2 2× groups', mode: 'fully-async', keepVersions: 3, maxActiveGroups: 2 * ROLLOUT_BATCH_SIZE },
   { label: 'partial-async', mode: 'partial-async' },
 ];
 for (const configuration of configurations) results.push(await simulate(configuration));
 const sync = results[0] as ModeResult;
 console.log(
-  'mode               samples/s  speedup  trainer idle  staleness mean/max  stale drops  retries  wall s',
+  'mode             samples/s  speedup  trainer idle  staleness mean/max  stale drops  recalled  wasted gen  samples peak/mean  wall s',
 );
 for (const result of results) {
   console.log(
-    `${result.label.padEnd(18)} ${result.samplesPerSecond.toFixed(3).padStart(9)}  ${(result.samplesPerSecond / sync.samplesPerSecond).toFixed(2).padStart(6)}×  ` +
+    `${result.label.padEnd(16)} ${result.samplesPerSecond.toFixed(3).padStart(9)}  ${(result.samplesPerSecond / sync.samplesPerSecond).toFixed(2).padStart(6)}×  ` +
       `${(result.trainerIdleFraction * 100).toFixed(1).padStart(11)}%  ${result.meanStaleness.toFixed(2).padStart(9)} / ${String(result.maxStaleness).padEnd(6)}  ` +
-      `${String(result.droppedStaleGroups).padStart(11)}  ${String(result.retriedGroups).padStart(7)}  ${result.wallSeconds.toFixed(1).padStart(6)}`,
+      `${String(result.droppedStaleGroups).padStart(11)}  ${String(result.recalledGroups).padStart(8)}  ${(Math.max(0, result.wastedGenerationFraction) * 100).toFixed(0).padStart(9)}%  ` +
+      `${String(result.peakConcurrentSamples).padStart(8)} / ${result.meanConcurrentSamples.toFixed(0).padEnd(6)}  ${result.wallSeconds.toFixed(1).padStart(6)}`,
   );
 }
 const byLabel = (label: string) => results.find((result) => result.label === label) as ModeResult;
 const fully = byLabel('fully-async');
 const partial = byLabel('partial-async');
-const bound1 = byLabel('fully-async ≤1');
-const bound2 = byLabel('fully-async ≤2');
-const bound1Doubled = byLabel('fully-async ≤1 2×');
-// Rollouts generated and thrown away as stale, as a share of all completed groups.
-const wasted = (result: ModeResult) =>
-  result.droppedStaleGroups / (result.droppedStaleGroups + result.trainedSamples / SAMPLES_PER_PROMPT);
+const bound1Filter = byLabel('fully-async ≤1');
+const bound2Filter = byLabel('fully-async ≤2');
+const bound1 = byLabel('≤1 budget');
+const bound2 = byLabel('≤2 budget');
+const bound1Doubled = byLabel('≤1 2× groups');
+const speedup = (result: ModeResult) => result.samplesPerSecond / sync.samplesPerSecond;
+// Groups generated and thrown away (dropped when complete, or recalled in flight), as a share of all
+// groups that ended one way or the other.
+const dropped = (result: ModeResult) => {
+  const thrown = result.droppedStaleGroups + result.recalledGroups;
+  return thrown / (thrown + result.trainedSamples / SAMPLES_PER_PROMPT);
+};
+const summary = (result: ModeResult) =>
+  `${speedup(result).toFixed(2)}× sync, trainer idle ${(result.trainerIdleFraction * 100).toFixed(1)}%, ` +
+  `${(dropped(result) * 100).toFixed(0)}% of groups thrown away, ${(result.wastedGenerationFraction * 100).toFixed(0)}% of generation wasted`;
 console.log(
-  `Bounded staleness (same rollout capacity as sync, ${ROLLOUT_BATCH_SIZE} groups in flight): bound 1 ` +
-    `${(bound1.samplesPerSecond / sync.samplesPerSecond).toFixed(2)}× sync, ${(wasted(bound1) * 100).toFixed(0)}% of ` +
-    `completed groups dropped as stale; bound 2 ${(bound2.samplesPerSecond / sync.samplesPerSecond).toFixed(2)}×, ` +
-    `${(wasted(bound2) * 100).toFixed(0)}% dropped. With twice the capacity, bound 1 ` +
-    `${(bound1Doubled.samplesPerSecond / sync.samplesPerSecond).toFixed(2)}×, ${(wasted(bound1Doubled) * 100).toFixed(0)}% dropped.`,
+  `Bound 1, filter only (32 groups in flight): ${summary(bound1Filter)}. With the sample budget ` +
+    `(${BUDGET_SAMPLES} calls, ${BUDGET_OUTSTANDING_GROUPS} groups ahead, recall): ${summary(bound1)}.`,
 );
+console.log(`Bound 2, filter only: ${summary(bound2Filter)}. With the sample budget: ${summary(bound2)}.`);
 const LARGE_FILE_LINES = 1_000_000;
 const large = await largeFile(LARGE_FILE_LINES);
 console.log(
@@ -358,17 +403,24 @@ console.log(
     fully_async_staleness_max: fully.maxStaleness,
     partial_async_staleness_mean: round(partial.meanStaleness, 2),
     partial_async_staleness_max: partial.maxStaleness,
-    fully_async_bound1_speedup: round(bound1.samplesPerSecond / sync.samplesPerSecond, 2),
+    fully_async_bound1_speedup: round(speedup(bound1), 2),
     fully_async_bound1_trainer_idle: round(bound1.trainerIdleFraction),
-    fully_async_bound1_dropped_fraction: round(wasted(bound1)),
-    fully_async_bound2_speedup: round(bound2.samplesPerSecond / sync.samplesPerSecond, 2),
+    fully_async_bound1_dropped_fraction: round(dropped(bound1)),
+    fully_async_bound1_wasted_generation: round(bound1.wastedGenerationFraction),
+    fully_async_bound1_mean_concurrent_samples: round(bound1.meanConcurrentSamples, 0),
+    fully_async_bound2_speedup: round(speedup(bound2), 2),
     fully_async_bound2_trainer_idle: round(bound2.trainerIdleFraction),
-    fully_async_bound2_dropped_fraction: round(wasted(bound2)),
-    fully_async_bound1_doubled_capacity_speedup: round(
-      bound1Doubled.samplesPerSecond / sync.samplesPerSecond,
-      2,
-    ),
+    fully_async_bound2_dropped_fraction: round(dropped(bound2)),
+    fully_async_bound2_wasted_generation: round(bound2.wastedGenerationFraction),
+    fully_async_bound1_filter_only_speedup: round(speedup(bound1Filter), 2),
+    fully_async_bound1_filter_only_trainer_idle: round(bound1Filter.trainerIdleFraction),
+    fully_async_bound1_filter_only_wasted_generation: round(bound1Filter.wastedGenerationFraction),
+    fully_async_bound2_filter_only_speedup: round(speedup(bound2Filter), 2),
+    fully_async_bound2_filter_only_trainer_idle: round(bound2Filter.trainerIdleFraction),
+    fully_async_bound1_doubled_capacity_speedup: round(speedup(bound1Doubled), 2),
     fully_async_bound1_doubled_capacity_trainer_idle: round(bound1Doubled.trainerIdleFraction),
+    sync_mean_concurrent_samples: round(sync.meanConcurrentSamples, 0),
+    fully_async_mean_concurrent_samples: round(fully.meanConcurrentSamples, 0),
     jsonl_million_lines_index_s: round(large.indexSeconds, 2),
     jsonl_million_lines_held_mib: round(large.heldMiB, 1),
   }),
