@@ -141,6 +141,19 @@ hooks:
     expect(() => parseRecipe(text)).toThrow(/generation_preempted/);
   });
 
+  it('takes the async rollout budget and recall, naming a bad value', () => {
+    const text = `${minimal}rollout: { mode: fully-async, keep_versions: 2, max_active_samples: 256, max_outstanding_groups: 48, recall_stale_groups: true }\n`;
+    expect(parseRecipe(text).rollout).toMatchObject({
+      max_active_samples: 256,
+      max_outstanding_groups: 48,
+      recall_stale_groups: true,
+    });
+    expect(parseRecipe(minimal).rollout.recall_stale_groups).toBeUndefined();
+    expect(issuePaths(() => parseRecipe(`${minimal}rollout: { max_outstanding_groups: 0 }\n`))).toEqual([
+      'rollout.max_outstanding_groups',
+    ]);
+  });
+
   it('extends another recipe, overriding only what it names', async () => {
     const directory = await mkdtemp(join(tmpdir(), 'dressage-recipe-'));
     await writeFile(join(directory, 'recipe.yaml'), `${minimal}rollout: { temperature: 0.7 }\n`);

@@ -220,6 +220,11 @@ export const recipeSchema = z
         max_turns: positiveInteger.default(4),
         max_retries: z.int().nonnegative().default(2),
         keep_versions: positiveInteger.optional(),
+        // Async rollout budget and early recall (the scheduler's asyncMaxActiveSamples,
+        // asyncMaxOutstandingGroups, stalenessRecallInFlight; its defaults when unset).
+        max_active_samples: positiveInteger.optional(),
+        max_outstanding_groups: positiveInteger.optional(),
+        recall_stale_groups: z.boolean().optional(),
         update_weights_interval: positiveInteger.default(1),
       })
       .prefault({}),

@@ -233,6 +233,15 @@ export async function runTraining(
           : { globalBatchSize: recipe.training.global_batch_size }),
         maxRetries: recipe.rollout.max_retries,
         stalenessKeepVersions: recipe.rollout.keep_versions ?? 0,
+        ...(recipe.rollout.max_active_samples === undefined
+          ? {}
+          : { asyncMaxActiveSamples: recipe.rollout.max_active_samples }),
+        ...(recipe.rollout.max_outstanding_groups === undefined
+          ? {}
+          : { asyncMaxOutstandingGroups: recipe.rollout.max_outstanding_groups }),
+        ...(recipe.rollout.recall_stale_groups === undefined
+          ? {}
+          : { stalenessRecallInFlight: recipe.rollout.recall_stale_groups }),
         samplingParams: {
           temperature: recipe.rollout.temperature,
           top_p: recipe.rollout.top_p,
