@@ -168,8 +168,8 @@ describe('error payloads (§1.4) and bad input', () => {
     const body = Buffer.from(
       JSON.stringify({ messages: [{ role: 'user', content: 'word '.repeat((4 * 1024 ** 2) / 5 + 1) }] }),
     );
-    // The answer comes from the declared length and the connection closes while the body is still
-    // on its way: read the answer as it comes, whatever the write then meets.
+    // The answer comes from the declared length while the body is still on its way (the proxy
+    // drains the rest, so the write does not meet a reset): read the answer as it comes.
     const over = await new Promise<{ status: number; text: string }>((resolve, reject) => {
       const sent = request(
         `${harness.proxy.url}/v1/chat/completions`,

@@ -117,8 +117,8 @@ describe('nothing poisoned: the proxy (built CLI)', () => {
     // A new session's body is rendered and tokenized on the event loop: 16 MiB of agent history held
     // every other call for seconds. 4 MiB of text is already past any context window served.
     const body = Buffer.from(JSON.stringify(chatBody('word '.repeat((4 * 1024 ** 2) / 5 + 1))));
-    // The proxy answers from the declared length and closes the connection while the body is still
-    // on its way: read the answer as it comes, whatever the write then meets.
+    // The answer comes from the declared length while the body is still on its way (the proxy
+    // drains the rest, so the write does not meet a reset): read the answer as it comes.
     const over = await new Promise<{ status: number; text: string }>((resolve, reject) => {
       const sent = httpRequest(
         `${proxy.url}/v1/chat/completions`,

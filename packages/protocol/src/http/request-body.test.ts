@@ -1,4 +1,10 @@
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import {
+  createServer,
+  request as httpRequest,
+  type IncomingMessage,
+  type Server,
+  type ServerResponse,
+} from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { connect } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -65,14 +71,38 @@ describe('readBody', () => {
     expect(await response.json()).toEqual({ bytes: 7, text: '{"a":1}' });
   });
 
-  it('refuses a declared content-length over the limit with a 413 naming both, and closes', async () => {
+  it('refuses a declared content-length over the limit with a 413 naming both, and keeps serving', async () => {
     const url = await serve({ limit: 16 });
     const response = await fetch(url, { method: 'POST', body: 'x'.repeat(17) });
     expect(response.status).toBe(413);
-    expect(response.headers.get('connection')).toBe('close');
+    expect(response.headers.get('connection')).not.toBe('close');
     expect(await response.json()).toEqual({
       message: 'Request body of 17 bytes exceeds the limit of 16 bytes',
     });
+  });
+
+  it('answers a client still writing a large body over the limit, instead of resetting it', async () => {
+    // 8 MiB outlasts the socket buffers: had the server closed after answering, the client's
+    // write would meet a reset before it read the 413.
+    const url = await serve({ limit: 1024 });
+    const body = Buffer.alloc(8 * 1024 ** 2, 0x61);
+    const answer = await new Promise<{ status: number; text: string }>((resolve, reject) => {
+      const sent = httpRequest(
+        url,
+        { method: 'POST', headers: { 'content-length': body.length } },
+        (response) => {
+          let text = '';
+          response.on('data', (chunk: Buffer) => {
+            text += chunk.toString();
+          });
+          response.on('end', () => resolve({ status: response.statusCode ?? 0, text }));
+        },
+      );
+      sent.on('error', reject);
+      sent.end(body);
+    });
+    expect(answer.status).toBe(413);
+    expect(answer.text).toContain(`Request body of ${body.length} bytes exceeds the limit of 1024 bytes`);
   });
 
   it('refuses a chunked body as soon as it grows past the limit, and keeps serving', async () => {

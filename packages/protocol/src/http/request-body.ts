@@ -16,8 +16,9 @@ export interface ReadBodyOptions {
   /** The error a body too slow rejects with. Default an {@link HttpError} 408 naming the limit. */
   timedOut?: (timeoutMs: number) => Error;
   /**
-   * The request's response: when the body is given up midway it is told to close the connection
-   * (the unread bytes make it unusable for another request).
+   * The request's response: when a body too slow is given up it is told to close the connection
+   * (a trickling client does not keep it). A body over the limit is drained instead, so the client,
+   * still writing it, reads the answer rather than a reset.
    */
   response?: ServerResponse;
 }
@@ -45,8 +46,8 @@ function bodyTimedOut(timeoutMs: number): HttpError {
 /**
  * Reads a request body of at most `limit` bytes. A declared `content-length` over the limit is
  * refused before a byte is read; a body that grows past it (chunked, or lying about its length) is
- * refused as soon as it does, and the rest is drained unread, so the client gets the answer rather
- * than a reset. With `timeoutMs`, a body still arriving after that long is refused too (a client
+ * refused as soon as it does. Either way the rest is drained unread and the connection stays open,
+ * so the client gets the answer rather than a reset. With `timeoutMs`, a body still arriving after that long is refused too (a client
  * trickling its body does not hold a connection and its buffers forever).
  */
 export function readBody(request: IncomingMessage, options: ReadBodyOptions): Promise<Buffer> {
@@ -59,8 +60,10 @@ export function readBody(request: IncomingMessage, options: ReadBodyOptions): Pr
   };
   const declared = Number(request.headers['content-length'] ?? '0');
   if (declared > limit) {
+    // Drained, not closed: closing while the client still writes the body resets the connection
+    // before it reads the 413.
     request.resume();
-    return Promise.reject(giveUp(tooLarge(limit, declared)));
+    return Promise.reject(tooLarge(limit, declared));
   }
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
@@ -82,7 +85,7 @@ export function readBody(request: IncomingMessage, options: ReadBodyOptions): Pr
         failed = true;
         chunks.length = 0;
         clearTimeout(timer);
-        reject(giveUp(tooLarge(limit, null)));
+        reject(tooLarge(limit, null));
         return;
       }
       chunks.push(chunk);
