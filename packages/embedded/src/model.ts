@@ -347,6 +347,24 @@ export class CausalLanguageModel {
   }
 
   /**
+   * {@link targetLogprobs} and, from the same log-softmax, the entropy `−Σ p·log p` of each
+   * position's whole distribution at `temperature` (`[batch, length]` each). Differentiable in both.
+   */
+  targetLogprobsWithEntropy(
+    logits: tf.Tensor3D,
+    targetOneHot: tf.Tensor3D,
+    temperature = 1,
+  ): { logProbs: tf.Tensor2D; entropy: tf.Tensor2D } {
+    return tf.tidy(() => {
+      const logSoftmax = tf.logSoftmax(scaleLogits(logits, temperature));
+      return {
+        logProbs: logSoftmax.mul(targetOneHot).sum(-1) as tf.Tensor2D,
+        entropy: tf.exp(logSoftmax).mul(logSoftmax).sum(-1).neg() as tf.Tensor2D,
+      };
+    });
+  }
+
+  /**
    * Per-token logprobs of whole sequences in one batched forward pass, with the numerics of
    * sampling: entry `t` of row `i` is the logprob of `sequences[i][t + 1]` given the tokens before
    * it (NaN where that id is outside the vocabulary). A trainer compares these to rollout logprobs.

@@ -41,12 +41,15 @@ import {
   sampleSpans,
   trainableTokenCount,
 } from './batch-layout.js';
+import { ReferencePolicy } from './reference-policy.js';
 import {
   type AdjustableAdam,
   createAdam,
+  packWeights,
   readOptimizerMoments,
   readTrainerState,
   restoreAdam,
+  unpackWeights,
   writeTrainerState,
 } from './trainer-state.js';
 
@@ -168,6 +171,11 @@ const yieldToEventLoop = () => new Promise<void>((resolve) => setImmediate(resol
  * tokens, measured with the weights before the update. With on-policy data both are at float
  * rounding level (≤ 1e-4): anything larger means a token, mask or logprob is out of place.
  *
+ * With `use_kl_loss`, the KL reference is a frozen copy of the weights taken at the first
+ * policy-loss step that asks for it (in a run, the weights RL starts from: slime's `--ref-load`);
+ * checkpoints carry it, so a resumed run keeps the same reference. With `entropy_coef` ≠ 0 the
+ * entropy of each trained position's whole distribution (at `temperature`) enters the loss.
+ *
  * Calls are serialized: a Train step, a weight update and a checkpoint never overlap.
  */
 export class EmbeddedTrainer implements TrainerImplementation {
@@ -189,6 +197,8 @@ export class EmbeddedTrainer implements TrainerImplementation {
   #weightsDirectory: string | undefined;
   #publishedDirectory: string | null = null;
   #optimizer: AdjustableAdam;
+  // The KL loss's reference, captured at the first policy-loss step with use_kl_loss.
+  #reference: ReferencePolicy | null = null;
   #weightVersion: string;
   #trainSteps = 0;
   #rolloutId = 0;
@@ -280,8 +290,9 @@ export class EmbeddedTrainer implements TrainerImplementation {
    * stay as they were, and the response has `optimizer_steps` 0 and `metrics.nonfinite_step_skipped` 1.
    * @throws DressageError `invalid_argument` for a sample longer than the context, an unknown loss
    * type, a trainable token outside the vocabulary, a NaN or infinite reward, loss denominator or
-   * logprob (naming the sample and field), a learning rate outside (0, `maxLearningRate`], an invalid
-   * loss setting, or `entropy_coef` / `use_kl_loss` (not supported yet); `cancelled` /
+   * logprob (naming the sample and field), a learning rate outside (0, `maxLearningRate`] or an
+   * invalid loss setting; `failed_precondition` when `use_kl_loss` would capture a reference from
+   * weights that are not finite; `cancelled` /
    * `deadline_exceeded` when `signal` fires between micro-batches (no update is applied then).
    */
   train(
@@ -304,7 +315,7 @@ export class EmbeddedTrainer implements TrainerImplementation {
 
   /**
    * TrainerService SaveCheckpoint: the model (bit-exact weights, `loadModel` reads it), the weight
-   * version, the step counters and Adam's moments.
+   * version, the step counters, Adam's moments and the KL reference weights (once captured).
    * @throws DressageError `failed_precondition` when any weight is NaN or infinite (nothing is written).
    */
   saveCheckpoint(request: Partial<SaveCheckpointRequest>): Promise<Partial<SaveCheckpointResponse>> {
@@ -313,9 +324,11 @@ export class EmbeddedTrainer implements TrainerImplementation {
 
   /**
    * TrainerService LoadCheckpoint: restores weights, version, counters and (when stored) Adam's
-   * moments. The engines keep their weights until the next UpdateWeights.
+   * moments and the KL reference; a checkpoint without a reference leaves none, so the next
+   * `use_kl_loss` step captures the loaded weights. The engines keep their weights until the next
+   * UpdateWeights.
    * @throws DressageError `failed_precondition` when the checkpoint is for another model, or holds a
-   * NaN or infinite weight or Adam moment (nothing of it is applied).
+   * NaN or infinite weight, Adam moment or reference weight (nothing of it is applied).
    */
   loadCheckpoint(request: Partial<LoadCheckpointRequest>): Promise<Partial<LoadCheckpointResponse>> {
     return this.#exclusive(() => this.#loadCheckpoint(request));
@@ -327,6 +340,8 @@ export class EmbeddedTrainer implements TrainerImplementation {
       if (this.#disposed) return;
       this.#disposed = true;
       this.#optimizer.dispose();
+      this.#reference?.dispose();
+      this.#reference = null;
       this.model.dispose();
       if (this.#publishedDirectory !== null)
         await rm(this.#publishedDirectory, { recursive: true, force: true });
@@ -369,13 +384,6 @@ export class EmbeddedTrainer implements TrainerImplementation {
     const options = policyLossOptionsFromLossConfig(header.loss, header.global_batch_size ?? 0);
     const resolved = resolvePolicyLossOptions(options);
     this.#optimizer.currentLearningRate = learningRate;
-    if (resolved.entropyCoef !== 0 || resolved.useKlLoss) {
-      // Neither the entropy of the full distribution nor reference logprobs are computed here yet.
-      throw invalid('The embedded trainer supports neither entropy_coef nor use_kl_loss yet', {
-        entropy_coef: resolved.entropyCoef,
-        use_kl_loss: resolved.useKlLoss,
-      });
-    }
     const spans = sampleSpans(batch, this.model.config.contextLength);
     const trainable = trainableTokenCount(batch);
     // Reducer constants of the whole batch, so micro-batch losses add up to the batch loss.
@@ -391,6 +399,9 @@ export class EmbeddedTrainer implements TrainerImplementation {
       this.#onTrainLogProbs !== undefined && lossType === 'policy_loss'
         ? new Float32Array(batch.loss_masks.length).fill(Number.NaN)
         : null;
+    // The KL reference is frozen the first time a policy-loss step asks for it: the weights the
+    // RL phase starts from (a warm-start's supervised steps come before).
+    const reference = lossType === 'policy_loss' && resolved.useKlLoss ? this.#captureReference() : null;
     let gradients: tf.NamedTensorMap | null = null;
     let optimizerSteps = 0;
     try {
@@ -398,7 +409,14 @@ export class EmbeddedTrainer implements TrainerImplementation {
         if (index > 0) await yieldToEventLoop();
         signal?.throwIfAborted();
         const micro = buildMicroBatch(this.model, batch, spans);
-        const result = this.#microBatchGradients(micro, lossType, stepOptions, parity, trainLogProbs);
+        const result = this.#microBatchGradients(
+          micro,
+          lossType,
+          stepOptions,
+          reference,
+          parity,
+          trainLogProbs,
+        );
         gradients = addGradients(gradients, result.gradients);
         for (const [name, value] of Object.entries(result.metrics))
           metrics[name] = (metrics[name] ?? 0) + value;
@@ -451,12 +469,26 @@ export class EmbeddedTrainer implements TrainerImplementation {
     };
   }
 
+  #captureReference(): ReferencePolicy {
+    if (this.#reference === null) {
+      checkFiniteWeights(this.model.getWeights(), 'Train', 'freeze them as the KL reference');
+      this.#reference = ReferencePolicy.capture(this.model);
+      this.#log?.(
+        `embedded trainer: KL reference frozen from the weights at step ${this.#trainSteps} (version ${this.#weightVersion})`,
+      );
+    }
+    return this.#reference;
+  }
+
   // One differentiable pass over a micro-batch: gradients of its share of the loss, its share of
-  // the (additive) metrics, and the parity of the recomputed logprobs before any update.
+  // the (additive) metrics, and the parity of the recomputed logprobs before any update. With a
+  // reference, its logprobs come from a pass without gradients first; with an entropy coefficient,
+  // the entropy comes from the same logits as the logprobs.
   #microBatchGradients(
     micro: MicroBatch,
     lossType: EmbeddedLossType,
     options: PolicyLossOptions,
+    reference: ReferencePolicy | null,
     parity: ParityAccumulator,
     trainLogProbs: Float32Array | null,
   ): { gradients: tf.NamedTensorMap; metrics: Record<string, number> } {
@@ -473,20 +505,26 @@ export class EmbeddedTrainer implements TrainerImplementation {
           .reshape([rows, length, outputs]) as tf.Tensor3D,
     );
     let current: Float32Array = new Float32Array(0);
-    const logProbsOf = (): tf.Tensor1D => {
+    // The entropy only when it enters the loss: it reads every output of every position.
+    const withEntropy = lossType === 'policy_loss' && (options.entropyCoef ?? 0) !== 0;
+    const forwardPass = (): { logProbs: tf.Tensor1D; entropy?: tf.Tensor1D } => {
       const logits = this.model.forward(slots, { differentiable: true });
-      const logProbs = this.model
-        .targetLogprobs(logits, targetOneHot, this.#temperature)
-        .reshape([rows * length]) as tf.Tensor1D;
+      const picked: { logProbs: tf.Tensor2D; entropy?: tf.Tensor2D } = withEntropy
+        ? this.model.targetLogprobsWithEntropy(logits, targetOneHot, this.#temperature)
+        : { logProbs: this.model.targetLogprobs(logits, targetOneHot, this.#temperature) };
+      const logProbs = picked.logProbs.reshape([rows * length]) as tf.Tensor1D;
       current = (logProbs.dataSync() as Float32Array).slice();
-      return logProbs;
+      return picked.entropy === undefined
+        ? { logProbs }
+        : { logProbs, entropy: picked.entropy.reshape([rows * length]) as tf.Tensor1D };
     };
     try {
       let gradients: tf.NamedTensorMap;
       let metrics: Record<string, number>;
       if (lossType === 'policy_loss') {
+        const refLogProbs = reference?.logProbs(slots, targetOneHot, this.#temperature);
         const result = policyLossGradients(
-          () => ({ logProbs: logProbsOf() }),
+          () => ({ ...forwardPass(), ...(refLogProbs === undefined ? {} : { refLogProbs }) }),
           lossBatch,
           options,
           this.#variables,
@@ -495,10 +533,12 @@ export class EmbeddedTrainer implements TrainerImplementation {
         metrics = { ...result.metrics };
         // Replaced below by the plain token mean and max over the whole batch.
         delete metrics.train_rollout_logprob_abs_diff;
+        // Not computed without an entropy coefficient: no made-up 0 in the response.
+        if (!withEntropy) delete metrics.entropy_loss;
       } else {
         const weights = reducerWeights(lossBatch, resolvePolicyLossOptions(options));
         const { value, grads } = tf.variableGrads(
-          () => tf.sum(tf.mul(logProbsOf(), tf.tensor1d(weights, 'float32'))).neg() as tf.Scalar,
+          () => tf.sum(tf.mul(forwardPass().logProbs, tf.tensor1d(weights, 'float32'))).neg() as tf.Scalar,
           this.#variables,
         );
         const loss = value.dataSync()[0]!;
@@ -621,6 +661,7 @@ export class EmbeddedTrainer implements TrainerImplementation {
       ...(this.#tokenizerDirectory === undefined ? {} : { tokenizerDirectory: this.#tokenizerDirectory }),
     });
     const moments = await readOptimizerMoments(this.#optimizer, this.model.specs);
+    const parameters = this.model.specs.map((spec) => spec.name);
     const stateBytes = await writeTrainerState(
       directory,
       {
@@ -629,7 +670,10 @@ export class EmbeddedTrainer implements TrainerImplementation {
         weight_version: this.#weightVersion,
         learning_rate: this.#optimizer.currentLearningRate,
       },
-      moments === null ? null : { ...moments, parameters: this.model.specs.map((spec) => spec.name) },
+      moments === null ? null : { ...moments, parameters },
+      this.#reference === null
+        ? null
+        : { parameters, bytes: packWeights(this.#reference.getWeights(), this.model.specs) },
     );
     const weightBytes = this.model.parameterCount * 4;
     return {
@@ -647,9 +691,14 @@ export class EmbeddedTrainer implements TrainerImplementation {
     const stored = await readTrainerState(directory);
     // A checkpoint of a run that diverged would make every later step NaN: refused whole, before
     // anything of it is applied.
+    const referenceWeights =
+      stored?.reference && stored.state.reference
+        ? unpackWeights(stored.reference, stored.state.reference.parameters, this.model.specs)
+        : null;
     const found = firstNonFinite([
       ...[...checkpoint.weights].map(([name, values]) => [`parameter ${name}`, values] as const),
       ...(stored?.moments ? [['Adam moments', stored.moments] as const] : []),
+      ...[...(referenceWeights ?? [])].map(([name, values]) => [`KL reference ${name}`, values] as const),
     ]);
     if (found !== null) {
       throw new DressageError({
@@ -670,9 +719,13 @@ export class EmbeddedTrainer implements TrainerImplementation {
     } else {
       optimizer = createAdam(stored?.state.learning_rate ?? this.#defaultLearningRate);
     }
+    const reference =
+      referenceWeights === null ? null : ReferencePolicy.fromWeights(this.model, referenceWeights);
     this.model.setWeights(checkpoint.weights);
     this.#optimizer.dispose();
     this.#optimizer = optimizer;
+    this.#reference?.dispose();
+    this.#reference = reference;
     this.#weightVersion = checkpoint.weightVersion;
     this.#trainSteps = stored?.state.train_steps ?? 0;
     this.#rolloutId = stored?.state.rollout_id ?? 0;

@@ -10,6 +10,8 @@ import type { ParameterSpec } from '../model.js';
 export const trainerStateFile = 'embedded-trainer.json';
 /** Name of the raw little-endian float32 Adam moments inside a checkpoint directory. */
 export const optimizerStateFile = 'embedded-optimizer.bin';
+/** Name of the raw little-endian float32 KL reference weights inside a checkpoint directory. */
+export const referenceStateFile = 'embedded-reference.bin';
 
 const stateFormat = 'dressage.embedded.trainer-state/v1';
 
@@ -28,6 +30,15 @@ const stateSchema = z.object({
       sha256: z.string().regex(/^[0-9a-f]{64}$/),
     })
     .nullable(),
+  // The KL loss's frozen reference weights; absent in checkpoints of runs that never used it.
+  reference: z
+    .object({
+      // Parameter names in the binary file's order.
+      parameters: z.array(z.string()),
+      sha256: z.string().regex(/^[0-9a-f]{64}$/),
+    })
+    .nullable()
+    .optional(),
 });
 
 /** Trainer bookkeeping stored next to a model checkpoint. */
@@ -110,16 +121,68 @@ export async function readOptimizerMoments(
   }
 }
 
-/** Writes the trainer state (and the optimizer moments, when any) into a checkpoint directory. */
+/** Weights as one raw float32 buffer, in the order of `specs`. */
+export function packWeights(
+  weights: ReadonlyMap<string, Float32Array>,
+  specs: readonly ParameterSpec[],
+): Uint8Array {
+  const arrays = specs.map((spec) => weights.get(spec.name)!);
+  const bytes = new Uint8Array(arrays.reduce((sum, values) => sum + values.byteLength, 0));
+  let offset = 0;
+  for (const values of arrays) {
+    bytes.set(new Uint8Array(values.buffer, values.byteOffset, values.byteLength), offset);
+    offset += values.byteLength;
+  }
+  return bytes;
+}
+
+/**
+ * Weights stored by {@link packWeights}, by parameter name.
+ * @throws DressageError `failed_precondition` when they are for other parameters.
+ */
+export function unpackWeights(
+  values: Float32Array,
+  parameters: readonly string[],
+  specs: readonly ParameterSpec[],
+): Map<string, Float32Array> {
+  const sizes = specs.map((spec) => spec.shape.reduce((product, size) => product * size, 1));
+  if (
+    parameters.join('\n') !== specs.map((spec) => spec.name).join('\n') ||
+    values.length !== sizes.reduce((sum, size) => sum + size, 0)
+  ) {
+    throw new DressageError({
+      code: 'failed_precondition',
+      message: 'The stored KL reference weights are for a different model',
+    });
+  }
+  const weights = new Map<string, Float32Array>();
+  let offset = 0;
+  specs.forEach((spec, index) => {
+    weights.set(spec.name, values.slice(offset, offset + sizes[index]!));
+    offset += sizes[index]!;
+  });
+  return weights;
+}
+
+async function writeAtomically(path: string, data: Uint8Array | string): Promise<void> {
+  await writeFile(`${path}.tmp`, data);
+  await rename(`${path}.tmp`, path);
+}
+
+/**
+ * Writes the trainer state (and the optimizer moments and KL reference weights, when any) into a
+ * checkpoint directory.
+ */
 export async function writeTrainerState(
   directory: string,
-  state: Omit<TrainerState, 'format' | 'optimizer'>,
+  state: Omit<TrainerState, 'format' | 'optimizer' | 'reference'>,
   optimizer: {
     iterations: number;
     betaPowers: [number, number];
     parameters: string[];
     bytes: Uint8Array;
   } | null,
+  reference: { parameters: string[]; bytes: Uint8Array } | null = null,
 ): Promise<number> {
   const manifest: TrainerState = {
     format: stateFormat,
@@ -133,25 +196,48 @@ export async function writeTrainerState(
             parameters: optimizer.parameters,
             sha256: createHash('sha256').update(optimizer.bytes).digest('hex'),
           },
+    reference:
+      reference === null
+        ? null
+        : {
+            parameters: reference.parameters,
+            sha256: createHash('sha256').update(reference.bytes).digest('hex'),
+          },
   };
   const text = `${JSON.stringify(manifest, null, 2)}\n`;
-  if (optimizer !== null) {
-    await writeFile(join(directory, `${optimizerStateFile}.tmp`), optimizer.bytes);
-    await rename(join(directory, `${optimizerStateFile}.tmp`), join(directory, optimizerStateFile));
+  if (optimizer !== null) await writeAtomically(join(directory, optimizerStateFile), optimizer.bytes);
+  if (reference !== null) await writeAtomically(join(directory, referenceStateFile), reference.bytes);
+  // The manifest last: it names the hashes of what was written before it.
+  await writeAtomically(join(directory, trainerStateFile), text);
+  return Buffer.byteLength(text) + (optimizer?.bytes.byteLength ?? 0) + (reference?.bytes.byteLength ?? 0);
+}
+
+// A raw float32 file checked against the hash the manifest holds.
+async function readHashedFloats(directory: string, file: string, sha256: string, what: string) {
+  const bytes = await readFile(join(directory, file));
+  if (createHash('sha256').update(bytes).digest('hex') !== sha256) {
+    throw new DressageError({
+      code: 'data_loss',
+      message: `${what} in ${directory} does not match its SHA-256`,
+      details: { path: directory, file },
+    });
   }
-  await writeFile(join(directory, `${trainerStateFile}.tmp`), text);
-  await rename(join(directory, `${trainerStateFile}.tmp`), join(directory, trainerStateFile));
-  return Buffer.byteLength(text) + (optimizer?.bytes.byteLength ?? 0);
+  const values = new Float32Array(bytes.byteLength / 4);
+  new Uint8Array(values.buffer).set(bytes);
+  return values;
 }
 
 /**
  * Reads the trainer state of a checkpoint, or null when the directory holds only a model (a
  * checkpoint written by `saveCheckpoint`, or by an engine).
- * @throws DressageError `data_loss` when the optimizer moments do not match their hash.
+ * @throws DressageError `data_loss` when the optimizer moments or KL reference weights do not match
+ * their hash.
  */
-export async function readTrainerState(
-  directory: string,
-): Promise<{ state: TrainerState; moments: Float32Array | null } | null> {
+export async function readTrainerState(directory: string): Promise<{
+  state: TrainerState;
+  moments: Float32Array | null;
+  reference: Float32Array | null;
+} | null> {
   let text: string;
   try {
     text = await readFile(join(directory, trainerStateFile), 'utf8');
@@ -169,18 +255,21 @@ export async function readTrainerState(
       details: { path: directory },
     });
   }
-  if (state.optimizer === null) return { state, moments: null };
-  const bytes = await readFile(join(directory, optimizerStateFile));
-  if (createHash('sha256').update(bytes).digest('hex') !== state.optimizer.sha256) {
-    throw new DressageError({
-      code: 'data_loss',
-      message: `Optimizer state in ${directory} does not match its SHA-256`,
-      details: { path: directory },
-    });
-  }
-  const moments = new Float32Array(bytes.byteLength / 4);
-  new Uint8Array(moments.buffer).set(bytes);
-  return { state, moments };
+  const moments =
+    state.optimizer === null
+      ? null
+      : await readHashedFloats(directory, optimizerStateFile, state.optimizer.sha256, 'Optimizer state');
+  const storedReference = state.reference ?? null;
+  const reference =
+    storedReference === null
+      ? null
+      : await readHashedFloats(
+          directory,
+          referenceStateFile,
+          storedReference.sha256,
+          'The KL reference weights',
+        );
+  return { state, moments, reference };
 }
 
 /**
