@@ -1,7 +1,9 @@
 // Decode throughput of the embedded model: KV cache against recomputing the whole prefix per token,
 // at batch 1, 8 and 32, on the wasm and cpu backends; plus logprob parity, a supervised step and a
-// policy-loss Train step of the EmbeddedTrainer.
+// policy-loss Train step of the EmbeddedTrainer, plain and with the KL loss and entropy bonus (step
+// time as a ratio to the plain step, measured in the same run on the same batch).
 // The last output line is one JSON object of headline figures.
+import type { LossConfig } from '@dressage/protocol';
 import * as tf from '@tensorflow/tfjs';
 import { packSequences } from '../src/__fixtures__/train-batch.js';
 import {
@@ -123,9 +125,26 @@ function trainTokensPerSecond(model: CausalLanguageModel, steps: number): number
   return (steps * 8 * 127) / seconds;
 }
 
-/** Policy-loss Train steps (8 samples of 128 tokens, 64 of them response) through the EmbeddedTrainer. */
-async function policyTrainTokensPerSecond(model: CausalLanguageModel, steps: number): Promise<number> {
-  const trainer = new EmbeddedTrainer({ model, learningRate: 1e-4 });
+// The policy-loss variants timed against the plain step.
+const lossVariants = {
+  plain: {},
+  kl: { use_kl_loss: true, kl_loss_coef: 0.01, kl_loss_type: 'low_var_kl' },
+  entropy: { entropy_coef: 0.01 },
+  kl_entropy: { use_kl_loss: true, kl_loss_coef: 0.01, kl_loss_type: 'low_var_kl', entropy_coef: 0.01 },
+} satisfies Record<string, LossConfig>;
+type LossVariant = keyof typeof lossVariants;
+
+/**
+ * Policy-loss Train steps (8 samples of 128 tokens, 64 of them response) through the
+ * EmbeddedTrainer, one trainer per loss variant on the same batch, steps interleaved so every
+ * variant sees the same machine load: the median seconds per step of each.
+ */
+async function policyTrainStepSeconds(
+  model: CausalLanguageModel,
+  steps: number,
+): Promise<{ seconds: Record<LossVariant, number>; tokens: number }> {
+  const names = Object.keys(lossVariants) as LossVariant[];
+  const trainers = names.map(() => new EmbeddedTrainer({ model, learningRate: 1e-4 }));
   const batch = packSequences(
     model,
     prompts(8, 128).map((tokens, index) => ({
@@ -134,12 +153,27 @@ async function policyTrainTokensPerSecond(model: CausalLanguageModel, steps: num
       reward: index % 2 === 0 ? 1 : -1,
     })),
   );
-  await trainer.train({}, batch);
-  const started = performance.now();
-  for (let step = 0; step < steps; step++) await trainer.train({}, batch);
-  const seconds = (performance.now() - started) / 1000;
-  await trainer.dispose();
-  return (steps * batch.tokens.length) / seconds;
+  const times = Object.fromEntries(names.map((name) => [name, [] as number[]])) as Record<
+    LossVariant,
+    number[]
+  >;
+  // The first step of each warms up (and freezes the KL reference).
+  for (const [index, name] of names.entries())
+    await trainers[index]!.train({ loss: lossVariants[name] }, batch);
+  for (let step = 0; step < steps; step++) {
+    for (const [index, name] of names.entries()) {
+      const started = performance.now();
+      await trainers[index]!.train({ loss: lossVariants[name] }, batch);
+      times[name].push((performance.now() - started) / 1000);
+    }
+  }
+  for (const trainer of trainers) await trainer.dispose();
+  const median = (values: number[]) => values.sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
+  const seconds = Object.fromEntries(names.map((name) => [name, median(times[name])])) as Record<
+    LossVariant,
+    number
+  >;
+  return { seconds, tokens: batch.tokens.length };
 }
 
 const round = (value: number, digits = 1) => Number(value.toFixed(digits));
@@ -185,9 +219,18 @@ for (const backend of ['wasm', 'cpu'] as const) {
   const trainRate = trainTokensPerSecond(model, backend === 'wasm' ? 3 : 1);
   results.train_tokens_per_second = round(trainRate);
   console.log(`  supervised Adam step (8 x 128 tokens): ${trainRate.toFixed(0)} tokens/s`);
-  const policyRate = await policyTrainTokensPerSecond(model, backend === 'wasm' ? 3 : 1);
+  const policy = await policyTrainStepSeconds(model, backend === 'wasm' ? 9 : 3);
+  const policyRate = policy.tokens / policy.seconds.plain;
   results.policy_train_tokens_per_second = round(policyRate);
   console.log(`  policy-loss Train step (8 x 128 tokens, 64 response): ${policyRate.toFixed(0)} tokens/s`);
+  const ratios: Record<string, number> = {};
+  for (const name of ['kl', 'entropy', 'kl_entropy'] as const) {
+    ratios[name] = round(policy.seconds[name] / policy.seconds.plain, 2);
+  }
+  results.policy_train_step_time_vs_plain = ratios;
+  console.log(
+    `  policy-loss Train step time vs plain: use_kl_loss ${ratios.kl}x, entropy_coef ${ratios.entropy}x, both ${ratios.kl_entropy}x`,
+  );
   model.dispose();
   headline[backend] = results;
 }

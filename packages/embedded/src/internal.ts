@@ -38,4 +38,4 @@ export {
   updateWeightsRequestSchema,
 } from './schemas.js';
 export { nextWeightVersion } from './trainer/embedded-trainer.js';
-export { optimizerStateFile, trainerStateFile } from './trainer/trainer-state.js';
+export { optimizerStateFile, referenceStateFile, trainerStateFile } from './trainer/trainer-state.js';

@@ -39,9 +39,9 @@ export class ReferencePolicy {
    * zero row), at `temperature`, as constants of the step.
    */
   logProbs(inputSlots: tf.Tensor2D, targetOneHot: tf.Tensor3D, temperature: number): Float32Array {
-    // The policy's own (differentiable) embedding path, so unchanged weights give identical values.
+    // A gather for the embeddings: the same values as the training path's one-hot matmul, for less work.
     return tf.tidy(() => {
-      const logits = this.#model.forward(inputSlots, { differentiable: true });
+      const logits = this.#model.forward(inputSlots);
       const values = this.#model.targetLogprobs(logits, targetOneHot, temperature).dataSync();
       return (values as Float32Array).slice();
     });
