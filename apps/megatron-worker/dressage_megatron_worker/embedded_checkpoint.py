@@ -2,7 +2,8 @@
 (`embedded-model.json`: format, model config, vocabulary of real token ids, weight version, SHA-256)
 with the weights in `model.safetensors` (format v2), or in raw float32 `embedded-weights.bin` laid
 out by the manifest's tensor list (v1, still read). Optionally the trainer state beside it
-(`embedded-trainer.json`, `embedded-optimizer.bin`: Adam's moments), which either trainer resumes."""
+(`embedded-trainer.json`, `embedded-optimizer.bin`: Adam's moments, `embedded-reference.bin`: the
+KL loss's frozen reference weights), which either trainer resumes."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ LEGACY_WEIGHTS_FILE = "embedded-weights.bin"
 WEIGHTS_FILE = "model.safetensors"
 TRAINER_STATE_FILE = "embedded-trainer.json"
 OPTIMIZER_STATE_FILE = "embedded-optimizer.bin"
+REFERENCE_STATE_FILE = "embedded-reference.bin"
 FORMAT_V1 = "dressage.embedded.checkpoint/v1"
 FORMAT_V2 = "dressage.embedded.checkpoint/v2"
 TRAINER_STATE_FORMAT = "dressage.embedded.trainer-state/v1"
@@ -199,24 +201,49 @@ class TrainerState:
     beta_powers: tuple[float, float] = (1.0, 1.0)
     first_moments: list[np.ndarray] | None = None
     second_moments: list[np.ndarray] | None = None
+    # The KL loss's frozen reference weights per parameter (checkpoint order); None before a
+    # `use_kl_loss` step froze them.
+    reference: list[np.ndarray] | None = None
+
+
+def _write_floats_atomic(path: str, arrays: list[np.ndarray]) -> tuple[int, str]:
+    """Arrays as raw little-endian float32, one after another, streamed (one array's bytes at a time
+    in memory); returns (bytes, SHA-256)."""
+    digest = hashlib.sha256()
+    size = 0
+    partial = f"{path}.tmp-{os.getpid()}"
+    with open(partial, "wb") as handle:
+        for array in arrays:
+            data = np.ascontiguousarray(array, dtype="<f4").tobytes()
+            digest.update(data)
+            handle.write(data)
+            size += len(data)
+    os.replace(partial, path)
+    return size, digest.hexdigest()
 
 
 def write_trainer_state(directory: str, state: TrainerState, parameter_names: list[str]) -> int:
-    """`trainer-state.ts`'s layout: every first moment, then every second, as raw float32."""
+    """`trainer-state.ts`'s layout: every first moment, then every second, as raw float32; the KL
+    reference weights, when frozen, as raw float32 in parameter order. The manifest is written last
+    (it names the hashes of the others)."""
     optimizer = None
+    reference = None
     written = 0
     if state.first_moments is not None and state.second_moments is not None:
-        data = b"".join(
-            np.ascontiguousarray(moment, dtype="<f4").tobytes() for moment in [*state.first_moments, *state.second_moments]
+        size, sha256 = _write_floats_atomic(
+            os.path.join(directory, OPTIMIZER_STATE_FILE), [*state.first_moments, *state.second_moments]
         )
-        _write_atomic(os.path.join(directory, OPTIMIZER_STATE_FILE), data)
-        written += len(data)
+        written += size
         optimizer = {
             "iterations": state.iterations,
             "beta_powers": list(state.beta_powers),
             "parameters": parameter_names,
-            "sha256": _sha256(data),
+            "sha256": sha256,
         }
+    if state.reference is not None:
+        size, sha256 = _write_floats_atomic(os.path.join(directory, REFERENCE_STATE_FILE), state.reference)
+        written += size
+        reference = {"parameters": parameter_names, "sha256": sha256}
     text = json.dumps(
         {
             "format": TRAINER_STATE_FORMAT,
@@ -225,11 +252,35 @@ def write_trainer_state(directory: str, state: TrainerState, parameter_names: li
             "weight_version": state.weight_version,
             "learning_rate": state.learning_rate,
             "optimizer": optimizer,
+            "reference": reference,
         },
         indent=2,
     ).encode() + b"\n"
     _write_atomic(os.path.join(directory, TRAINER_STATE_FILE), text)
     return written + len(text)
+
+
+def _read_hashed_floats(directory: str, file: str, sha256: Any, what: str) -> np.ndarray:
+    path = os.path.join(directory, file)
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except FileNotFoundError:
+        raise _error(grpc.StatusCode.DATA_LOSS, f"{path} is missing, but the trainer state names it") from None
+    if _sha256(data) != sha256:
+        raise _error(grpc.StatusCode.DATA_LOSS, f"{directory}: {what} does not match its SHA-256")
+    return np.frombuffer(data, dtype="<f4")
+
+
+def _split(values: np.ndarray, specs: list[tuple[str, tuple[int, ...]]], copies: int) -> list[np.ndarray]:
+    """`copies` runs of every parameter (specs order) in `values`, as views."""
+    arrays, offset = [], 0
+    for _ in range(copies):
+        for _, shape in specs:
+            size = int(np.prod(shape))
+            arrays.append(values[offset : offset + size].reshape(shape))
+            offset += size
+    return arrays
 
 
 def read_trainer_state(directory: str, specs: list[tuple[str, tuple[int, ...]]]) -> TrainerState | None:
@@ -247,25 +298,27 @@ def read_trainer_state(directory: str, specs: list[tuple[str, tuple[int, ...]]])
         weight_version=str(raw["weight_version"]),
         learning_rate=float(raw["learning_rate"]),
     )
+    names = [name for name, _ in specs]
+    total = sum(int(np.prod(shape)) for _, shape in specs)
     optimizer = raw.get("optimizer")
-    if optimizer is None:
-        return state
-    if optimizer.get("parameters") != [name for name, _ in specs]:
-        raise _error(grpc.StatusCode.FAILED_PRECONDITION, f"{path}: the stored optimizer state is for a different model")
-    with open(os.path.join(directory, OPTIMIZER_STATE_FILE), "rb") as handle:
-        data = handle.read()
-    if _sha256(data) != optimizer.get("sha256"):
-        raise _error(grpc.StatusCode.DATA_LOSS, f"{directory}: optimizer state does not match its SHA-256")
-    values = np.frombuffer(data, dtype="<f4")
-    sizes = [int(np.prod(shape)) for _, shape in specs]
-    if values.size != 2 * sum(sizes):
-        raise _error(grpc.StatusCode.FAILED_PRECONDITION, f"{path}: the stored optimizer state is for a different model")
-    moments, offset = [], 0
-    for _ in range(2):
-        for (_, shape), size in zip(specs, sizes):
-            moments.append(values[offset : offset + size].reshape(shape))
-            offset += size
-    state.iterations = int(optimizer["iterations"])
-    state.beta_powers = (float(optimizer["beta_powers"][0]), float(optimizer["beta_powers"][1]))
-    state.first_moments, state.second_moments = moments[: len(specs)], moments[len(specs) :]
+    if optimizer is not None:
+        if optimizer.get("parameters") != names:
+            raise _error(grpc.StatusCode.FAILED_PRECONDITION, f"{path}: the stored optimizer state is for a different model")
+        values = _read_hashed_floats(directory, OPTIMIZER_STATE_FILE, optimizer.get("sha256"), "optimizer state")
+        if values.size != 2 * total:
+            raise _error(grpc.StatusCode.FAILED_PRECONDITION, f"{path}: the stored optimizer state is for a different model")
+        moments = _split(values, specs, 2)
+        state.iterations = int(optimizer["iterations"])
+        state.beta_powers = (float(optimizer["beta_powers"][0]), float(optimizer["beta_powers"][1]))
+        state.first_moments, state.second_moments = moments[: len(specs)], moments[len(specs) :]
+    # Absent in trainer states written before the KL reference was stored, and null before a
+    # `use_kl_loss` step froze one.
+    reference = raw.get("reference")
+    if reference is not None:
+        if reference.get("parameters") != names:
+            raise _error(grpc.StatusCode.FAILED_PRECONDITION, f"{path}: the stored KL reference weights are for a different model")
+        values = _read_hashed_floats(directory, REFERENCE_STATE_FILE, reference.get("sha256"), "the KL reference weights")
+        if values.size != total:
+            raise _error(grpc.StatusCode.FAILED_PRECONDITION, f"{path}: the stored KL reference weights are for a different model")
+        state.reference = _split(values, specs, 1)
     return state

@@ -139,8 +139,10 @@ class RankTrainer:
         self.device = rank_device(settings, rank)
         self.model = open_model(settings, self.device)
         self.weight_version = self.model.weight_version
-        # The KL loss's reference: the weights the trainer started from (slime's --ref-load).
-        self.reference = {name: tensor.detach().clone() for name, tensor in self.model.parameters.items()}
+        # The KL loss's reference (slime's --ref-load): a frozen copy of the weights taken at the
+        # first policy-loss step with use_kl_loss, the weights RL starts from (a warm-start's
+        # supervised steps come before); a checkpoint carries it. None until then.
+        self.reference: dict[str, torch.Tensor] | None = None
         self.optimizer = self._adam(settings.learning_rate)
 
     def _adam(self, learning_rate: float) -> torch.optim.Adam:
@@ -152,12 +154,22 @@ class RankTrainer:
 
     # --- one step -------------------------------------------------------------------------------
 
+    def capture_reference(self) -> dict[str, torch.Tensor]:
+        """The KL reference, frozen from the current weights the first time (a copy on the model's
+        device, in its dtype); never changed by a step after."""
+        if self.reference is None:
+            self.reference = {name: tensor.detach().clone() for name, tensor in self.model.parameters.items()}
+            if self.rank == 0:
+                LOGGER.info("KL reference frozen from the weights of version %s", self.weight_version)
+        return self.reference
+
     def train(self, payload: dict[str, Any], job: dict[str, Any]) -> dict[str, float]:
         """Runs this rank's share of every step of the batch; returns the summed metrics."""
         options: LossOptions = job["options"]
         sft = job["loss_type"] == "sft_loss"
         for group in self.optimizer.param_groups:
             group["lr"] = job["learning_rate"]
+        reference = self.capture_reference() if not sft and options.use_kl_loss else None
         micro_batches = payload["micro_batch_indices"]
         steps = payload["num_microbatches"]
         per_step = []
@@ -198,9 +210,9 @@ class RankTrainer:
                     loss, metrics = sft_loss(prepared["weights"], log_probs)
                 else:
                     ref = None
-                    if options.use_kl_loss:
+                    if reference is not None:
                         with torch.no_grad():
-                            ref = self._log_probs(prepared, self.reference)[0]
+                            ref = self._log_probs(prepared, reference)[0]
                     loss, metrics = policy_loss(
                         options,
                         prepared["weights"],
@@ -331,7 +343,9 @@ class RankTrainer:
     # --- weights --------------------------------------------------------------------------------
 
     def load(self, path: str) -> tuple[str, TrainerState | None]:
-        """Applies the weights and Adam state saved in `path`; returns its weight version."""
+        """Applies the weights, Adam state and KL reference saved in `path` (a checkpoint without a
+        reference leaves none: the next `use_kl_loss` step freezes the loaded weights); returns its
+        weight version."""
         weights, version = self.model.read(path)
         state = read_trainer_state(path, self.model.specs)
         # A checkpoint of a run that diverged would make every later step NaN: refuse it whole,
@@ -341,12 +355,22 @@ class RankTrainer:
             *((f"Adam first moment of {name}", values) for name, values in zip(names, state.first_moments)),
             *((f"Adam second moment of {name}", values) for name, values in zip(names, state.second_moments or [])),
         ]
+        stored_reference = None if state is None else state.reference
+        references = [] if stored_reference is None else [
+            (f"KL reference {name}", values) for name, values in zip(names, stored_reference)
+        ]
         require_finite_weights(
-            [*((f"parameter {name}", values) for name, values in weights.items()), *moments],
+            [*((f"parameter {name}", values) for name, values in weights.items()), *moments, *references],
             f"LoadCheckpoint refused: the checkpoint in {path} holds a non-finite number",
             "it was saved from weights that had diverged; load an earlier checkpoint",
         )
         self.model.set_weights(weights)
+        # Stored as float32; back on the model's device in its dtype (exact for bfloat16 and float16,
+        # whose values float32 holds).
+        self.reference = None if stored_reference is None else {
+            name: torch.from_numpy(np.array(values, dtype=np.float32)).to(self.device, self.model.parameters[name].dtype)
+            for name, values in zip(names, stored_reference)
+        }
         self.optimizer = self._adam(state.learning_rate if state is not None else self.settings.learning_rate)
         if state is not None and state.first_moments is not None:
             for (name, _), first, second in zip(self.model.specs, state.first_moments, state.second_moments or []):
@@ -369,6 +393,8 @@ class RankTrainer:
             state.beta_powers = (BETAS[0] ** (iterations + 1), BETAS[1] ** (iterations + 1))
             state.first_moments = [slot["exp_avg"].float().cpu().numpy() for slot in slots]
             state.second_moments = [slot["exp_avg_sq"].float().cpu().numpy() for slot in slots]
+        if self.reference is not None:
+            state.reference = [self.reference[name].float().cpu().numpy() for name, _ in self.model.specs]
         return state
 
 
@@ -541,6 +567,9 @@ class TorchActor:
     def train(self, rollout_id: int, header: Any, batch: PackedBatch, loss: dict[str, Any]) -> TrainResult:
         job = self._job(header)
         trainable = self._check_tokens(batch)
+        if job["loss_type"] == "policy_loss" and job["options"].use_kl_loss and self.rank.reference is None:
+            # Checked here, before any rank starts: every rank freezes the same weights.
+            self._require_finite_weights("Train", "freeze them as the KL reference")
         rollout_data = to_rollout_data(batch)
         rollouts = len(set(rollout_data["rollout_ids"]))
         global_batch_size = int(header.global_batch_size) or rollouts

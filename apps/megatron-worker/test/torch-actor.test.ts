@@ -151,26 +151,41 @@ describe('TS engine ↔ PyTorch trainer (--actor torch)', () => {
 
   it("writes checkpoints the embedded trainer resumes, and resumes the embedded trainer's", async () => {
     const batch = await rollout(3);
-    await client.train(batch, { global_batch_size: samples, loss: { learning_rate: 0.01 } });
+    // The KL reference is frozen at this step (the weights the first test left) and moves with the
+    // checkpoints in both directions.
+    const options = {
+      global_batch_size: samples,
+      loss: { learning_rate: 0.01, use_kl_loss: true, kl_loss_coef: 0.1, kl_loss_type: 'low_var_kl' },
+    };
+    await client.train(batch, options);
     const fromPython = join(scratch, 'python-checkpoint');
     const saved = await client.saveCheckpoint({ path: fromPython, rollout_id: 7 });
     expect(saved.size_bytes).toBeGreaterThan(0);
-    // Weights, version, counters and Adam's moments in the embedded trainer's own layout.
+    // Weights, version, counters, Adam's moments and the KL reference in the embedded trainer's own layout.
     const embedded = new EmbeddedTrainer({ model });
     try {
       expect(await embedded.loadCheckpoint({ path: fromPython })).toMatchObject({ rollout_id: 7 });
       const python = await loadModel(fromPython);
       expect(weightsEqual(embedded.model.getWeights(), python.model.getWeights())).toBe(true);
       python.model.dispose();
-      await embedded.train({ global_batch_size: samples, loss: { learning_rate: 0.01 } }, batch);
+      // The same step from the same state on both sides: the same distance from the same reference.
+      const ourStep = await embedded.train(options, batch);
+      const theirStep = await client.train(batch, options);
+      expect(ourStep.metrics!.kl_loss).toBeGreaterThan(1e-6);
+      expect(Math.abs(ourStep.metrics!.kl_loss! - theirStep.metrics!.kl_loss!)).toBeLessThan(
+        1e-3 * theirStep.metrics!.kl_loss!,
+      );
       const fromTypeScript = join(scratch, 'typescript-checkpoint');
       await embedded.saveCheckpoint({ path: fromTypeScript, rollout_id: 8 });
       expect(await client.loadCheckpoint({ path: fromTypeScript })).toMatchObject({ rollout_id: 8 });
       // Both continue from the same state: one more identical step gives the same logprobs.
       const next = await rollout(4);
-      const options = { global_batch_size: samples, loss: { learning_rate: 0.01 } };
-      await embedded.train(options, next);
-      await client.train(next, options);
+      const ourNext = await embedded.train(options, next);
+      const theirNext = await client.train(next, options);
+      expect(ourNext.metrics!.kl_loss).toBeGreaterThan(1e-6);
+      expect(Math.abs(ourNext.metrics!.kl_loss! - theirNext.metrics!.kl_loss!)).toBeLessThan(
+        1e-3 * theirNext.metrics!.kl_loss!,
+      );
       await client.saveCheckpoint({ path: join(scratch, 'after'), rollout_id: 9 });
       const after = await loadModel(join(scratch, 'after'));
       const sequence = Array.from(next.tokens.subarray(0, next.total_lengths[0]!));

@@ -15,6 +15,7 @@ import grpc
 import numpy as np
 import torch
 
+from dressage_megatron_worker.embedded_checkpoint import read_trainer_state, write_trainer_state
 from dressage_megatron_worker.errors import WorkerError
 from dressage_megatron_worker.stubs import trainer_pb2
 from dressage_megatron_worker.torch_actor import TorchActor, TorchSettings
@@ -187,6 +188,54 @@ class HuggingFaceActorTest(ActorTestCase):
         # The reference tensors were read, never written.
         for name, tensor in load_direct(self.directory).named_parameters():
             self.assertTrue(torch.equal(actor.rank.reference[name], tensor), name)
+
+    def test_the_kl_reference_is_frozen_at_the_first_kl_step_after_the_warm_start(self) -> None:
+        actor = self.actor(dtype="bfloat16")
+        batch = policy_batch()
+        for step in (1, 2):
+            actor.train(step, header(loss_type="sft_loss", learning_rate=0.01), batch, {})
+        self.assertIsNone(actor.rank.reference)
+        warm = self.parameters(actor)
+        kl = {"use_kl_loss": True, "kl_loss_coef": 0.1, "kl_loss_type": "k3", "learning_rate": 0.01}
+        self.assertEqual(actor.train(3, header(**kl), batch, {}).metrics["kl_loss"], 0.0)
+        # A copy of the warm-started weights, in the model's dtype and on its device.
+        for name, tensor in warm.items():
+            reference = actor.rank.reference[name]
+            self.assertEqual((reference.dtype, reference.device), (tensor.dtype, tensor.device), name)
+            self.assertTrue(torch.equal(reference, tensor), name)
+            self.assertNotEqual(reference.data_ptr(), actor.rank.model.parameters[name].data_ptr(), name)
+        self.assertGreater(actor.train(4, header(**kl), batch, {}).metrics["kl_loss"], 0.0)
+
+    def test_a_checkpoint_carries_the_kl_reference(self) -> None:
+        kl = self.KL
+        batch = policy_batch()
+        first, saved = self.saved_with_a_kl_reference(batch)
+        # Beside the Hugging Face files, in the embedded trainer's state layout (float32, by name).
+        self.assertIn("embedded-reference.bin", os.listdir(saved))
+        with open(os.path.join(saved, "embedded-trainer.json"), encoding="utf-8") as handle:
+            self.assertEqual(json.load(handle)["reference"]["parameters"], list(first.rank.model.parameters))
+        expected = first.train(4, header(**kl), batch, {}).metrics["kl_loss"]
+        self.assertGreater(expected, 0.0)
+        second = self.actor()
+        self.assertEqual(second.load_checkpoint(saved), 3)
+        self.assertEqual(second.train(4, header(**kl), batch, {}).metrics["kl_loss"], expected)
+        # The start directory holds no reference: loading it leaves none.
+        second.load_checkpoint(self.directory)
+        self.assertIsNone(second.rank.reference)
+        self.assertEqual(second.train(1, header(**kl), batch, {}).metrics["kl_loss"], 0.0)
+        # A non-finite reference weight is refused whole: the weights and the reference stay.
+        state = read_trainer_state(saved, second.rank.model.specs)
+        state.reference[-1] = state.reference[-1].copy()
+        state.reference[-1].reshape(-1)[1] = np.inf
+        write_trainer_state(saved, state, list(second.rank.model.parameters))
+        before, reference = self.parameters(second), dict(second.rank.reference)
+        with self.assertRaises(WorkerError) as caught:
+            second.load_checkpoint(saved)
+        self.assertEqual(caught.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
+        self.assertIn(f"KL reference {second.rank.model.specs[-1][0]}[1] is inf", caught.exception.message)
+        for name, tensor in self.parameters(second).items():
+            self.assertTrue(torch.equal(tensor, before[name]), name)
+            self.assertIs(second.rank.reference[name], reference[name])
 
     def test_data_parallel_two_processes_match_one(self) -> None:
         batch = policy_batch(samples=12, seed=4)

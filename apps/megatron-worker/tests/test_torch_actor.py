@@ -1,5 +1,6 @@
 import http.server
 import json
+import os
 import shutil
 import tempfile
 import threading
@@ -74,6 +75,21 @@ class ActorTestCase(unittest.TestCase):
         actor = TorchActor(TorchSettings(model_path=self.model_path, **settings))
         self.addCleanup(actor.close)
         return actor
+
+    # A KL loss setting whose term is never negative (so "> 0" says the weights moved from the reference).
+    KL = {"use_kl_loss": True, "kl_loss_coef": 0.1, "kl_loss_type": "low_var_kl", "learning_rate": 0.01}
+
+    def saved_with_a_kl_reference(self, batch) -> tuple[TorchActor, str]:
+        """An actor after a supervised step and two KL steps (the reference frozen at the first of
+        them), and the checkpoint it then saved."""
+        saved = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, saved, True)
+        actor = self.actor()
+        actor.train(1, header(loss_type="sft_loss", learning_rate=0.01), batch, {})
+        actor.train(2, header(**self.KL), batch, {})
+        actor.train(3, header(**self.KL), batch, {})
+        actor.save_checkpoint(saved, 3)
+        return actor, saved
 
     def serve(self, actor: TorchActor) -> trainer_pb2_grpc.TrainerServiceStub:
         server, port = create_server(TrainerService(actor, model_name="tiny"))
@@ -281,6 +297,83 @@ class TorchActorTest(ActorTestCase):
             self.serve(second).LoadCheckpoint(trainer_pb2.LoadCheckpointRequest(path=saved))
         self.assertEqual(rpc.exception.code(), grpc.StatusCode.FAILED_PRECONDITION)
         self.assertIn("Adam first moment of", rpc.exception.details())
+
+    def test_the_kl_reference_is_frozen_at_the_first_kl_step_not_by_sft_or_plain_steps(self) -> None:
+        actor = self.actor()
+        batch = policy_batch()
+        # A warm-start (supervised steps) and a policy step without the KL loss: no reference yet.
+        for step in (1, 2):
+            actor.train(step, header(loss_type="sft_loss", learning_rate=0.01), batch, {})
+        actor.train(3, header(learning_rate=0.01), batch, {})
+        self.assertIsNone(actor.rank.reference)
+        warm = actor.rank.model.weights()
+        kl = {"use_kl_loss": True, "kl_loss_coef": 0.1, "kl_loss_type": "k2", "learning_rate": 0.01}
+        # The first KL step freezes the weights RL starts from: its KL is exactly 0.
+        self.assertEqual(actor.train(4, header(**kl), batch, {}).metrics["kl_loss"], 0.0)
+        for name, values in warm.items():
+            np.testing.assert_array_equal(actor.rank.reference[name].numpy(), values, err_msg=name)
+        # Later steps measure the distance from there; further sft steps leave the reference alone.
+        self.assertGreater(actor.train(5, header(**kl), batch, {}).metrics["kl_loss"], 0.0)
+        actor.train(6, header(loss_type="sft_loss", learning_rate=0.01), batch, {})
+        for name, values in warm.items():
+            np.testing.assert_array_equal(actor.rank.reference[name].numpy(), values, err_msg=name)
+
+    def test_a_checkpoint_carries_the_kl_reference(self) -> None:
+        kl = self.KL
+        batch = policy_batch()
+        first, saved = self.saved_with_a_kl_reference(batch)
+        stored = read_trainer_state(saved, first.rank.model.specs)
+        for (name, _), values in zip(first.rank.model.specs, stored.reference):
+            np.testing.assert_array_equal(values, first.rank.reference[name].numpy(), err_msg=name)
+        expected = first.train(4, header(**kl), batch, {}).metrics["kl_loss"]
+        self.assertGreater(expected, 0.0)
+        # A trainer started from the untrained weights resumes with the saved reference.
+        second = self.actor()
+        self.assertEqual(second.load_checkpoint(saved), 3)
+        self.assertEqual(second.train(4, header(**kl), batch, {}).metrics["kl_loss"], expected)
+        # A checkpoint without a reference leaves none: the next KL step freezes the loaded weights.
+        plain = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, plain, True)
+        self.actor().save_checkpoint(plain, 1)
+        self.assertNotIn("embedded-reference.bin", os.listdir(plain))
+        second.load_checkpoint(plain)
+        self.assertIsNone(second.rank.reference)
+        self.assertEqual(second.train(2, header(**kl), batch, {}).metrics["kl_loss"], 0.0)
+
+    def test_a_checkpoint_with_a_non_finite_kl_reference_is_refused(self) -> None:
+        saved = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, saved, True)
+        kl = {"use_kl_loss": True, "kl_loss_coef": 0.1, "learning_rate": 0.01}
+        first = self.actor()
+        first.train(1, header(**kl), policy_batch(), {})
+        first.save_checkpoint(saved, 1)
+        names = [name for name, _ in first.rank.model.specs]
+        state = read_trainer_state(saved, first.rank.model.specs)
+        index = names.index("output.bias")
+        state.reference[index] = state.reference[index].copy()
+        state.reference[index][2] = np.nan
+        write_trainer_state(saved, state, names)
+        second = self.actor()
+        second.train(1, header(learning_rate=0.01), policy_batch(seed=2), {})
+        before = second.rank.model.weights()
+        with self.assertRaises(grpc.RpcError) as caught:
+            self.serve(second).LoadCheckpoint(trainer_pb2.LoadCheckpointRequest(path=saved))
+        self.assertEqual(caught.exception.code(), grpc.StatusCode.FAILED_PRECONDITION)
+        self.assertIn("KL reference output.bias[2] is nan", caught.exception.details())
+        # Nothing of it was applied: weights, step count, and still no reference.
+        after = second.rank.model.weights()
+        self.assertTrue(all(np.array_equal(before[name], after[name]) for name in before))
+        self.assertEqual(second.train_steps, 1)
+        self.assertIsNone(second.rank.reference)
+
+    def test_a_kl_reference_is_never_frozen_from_non_finite_weights(self) -> None:
+        actor = self.actor()
+        actor.rank.model.parameters["output.bias"].data[3] = float("nan")
+        with self.assertRaises(WorkerError) as caught:
+            actor.train(1, header(use_kl_loss=True, learning_rate=0.01), policy_batch(), {})
+        self.assertEqual(caught.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
+        self.assertIn("freeze them as the KL reference", caught.exception.message)
+        self.assertIsNone(actor.rank.reference)
 
     def test_the_supervised_loss_lowers_the_negative_log_likelihood(self) -> None:
         actor = self.actor()
