@@ -18,7 +18,7 @@ export interface SessionFootprint {
   versionsAndRanges: number;
   /** Rendered snapshots: one digest per step (the texts are not kept). */
   renderedSnapshots: number;
-  /** What is kept of the previous request body: its messages' digest, the bytes after them. */
+  /** What is kept of the previous request body: its messages (short) or their digest, the bytes after them. */
   keptRequestBody: number;
   /** The strings and objects of the distinct messages (raw and validated). */
   messageContents: number;
@@ -123,7 +123,8 @@ export function sessionFootprint(session: Session): SessionFootprint {
     if (cache.layout !== null)
       footprint.keptRequestBody +=
         cache.layout.tail.byteLength +
-        stringBytes(cache.layout.messagesDigest) +
+        (cache.layout.messages?.byteLength ?? 0) +
+        (cache.layout.messagesDigest === null ? 0 : stringBytes(cache.layout.messagesDigest)) +
         valueBytes(cache.layout.before) +
         valueBytes(cache.layout.after);
     footprint.messageArrays += arrayBytes(cache.rawMessages.length) + arrayBytes(cache.messages.length);

@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { continueBody, layoutOf, parseJson } from './request-bytes.js';
+import { continueBody, keptMessageBytes, layoutOf, parseJson } from './request-bytes.js';
 
 // Text that stresses the scanner: quotes, backslashes before quotes, brackets and braces inside
 // strings, multi-byte characters and surrogate pairs.
@@ -163,6 +163,63 @@ describe('request bodies as bytes', () => {
     expect(continueBody(layout, Buffer.from(JSON.stringify({ messages: appended })))!.appended).toEqual([
       { role: 'user', content: 'new' },
     ]);
+  });
+
+  it('refuses a message changed by one non-ASCII character, short bodies and long ones alike', () => {
+    // `✓` and `✗` are three UTF-8 bytes each and differ only in the last one.
+    for (const padding of [0, 2 * keptMessageBytes]) {
+      const messages = [
+        { role: 'system', content: `Run the tests.${' '.repeat(padding)}` },
+        { role: 'user', content: 'case 1 ✓, case 2 ✓' },
+        { role: 'assistant', content: 'Both pass.' },
+      ];
+      const bytes = Buffer.from(JSON.stringify({ model: 'm', messages }));
+      const layout = layoutOf(bytes)!;
+      // Short message bytes are kept as they are, long ones as their digest.
+      expect(layout.messages === null).toBe(padding > 0);
+      expect(layout.messagesDigest === null).toBe(padding === 0);
+      const next = { role: 'user', content: 'Now case 3.' };
+      const changed = messages.map((message, index) =>
+        index === 1 ? { ...message, content: 'case 1 ✓, case 2 ✗' } : message,
+      );
+      const changedBytes = Buffer.from(JSON.stringify({ model: 'm', messages: [...changed, next] }));
+      expect(changedBytes.length).toBe(bytes.length + Buffer.byteLength(`,${JSON.stringify(next)}`));
+      expect(continueBody(layout, changedBytes)).toBeNull();
+      const continued = continueBody(
+        layout,
+        Buffer.from(JSON.stringify({ model: 'm', messages: [...messages, next] })),
+      )!;
+      expect(continued.repeated).toBe(3);
+      expect(continued.appended).toEqual([next]);
+    }
+  });
+
+  it('keeps at most the bytes it compares, across the switch to a digest', () => {
+    fc.assert(
+      fc.property(fc.array(fc.integer({ min: 1, max: 6000 }), { minLength: 1, maxLength: 8 }), (sizes) => {
+        const messages: unknown[] = [{ role: 'system', content: 'Check ✓.' }];
+        let layout = layoutOf(Buffer.from(JSON.stringify({ messages })))!;
+        for (const [turn, size] of sizes.entries()) {
+          const earlier = JSON.stringify({ messages });
+          messages.push({ role: 'tool', content: `${turn} ✓ ${'x'.repeat(size)}` });
+          const next = Buffer.from(JSON.stringify({ messages }));
+          // The same conversation with one earlier character changed is never a continuation.
+          const changedAt = earlier.lastIndexOf('✓');
+          const changed = Buffer.from(
+            `${earlier.slice(0, changedAt)}✗${earlier.slice(changedAt + 1, -2)},${JSON.stringify(messages.at(-1))}]}`,
+          );
+          expect(changed.length).toBe(next.length);
+          expect(continueBody(layout, changed)).toBeNull();
+          const continued = continueBody(layout, next)!;
+          expect(continued.appended).toEqual([messages.at(-1)]);
+          expect(continued.layout).toEqual(layoutOf(next));
+          layout = continued.layout;
+          expect(layout.messages?.length ?? 0).toBeLessThanOrEqual(keptMessageBytes);
+          expect(layout.messages === null).toBe(layout.messagesEnd > keptMessageBytes);
+        }
+      }),
+      { numRuns: 30 },
+    );
   });
 
   it('finds no layout where there is no plain messages array of objects', () => {

@@ -2,7 +2,8 @@
 // usually starts with the bytes of the session's previous body up to the end of its last message.
 // Those messages need no parsing: only the bytes after them are parsed, and the result equals what
 // JSON.parse of the whole body gives (anything unexpected falls back to parsing it whole). The
-// previous body is not kept: a SHA-256 of its bytes up to the end of its messages stands for them.
+// previous body is not kept: its bytes up to the end of its messages are, while short (comparing
+// them costs less than hashing the next body); beyond that their SHA-256 stands for them.
 
 import { createHash, type Hash } from 'node:crypto';
 import { detailError } from './http-error.js';
@@ -20,15 +21,18 @@ const messagesKey = Buffer.from('messages');
 /**
  * Where the top-level `messages` array of a JSON body lies, and the other top-level members as
  * parsed: what the next body of the session is compared with. Its size does not grow with the
- * conversation: the bytes up to the end of the last message are kept as their SHA-256 only.
+ * conversation: the bytes up to the end of the last message are kept as they are up to
+ * {@link keptMessageBytes}, as their SHA-256 beyond.
  */
 export interface BodyLayout {
   /** Elements of the `messages` array. */
   messageCount: number;
   /** Offset just past the last element (0 without elements). */
   messagesEnd: number;
-  /** SHA-256 (base64) of the bytes `[0, messagesEnd)`. */
-  messagesDigest: string;
+  /** The bytes `[0, messagesEnd)` (a copy) when they are at most {@link keptMessageBytes}, else null. */
+  messages: Buffer | null;
+  /** SHA-256 (base64) of the bytes `[0, messagesEnd)` when {@link messages} is null, else null. */
+  messagesDigest: string | null;
   /** The bytes from the array's closing bracket to the end of the body (a copy). */
   tail: Buffer;
   /** Top-level members before `messages`, as JSON.parse gives them. */
@@ -187,10 +191,28 @@ function scanElements(bytes: Buffer, position: number, ends: number[], first: bo
   }
 }
 
-// The layout's digest of `bytes[0, end)`, continuing `hash` (already fed `bytes[0, from)`).
-function digestUpTo(hash: Hash, bytes: Buffer, from: number, end: number): string {
+/**
+ * Most bytes of messages a layout keeps as they are; more are kept as their SHA-256. Comparing the
+ * kept bytes costs a `memcmp` where the digest costs hashing the next body (and two hash objects),
+ * while a session still keeps a bounded amount whatever the length of its conversation.
+ */
+export const keptMessageBytes = 16 * 1024;
+
+// What a layout keeps of `bytes[0, end)`: the bytes when short, else their digest, continuing `hash`
+// (already fed `bytes[0, from)`) when there is one.
+function messagesOf(
+  bytes: Buffer,
+  end: number,
+  hash: Hash | null,
+  from: number,
+): Pick<BodyLayout, 'messages' | 'messagesDigest'> {
+  if (end <= keptMessageBytes) return { messages: Buffer.from(bytes.subarray(0, end)), messagesDigest: null };
+  if (hash === null) {
+    hash = createHash('sha256');
+    from = 0;
+  }
   if (end > from) hash.update(bytes.subarray(from, end));
-  return hash.digest('base64');
+  return { messages: null, messagesDigest: hash.digest('base64') };
 }
 
 // Parses the members after the array's closing bracket; null when they are malformed or name
@@ -255,7 +277,7 @@ export function layoutOf(bytes: Buffer): BodyLayout | null {
     return {
       messageCount: messageEnds.length,
       messagesEnd,
-      messagesDigest: digestUpTo(createHash('sha256'), bytes, 0, messagesEnd),
+      ...messagesOf(bytes, messagesEnd, null, 0),
       tail: Buffer.from(bytes.subarray(close)),
       before,
       after,
@@ -265,7 +287,7 @@ export function layoutOf(bytes: Buffer): BodyLayout | null {
 
 /**
  * Parses `bytes` as a continuation of `previous`: when it repeats the previous body byte for byte up
- * to the end of its last message (its SHA-256 equals the kept one), only the rest is parsed. Null when it does not, or when anything
+ * to the end of its last message (the kept bytes, or their SHA-256), only the rest is parsed. Null when it does not, or when anything
  * after that point is unexpected; the caller then parses the body whole.
  *
  * @throws ProxyHttpError 400 when what it parsed is nested deeper than {@link maxJsonDepth}.
@@ -275,10 +297,15 @@ export function continueBody(previous: BodyLayout, bytes: Buffer): ContinuedBody
   if (repeated === 0) return null;
   const end = previous.messagesEnd;
   if (bytes.length <= end) return null;
-  // One pass of the hash over the body's messages: up to the previous end it must give the
-  // previous digest; through the new messages it is the next layout's digest.
-  const hash = createHash('sha256').update(bytes.subarray(0, end));
-  if (hash.copy().digest('base64') !== previous.messagesDigest) return null;
+  let hash: Hash | null = null;
+  if (previous.messages !== null) {
+    if (bytes.compare(previous.messages, 0, end, 0, end) !== 0) return null;
+  } else {
+    // One pass of the hash over the body's messages: up to the previous end it must give the
+    // previous digest; through the new messages it is the next layout's digest.
+    hash = createHash('sha256').update(bytes.subarray(0, end));
+    if (hash.copy().digest('base64') !== previous.messagesDigest) return null;
+  }
   const messageEnds: number[] = [];
   const close = scanElements(bytes, end, messageEnds, false);
   if (close === -1) return null;
@@ -304,7 +331,7 @@ export function continueBody(previous: BodyLayout, bytes: Buffer): ContinuedBody
     layout: {
       messageCount: repeated + messageEnds.length,
       messagesEnd,
-      messagesDigest: digestUpTo(hash, bytes, end, messagesEnd),
+      ...messagesOf(bytes, messagesEnd, hash, end),
       tail: sameAfter ? previous.tail : Buffer.from(tail),
       before: previous.before,
       after,
