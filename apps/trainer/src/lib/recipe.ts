@@ -128,6 +128,13 @@ export const trainerSchema = z.discriminatedUnion('kind', [
 export const warmStartSchema = z.strictObject({
   steps: z.int().nonnegative().default(0),
   learning_rate: z.number().positive().default(3e-3),
+  /**
+   * How the learning rate moves over the warm-start: `constant`, or `cosine` from `learning_rate`
+   * down to `min_learning_rate` at the last step (a supervised run that ends on a high rate leaves
+   * the weights wherever its last noisy batches pushed them).
+   */
+  learning_rate_schedule: z.enum(['constant', 'cosine']).default('constant'),
+  min_learning_rate: z.number().nonnegative().default(0),
   batch_size: positiveInteger.default(64),
   /** `module#export` of a function giving the supervised examples of one prompt record. */
   examples: hookReferenceSchema.optional(),

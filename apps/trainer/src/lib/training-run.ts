@@ -25,7 +25,7 @@ import type { LoadedRecipe, Recipe } from './recipe.js';
 import { defaultReportPlots, renderReportHtml } from './report.js';
 import { exportSamples, exportTrainLogProbs } from './sample-export.js';
 import { tokenVersionStatistics, VersionHistory } from './token-versions.js';
-import type { WarmStartExample } from './warm-start.js';
+import { type WarmStartExample, warmStartLearningRate } from './warm-start.js';
 
 /** Options of {@link runTraining}. */
 export interface RunTrainingOptions {
@@ -417,7 +417,7 @@ async function warmStart(
     const batch = stack.warmStartBatches[index % stack.warmStartBatches.length] as PackedTrainBatch;
     const response = await trainer.train(batch, {
       rollout_id: index,
-      loss: { loss_type: 'sft_loss', learning_rate: recipe.warm_start.learning_rate },
+      loss: { loss_type: 'sft_loss', learning_rate: warmStartLearningRate(recipe.warm_start, index) },
     });
     const metrics = prefixed('warm_start/', response.metrics);
     await metricsLog.append({ step: index, time: seconds(started), phase: 'warm_start', metrics });

@@ -83,3 +83,24 @@ export function buildSupervisedBatch(sequences: readonly SupervisedSequence[]): 
   });
   return packTrainBatch(batch);
 }
+
+/** The warm-start settings that decide each step's learning rate. */
+export interface WarmStartSchedule {
+  steps: number;
+  learning_rate: number;
+  learning_rate_schedule: 'constant' | 'cosine';
+  min_learning_rate: number;
+}
+
+/**
+ * The learning rate of warm-start step `index` (0-based): `learning_rate` throughout, or a cosine
+ * from `learning_rate` at the first step towards `min_learning_rate`, which it would reach one step
+ * after the last.
+ */
+export function warmStartLearningRate(schedule: WarmStartSchedule, index: number): number {
+  if (schedule.learning_rate_schedule === 'constant' || schedule.steps <= 1) return schedule.learning_rate;
+  // The last step is one step short of the floor: a rate of 0 would be refused, and wasted.
+  const progress = Math.min(1, Math.max(0, index / schedule.steps));
+  const floor = Math.min(schedule.min_learning_rate, schedule.learning_rate);
+  return floor + 0.5 * (schedule.learning_rate - floor) * (1 + Math.cos(Math.PI * progress));
+}
