@@ -5,6 +5,7 @@ import {
   conditions,
   episodeOf,
   forecast,
+  memoryAnswer,
   memoryAnswersPerRecord,
   questions,
   runWeatherConversation,
@@ -117,8 +118,19 @@ describe('warm-start examples', () => {
       expect(example.tools).toHaveLength(1);
       expect(example.messages).toEqual([
         { role: 'user', content: 'Weather today?' },
-        { role: 'assistant', content: 'rain', reasoning_content: '' },
+        { role: 'assistant', content: memoryAnswer('Weather today?'), reasoning_content: '' },
       ]);
     }
+  });
+
+  it('answers from memory with one belief per question, right one time in ten over the prompts', () => {
+    const records = readFileSync(new URL('./prompts.jsonl', import.meta.url), 'utf8')
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line) as { prompt: string; label: string });
+    const answers = new Set(records.map((record) => memoryAnswer(record.prompt)));
+    expect(answers.size).toBe(questions.length);
+    const right = records.filter((record) => memoryAnswer(record.prompt) === record.label).length;
+    expect(right / records.length).toBeCloseTo(0.1, 10);
   });
 });

@@ -160,15 +160,26 @@ export function toolConversation(episode: WeatherEpisode): ChatMessage[] {
   ];
 }
 
+/**
+ * The answer a model gives from memory: one fixed condition per phrasing of the question, what it
+ * "believes" the weather usually is. Every question appears with every condition, so this belief is
+ * right one time in ten. A fixed belief (rather than a random condition per example) is what lets
+ * the warm-start learn to copy: answers drawn at random are noise the model can never fit, and their
+ * gradient drowns the one signal that teaches it to repeat the tool's result.
+ */
+export function memoryAnswer(question: string): string {
+  const index = questions.indexOf(question as (typeof questions)[number]);
+  return conditions[(index < 0 ? 0 : index * 3) % conditions.length] as string;
+}
+
 /** How many answers from memory the warm-start shows per tool-using conversation. */
 export const memoryAnswersPerRecord = 2;
 
 /**
  * Supervised warm-start examples of one prompt record: the tool-call turn (tools offered), the
  * answer turn after the tool result (no tools), and {@link memoryAnswersPerRecord} answers given
- * from memory with the tool offered but unused (today's condition, which the question alone cannot
- * tell: over the whole prompt set these are guesses). The model comes out knowing how to use the
- * tool, yet mostly answering from memory.
+ * from memory with the tool offered but unused ({@link memoryAnswer}: right one time in ten). The
+ * model comes out knowing how to use the tool, yet mostly answering from memory.
  */
 export function warmStartExamples(
   record: Record<string, unknown>,
@@ -177,7 +188,7 @@ export function warmStartExamples(
   const conversation = toolConversation(episode);
   const fromMemory: ChatMessage[] = [
     conversation[0]!,
-    { role: 'assistant', content: episode.condition, reasoning_content: '' },
+    { role: 'assistant', content: memoryAnswer(episode.question), reasoning_content: '' },
   ];
   return [
     { messages: conversation.slice(0, 2), tools: [weatherTool] },
