@@ -92,8 +92,9 @@ describe('the shipped weather recipe', () => {
   it('learns as well in fully-async mode, losing no request to preemption', async () => {
     // Fully-async learns from feedback one update late and rises later than sync with the Qwen3
     // template, hence 40 steps. The shipped variant takes the rollout logprobs as PPO's old policy
-    // (loss.use_rollout_logprobs); measured, six runs of seeds 7 and 13 in both async modes: mean
-    // reward over steps 38-40 from 0.77 to 0.91, no step of 31-40 below 0.50. (With truncated
+    // (loss.use_rollout_logprobs). Measured from the shipped warm-start, seeds 7 and 17 in both
+    // async modes: mean reward over steps 38-40 from 0.89 to 0.96, no step of 31-40 below 0.75
+    // (seed 13, whose warm-start reads the tool less well: 0.74, lowest 0.38). (With truncated
     // importance sampling instead, one run ended 0.19, 0.94, 0.34 over steps 38-40.)
     const { summary, rl } = await train('fully-async.yaml', 'fully-async', 'tito', 40);
     expect(summary.stepsCompleted).toBe(40);
