@@ -1,7 +1,9 @@
 // Test data for the trainer: packed batches built straight from token sequences, with rollout
 // logprobs computed by a model (on-policy when it is the trainer's starting model).
 import type { PackedTrainBatch } from '@dressage/protocol';
+import type { TitoTokenizer } from '@dressage/tito';
 import type { CausalLanguageModel } from '../model.js';
+import { chatPrompt } from './embedded-fixture.js';
 
 /** One sample: prompt + response ids, the response being the last `responseLength`. */
 export interface TrainSequence {
@@ -62,4 +64,22 @@ export function packSequences(
     truncated: new Uint8Array(count),
     sample_indices: Int32Array.from(sequences.map((_, index) => index)),
   };
+}
+
+/**
+ * Four answers to the calculator question (one right, three not), each ending at `<|im_end|>`, as
+ * sequences with the given rewards, and the prompt they share.
+ */
+export function calculatorAnswers(
+  tokenizer: TitoTokenizer,
+  rewards: readonly [number, number, number, number],
+): { prompt: number[]; sequences: TrainSequence[] } {
+  const end = tokenizer.requireTokenId('<|im_end|>');
+  const prompt = Array.from(tokenizer.encode(chatPrompt('What is 12 + 30? Use the calculator.')));
+  const answers = ['The answer is 42.', 'The answer is 7.', '42', 'The answer is 0 1 2.'];
+  const sequences = answers.map((text, index) => {
+    const response = [...tokenizer.encode(text), end];
+    return { tokens: [...prompt, ...response], responseLength: response.length, reward: rewards[index] };
+  });
+  return { prompt, sequences };
 }

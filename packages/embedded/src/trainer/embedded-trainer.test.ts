@@ -7,13 +7,12 @@ import { createTrainerClient, policyLossReference, type TrainerClient } from '@d
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
-  chatPrompt,
   type EmbeddedFixture,
   postJson,
   smallConfig,
   startFixture,
 } from '../__fixtures__/embedded-fixture.js';
-import { packSequences, type TrainSequence } from '../__fixtures__/train-batch.js';
+import { calculatorAnswers, packSequences, type TrainSequence } from '../__fixtures__/train-batch.js';
 import { loadModel, saveCheckpoint, weightsEqual } from '../checkpoint.js';
 import { CausalLanguageModel } from '../model.js';
 import { EmbeddedTrainer, nextWeightVersion } from './embedded-trainer.js';
@@ -28,18 +27,7 @@ let sequences: TrainSequence[];
 beforeAll(async () => {
   fixture = await startFixture();
   scratch = await mkdtemp(join(tmpdir(), 'embedded-trainer-'));
-  const { tokenizer } = fixture;
-  const end = tokenizer.requireTokenId('<|im_end|>');
-  prompt = Array.from(tokenizer.encode(chatPrompt('What is 12 + 30? Use the calculator.')));
-  const answers = ['The answer is 42.', 'The answer is 7.', '42', 'The answer is 0 1 2.'];
-  sequences = answers.map((text, index) => {
-    const response = [...tokenizer.encode(text), end];
-    return {
-      tokens: [...prompt, ...response],
-      responseLength: response.length,
-      reward: index === 0 ? 1 : -0.5,
-    };
-  });
+  ({ prompt, sequences } = calculatorAnswers(fixture.tokenizer, [1, -0.5, -0.5, -0.5]));
 });
 
 afterAll(async () => {

@@ -6,8 +6,8 @@ import type { LossConfig, PackedTrainBatch } from '@dressage/protocol';
 import { createTrainerClient, type KlLossType, policyLossReference } from '@dressage/trainer-bridge';
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { chatPrompt, type EmbeddedFixture, startFixture } from '../__fixtures__/embedded-fixture.js';
-import { packSequences, type TrainSequence } from '../__fixtures__/train-batch.js';
+import { type EmbeddedFixture, startFixture } from '../__fixtures__/embedded-fixture.js';
+import { calculatorAnswers, packSequences, type TrainSequence } from '../__fixtures__/train-batch.js';
 import { weightsEqual } from '../checkpoint.js';
 import type { CausalLanguageModel } from '../model.js';
 import { EmbeddedTrainer } from './embedded-trainer.js';
@@ -23,18 +23,7 @@ let batch: PackedTrainBatch;
 beforeAll(async () => {
   fixture = await startFixture();
   scratch = await mkdtemp(join(tmpdir(), 'embedded-kl-'));
-  const { tokenizer } = fixture;
-  const end = tokenizer.requireTokenId('<|im_end|>');
-  prompt = Array.from(tokenizer.encode(chatPrompt('What is 12 + 30? Use the calculator.')));
-  const answers = ['The answer is 42.', 'The answer is 7.', '42', 'The answer is 0 1 2.'];
-  sequences = answers.map((text, index) => {
-    const response = [...tokenizer.encode(text), end];
-    return {
-      tokens: [...prompt, ...response],
-      responseLength: response.length,
-      reward: [1, -0.5, 0.5, -1][index],
-    };
-  });
+  ({ prompt, sequences } = calculatorAnswers(fixture.tokenizer, [1, -0.5, 0.5, -1]));
   batch = packSequences(fixture.model, sequences);
 });
 
