@@ -21,6 +21,13 @@ export const lossSchema = z.strictObject({
     .enum(['grpo', 'gspo', 'reinforce_plus_plus', 'reinforce_plus_plus_baseline'])
     .default('grpo'),
   eps_clip: z.number().positive().default(0.2),
+  /**
+   * Divide each group's centred rewards by the group's standard deviation (GRPO and GSPO). `false`
+   * is Dr. GRPO (slime's `--disable-grpo-std-normalization`): a group where one sample of eight
+   * failed then weighs that sample -0.875 instead of -2.65, so a nearly solved task is not
+   * trained as hard as an unsolved one.
+   */
+  grpo_std_normalization: z.boolean().default(true),
   eps_clip_high: z.number().positive().optional(),
   eps_clip_c: z.number().gt(1).optional(),
   /**

@@ -17,6 +17,7 @@ import { createRolloutScheduler, PromptDataSource, type RolloutScheduler } from 
 import { convertSamplesToPackedTrainBatch, type TrainerClient } from '@dressage/trainer-bridge';
 import { type BlackboxAgents, startBlackboxAgents } from './blackbox-agents.js';
 import { connectClusterStack } from './cluster-stack.js';
+import { conversionOptionsOf } from './conversion-options.js';
 import { type EmbeddedStack, startEmbeddedStack } from './embedded-stack.js';
 import { loadHook, loadRunHooks, type RunDataSource } from './hooks.js';
 import { MetricsLog, type MetricsRecord, readMetricsLog } from './metrics-log.js';
@@ -269,11 +270,7 @@ export async function runTraining(
       await scoreSamples(samples, registry);
       // What the trainer receives, kept for `dressage inspect` and bug reports.
       await exportSamples(outputDirectory, step, samples);
-      const convertOptions = {
-        advantageEstimator: recipe.loss.advantage_estimator,
-        globalBatchSize,
-        ...(hooks.rewardPostProcess === null ? {} : { rewardPostProcess: hooks.rewardPostProcess }),
-      };
+      const convertOptions = conversionOptionsOf(recipe, globalBatchSize, hooks.rewardPostProcess);
       const converted = (hooks.convert ?? convertSamplesToPackedTrainBatch)(samples, convertOptions);
       const packed = isPackedBatch(converted) ? converted : packTrainBatch(converted);
       const trainStarted = performance.now();
