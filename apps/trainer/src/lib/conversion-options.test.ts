@@ -1,28 +1,16 @@
 import { createSample } from '@dressage/protocol';
 import { rewardPostProcess } from '@dressage/trainer-bridge';
 import { describe, expect, it } from 'vitest';
+import { minimalRecipe } from './__fixtures__/minimal-recipe.js';
 import { conversionOptionsOf } from './conversion-options.js';
 import { parseRecipe } from './recipe.js';
-
-const minimal = `
-name: weather
-output_dir: runs/weather
-data:
-  path: prompts.jsonl
-engine:
-  kind: embedded
-trainer:
-  kind: embedded
-training:
-  steps: 40
-`;
 
 // A nearly solved group: seven of eight samples right.
 const group = [1, 1, 1, 1, 1, 1, 1, 0].map((reward) => createSample({ group_index: 0, reward }));
 
 describe('conversion options', () => {
   it('divide GRPO advantages by the group standard deviation by default', () => {
-    const options = conversionOptionsOf(parseRecipe(minimal), 8, null);
+    const options = conversionOptionsOf(parseRecipe(minimalRecipe), 8, null);
     expect(options).toMatchObject({ advantageEstimator: 'grpo', standardDeviationNormalization: true });
     const { rewards } = rewardPostProcess(group, options);
     // Centred on 0.875, divided by the population deviation sqrt(7) / 8.
@@ -31,7 +19,7 @@ describe('conversion options', () => {
   });
 
   it('leave them centred only with loss.grpo_std_normalization false (Dr. GRPO)', () => {
-    const recipe = parseRecipe(`${minimal}loss: { grpo_std_normalization: false }\n`);
+    const recipe = parseRecipe(`${minimalRecipe}loss: { grpo_std_normalization: false }\n`);
     const options = conversionOptionsOf(recipe, 8, null);
     expect(options.standardDeviationNormalization).toBe(false);
     const { rewards } = rewardPostProcess(group, options);
@@ -41,7 +29,7 @@ describe('conversion options', () => {
 
   it('hand a reward_post_process hook to the conversion in place of the default', () => {
     const hook = () => ({ rawRewards: [], rewards: [] });
-    expect(conversionOptionsOf(parseRecipe(minimal), 8, hook).rewardPostProcess).toBe(hook);
-    expect(conversionOptionsOf(parseRecipe(minimal), 8, null)).not.toHaveProperty('rewardPostProcess');
+    expect(conversionOptionsOf(parseRecipe(minimalRecipe), 8, hook).rewardPostProcess).toBe(hook);
+    expect(conversionOptionsOf(parseRecipe(minimalRecipe), 8, null)).not.toHaveProperty('rewardPostProcess');
   });
 });

@@ -3,20 +3,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DressageError, type ValidationIssue } from '@dressage/protocol';
 import { describe, expect, it } from 'vitest';
+import { minimalRecipe } from './__fixtures__/minimal-recipe.js';
 import { loadRecipe, parseRecipe } from './recipe.js';
-
-const minimal = `
-name: weather
-output_dir: runs/weather
-data:
-  path: prompts.jsonl
-engine:
-  kind: embedded
-trainer:
-  kind: embedded
-training:
-  steps: 40
-`;
 
 function issuePaths(run: () => unknown): string[] {
   try {
@@ -32,7 +20,7 @@ function issuePaths(run: () => unknown): string[] {
 
 describe('recipes', () => {
   it('fills every default of a minimal recipe', () => {
-    const recipe = parseRecipe(minimal);
+    const recipe = parseRecipe(minimalRecipe);
     expect(recipe.data).toMatchObject({
       n_samples_per_prompt: 8,
       rollout_batch_size: 8,
@@ -76,17 +64,17 @@ hooks:
   });
 
   it('names the bad field', () => {
-    expect(issuePaths(() => parseRecipe(minimal.replace('steps: 40', 'steps: 0')))).toEqual([
+    expect(issuePaths(() => parseRecipe(minimalRecipe.replace('steps: 40', 'steps: 0')))).toEqual([
       'training.steps',
     ]);
     expect(
-      issuePaths(() => parseRecipe(minimal.replace('kind: embedded\ntrainer', 'kind: vllm\ntrainer'))),
+      issuePaths(() => parseRecipe(minimalRecipe.replace('kind: embedded\ntrainer', 'kind: vllm\ntrainer'))),
     ).toEqual(['engine.kind']);
-    expect(issuePaths(() => parseRecipe(`${minimal}rollout: { mode: eventually }\n`))).toEqual([
+    expect(issuePaths(() => parseRecipe(`${minimalRecipe}rollout: { mode: eventually }\n`))).toEqual([
       'rollout.mode',
     ]);
-    expect(issuePaths(() => parseRecipe(`${minimal}loss: { eps_clp: 0.2 }\n`))).toEqual(['loss']);
-    expect(issuePaths(() => parseRecipe(`${minimal}hooks: { generate: "a#b#c" }\n`))).toEqual([
+    expect(issuePaths(() => parseRecipe(`${minimalRecipe}loss: { eps_clp: 0.2 }\n`))).toEqual(['loss']);
+    expect(issuePaths(() => parseRecipe(`${minimalRecipe}hooks: { generate: "a#b#c" }\n`))).toEqual([
       'hooks.generate',
     ]);
     expect(issuePaths(() => parseRecipe('name: x\n'))).toEqual([
@@ -105,58 +93,60 @@ hooks:
 
   it('resolves relative paths against the recipe file', async () => {
     const directory = await mkdtemp(join(tmpdir(), 'dressage-recipe-'));
-    await writeFile(join(directory, 'recipe.yaml'), minimal);
+    await writeFile(join(directory, 'recipe.yaml'), minimalRecipe);
     const loaded = await loadRecipe(join(directory, 'recipe.yaml'));
     expect(loaded.resolvePath(loaded.recipe.data.path)).toBe(join(directory, 'prompts.jsonl'));
     expect(loaded.resolvePath('/abs/file')).toBe('/abs/file');
   });
 
   it('continues preempted requests and corrects for stale tokens in the async modes unless told otherwise', () => {
-    const sync = parseRecipe(minimal);
+    const sync = parseRecipe(minimalRecipe);
     expect(sync.proxy.partial_rollout).toBe(false);
     expect(sync.loss.use_tis).toBe(false);
     for (const mode of ['fully-async', 'partial-async']) {
-      const recipe = parseRecipe(`${minimal}rollout: { mode: ${mode} }\n`);
+      const recipe = parseRecipe(`${minimalRecipe}rollout: { mode: ${mode} }\n`);
       expect(recipe.proxy.partial_rollout).toBe(true);
       expect(recipe.loss.use_tis).toBe(true);
     }
-    const explicit = parseRecipe(`${minimal}rollout: { mode: fully-async }\nloss: { use_tis: false }\n`);
+    const explicit = parseRecipe(
+      `${minimalRecipe}rollout: { mode: fully-async }\nloss: { use_tis: false }\n`,
+    );
     expect(explicit.loss.use_tis).toBe(false);
   });
 
   it('takes the rollout logprobs as the old policy instead of truncated importance sampling when asked', () => {
     const recipe = parseRecipe(
-      `${minimal}rollout: { mode: fully-async }\nloss: { use_rollout_logprobs: true }\n`,
+      `${minimalRecipe}rollout: { mode: fully-async }\nloss: { use_rollout_logprobs: true }\n`,
     );
     expect(recipe.loss.use_rollout_logprobs).toBe(true);
     expect(recipe.loss.use_tis).toBe(false);
-    expect(parseRecipe(minimal).loss.use_rollout_logprobs).toBe(false);
-    const both = `${minimal}loss: { use_rollout_logprobs: true, use_tis: true }\n`;
+    expect(parseRecipe(minimalRecipe).loss.use_rollout_logprobs).toBe(false);
+    const both = `${minimalRecipe}loss: { use_rollout_logprobs: true, use_tis: true }\n`;
     expect(issuePaths(() => parseRecipe(both))).toEqual(['loss.use_tis']);
   });
 
   it('refuses an async mode whose proxy would fail the requests a weight update preempts', () => {
-    const text = `${minimal}rollout: { mode: fully-async }\nproxy: { partial_rollout: false }\n`;
+    const text = `${minimalRecipe}rollout: { mode: fully-async }\nproxy: { partial_rollout: false }\n`;
     expect(issuePaths(() => parseRecipe(text))).toEqual(['proxy.partial_rollout']);
     expect(() => parseRecipe(text)).toThrow(/generation_preempted/);
   });
 
   it('takes the async rollout budget and recall, naming a bad value', () => {
-    const text = `${minimal}rollout: { mode: fully-async, keep_versions: 2, max_active_samples: 256, max_outstanding_groups: 48, recall_stale_groups: true }\n`;
+    const text = `${minimalRecipe}rollout: { mode: fully-async, keep_versions: 2, max_active_samples: 256, max_outstanding_groups: 48, recall_stale_groups: true }\n`;
     expect(parseRecipe(text).rollout).toMatchObject({
       max_active_samples: 256,
       max_outstanding_groups: 48,
       recall_stale_groups: true,
     });
-    expect(parseRecipe(minimal).rollout.recall_stale_groups).toBeUndefined();
-    expect(issuePaths(() => parseRecipe(`${minimal}rollout: { max_outstanding_groups: 0 }\n`))).toEqual([
-      'rollout.max_outstanding_groups',
-    ]);
+    expect(parseRecipe(minimalRecipe).rollout.recall_stale_groups).toBeUndefined();
+    expect(issuePaths(() => parseRecipe(`${minimalRecipe}rollout: { max_outstanding_groups: 0 }\n`))).toEqual(
+      ['rollout.max_outstanding_groups'],
+    );
   });
 
   it('extends another recipe, overriding only what it names', async () => {
     const directory = await mkdtemp(join(tmpdir(), 'dressage-recipe-'));
-    await writeFile(join(directory, 'recipe.yaml'), `${minimal}rollout: { temperature: 0.7 }\n`);
+    await writeFile(join(directory, 'recipe.yaml'), `${minimalRecipe}rollout: { temperature: 0.7 }\n`);
     await writeFile(
       join(directory, 'async.yaml'),
       'extends: recipe.yaml\nname: weather-async\nrollout: { mode: fully-async, keep_versions: 2 }\n',
@@ -172,7 +162,7 @@ hooks:
 
   it('starts a Python worker for a grpc trainer beside the embedded engine, or connects to an address', () => {
     const worker = parseRecipe(
-      minimal.replace(
+      minimalRecipe.replace(
         'kind: embedded\ntraining',
         'kind: grpc\n  worker: { worker_dir: ../../../megatron-worker }\ntraining',
       ),
@@ -190,9 +180,11 @@ hooks:
       },
     });
     expect(
-      issuePaths(() => parseRecipe(minimal.replace('kind: embedded\ntraining', 'kind: grpc\ntraining'))),
+      issuePaths(() =>
+        parseRecipe(minimalRecipe.replace('kind: embedded\ntraining', 'kind: grpc\ntraining')),
+      ),
     ).toEqual(['trainer.address']);
-    const cluster = minimal
+    const cluster = minimalRecipe
       .replace('kind: embedded\ntrainer', 'kind: sglang\n  router_url: http://127.0.0.1:8000\ntrainer')
       .replace('kind: embedded\ntraining', 'kind: grpc\n  worker: { worker_dir: w }\ntraining');
     expect(issuePaths(() => parseRecipe(cluster))).toEqual(['trainer.worker']);
