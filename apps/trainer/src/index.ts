@@ -2,7 +2,7 @@
 // tools that drive training runs programmatically.
 
 export { MetricsLog, type MetricsRecord, readMetricsLog } from './lib/metrics-log.js';
-export { formatProgressLine, ProgressLine, type ProgressState } from './lib/progress.js';
+export { formatProgressLine, Progress, type ProgressOptions, type ProgressState } from './lib/progress.js';
 export {
   hookReferenceSchema,
   type LoadedRecipe,

@@ -10,11 +10,13 @@ import { DressageError } from '@dressage/protocol';
 import { register } from 'tsx/esm/api';
 import { dryRun, formatChecks } from '../lib/dry-run.js';
 import { loadRecipe } from '../lib/recipe.js';
+import { currentInvocation, formatRunSummary } from '../lib/run-summary.js';
 import { runTraining, writeReport } from '../lib/training-run.js';
 
 const usage = `dressage — agentic RL training
 
-  dressage train --recipe FILE.yaml [--resume] [--steps N] [--dry-run]
+  dressage train --recipe FILE.yaml [--resume] [--steps N] [--dry-run] [--fresh-warm-start]
+  dressage warm-start --recipe FILE.yaml
   dressage report --run DIR [--name NAME]
   dressage inspect --run DIR | --file FILE | --store DIR [--port N] [--host 127.0.0.1] [--allow-host NAME]
   dressage proxy [dressage-proxy flags]
@@ -33,6 +35,7 @@ async function train(args: string[]): Promise<number> {
       resume: { type: 'boolean' },
       steps: { type: 'string' },
       'dry-run': { type: 'boolean' },
+      'fresh-warm-start': { type: 'boolean' },
     },
   });
   if (values.recipe === undefined)
@@ -58,25 +61,28 @@ async function train(args: string[]): Promise<number> {
   const steps = values.steps === undefined ? undefined : Number(values.steps);
   const summary = await runTraining(loaded, {
     resume: values.resume ?? false,
+    freshWarmStart: values['fresh-warm-start'] ?? false,
     signal: controller.signal,
     ...(steps === undefined ? {} : { steps }),
   });
-  const format = (value: number | null) => (value === null ? 'n/a' : value.toFixed(3));
-  console.log(
-    [
-      `${loaded.recipe.name}: ${summary.stepsCompleted} RL steps${summary.stopped ? ' (stopped)' : ''}`,
-      `reward: first ${format(summary.firstReward)}, last ${format(summary.lastReward)}`,
-      `max |trainer - rollout logprob| over on-policy tokens: ${summary.maxLogprobDiff.toExponential(2)}`,
-      ...(summary.meanVersionGap > 0
-        ? [
-            `mean version gap of trained tokens: ${summary.meanVersionGap.toFixed(2)}; max |trainer - rollout logprob| over older tokens: ${summary.maxOffPolicyLogprobDiff.toExponential(2)}`,
-          ]
-        : []),
-      `weights: version ${summary.weightVersion}`,
-      `metrics: ${join(summary.outputDirectory, 'metrics.jsonl')}`,
-      `report:  ${summary.reportPath}`,
-    ].join('\n'),
-  );
+  console.log(formatRunSummary(loaded.recipe.name, summary, currentInvocation()));
+  return 0;
+}
+
+// Runs only the recipe's warm-start and writes its result to `warm_start.cache_dir`, replacing
+// what was there: how a shipped warm-start is regenerated.
+async function warmStartOnly(args: string[]): Promise<number> {
+  const { values } = parseArgs({ args, options: { recipe: { type: 'string' } } });
+  if (values.recipe === undefined)
+    throw new DressageError({ code: 'invalid_argument', message: '--recipe is required' });
+  const loaded = await loadRecipe(values.recipe);
+  if ((loaded.recipe.warm_start.cache_dir ?? null) === null || loaded.recipe.warm_start.steps === 0)
+    throw new DressageError({
+      code: 'invalid_argument',
+      message: `${values.recipe}: set warm_start.steps and warm_start.cache_dir to write a warm-start`,
+    });
+  const summary = await runTraining(loaded, { warmStartOnly: true, freshWarmStart: true });
+  console.log(`warm-start written to ${summary.warmStart.path}`);
   return 0;
 }
 
@@ -136,6 +142,8 @@ async function main(argv: string[]): Promise<number> {
   switch (command) {
     case 'train':
       return train(rest);
+    case 'warm-start':
+      return warmStartOnly(rest);
     case 'report':
       return report(rest);
     case 'inspect':

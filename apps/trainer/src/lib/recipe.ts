@@ -148,9 +148,10 @@ export const warmStartSchema = z.strictObject({
   /**
    * A folder (relative to the recipe) where the warm-started trainer state is kept, keyed by a hash
    * of everything that determines it (model, seed, batches, settings): a later run with the same
-   * key loads it instead of repeating the warm-start. Unset: no cache.
+   * key loads it instead of repeating the warm-start. Unset or null (to turn off an inherited
+   * one): no cache. `dressage warm-start --recipe FILE` writes it anew.
    */
-  cache_dir: z.string().min(1).optional(),
+  cache_dir: z.string().min(1).nullable().optional(),
 });
 
 /** The recorded proxy in front of the engine. */

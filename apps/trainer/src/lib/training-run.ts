@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
-import { join, resolve } from 'node:path';
+import { join, relative, resolve } from 'node:path';
 import { rawRewardTrajectoryMean, rolloutLogMetrics } from '@dressage/multi-segment';
 import { makeGenerate, type WhiteboxAgentClass } from '@dressage/paddock';
 import {
@@ -21,7 +21,7 @@ import { conversionOptionsOf } from './conversion-options.js';
 import { type EmbeddedStack, startEmbeddedStack } from './embedded-stack.js';
 import { loadHook, loadRunHooks, type RunDataSource } from './hooks.js';
 import { MetricsLog, type MetricsRecord, readMetricsLog } from './metrics-log.js';
-import { ProgressLine } from './progress.js';
+import { formatDuration, Progress, sparkline } from './progress.js';
 import type { LoadedRecipe, Recipe } from './recipe.js';
 import { defaultReportPlots, renderReportHtml } from './report.js';
 import { exportSamples, exportTrainLogProbs } from './sample-export.js';
@@ -38,6 +38,24 @@ export interface RunTrainingOptions {
   log?: (line: string) => void;
   /** Overrides `training.steps` (tests). */
   steps?: number;
+  /**
+   * Run the warm-start even when `warm_start.cache_dir` holds its result, and write the result
+   * there again (`dressage warm-start`; `dressage train --fresh-warm-start`).
+   */
+  freshWarmStart?: boolean;
+  /** Stop after the warm-start (`dressage warm-start`): no RL step runs. */
+  warmStartOnly?: boolean;
+  /** Where the progress lines go. Default stdout. */
+  progress?: Progress;
+}
+
+/** Where the run's warm-started weights came from. */
+export interface WarmStartSummary {
+  /** `trained`: the steps ran in this run; `cached`: loaded from `warm_start.cache_dir`; `none`: no warm-start. */
+  source: 'trained' | 'cached' | 'none';
+  /** The cache entry read or written; null without `warm_start.cache_dir`. */
+  path: string | null;
+  seconds: number;
 }
 
 /** What a finished run reports. */
@@ -58,6 +76,11 @@ export interface TrainingSummary {
   weightVersion: string;
   stopped: boolean;
   reportPath: string;
+  /** The RL steps' mean trajectory rewards, in order (this run's steps only). */
+  rewards: number[];
+  warmStart: WarmStartSummary;
+  /** Seconds of the RL phase. */
+  rlSeconds: number;
 }
 
 interface RunState {
@@ -144,7 +167,10 @@ export async function runTraining(
   const started = performance.now();
   let scheduler: RolloutScheduler | null = null;
   const metricsLog = new MetricsLog(join(outputDirectory, 'metrics.jsonl'));
-  const progress = new ProgressLine();
+  const progress = options.progress ?? new Progress();
+  const rewards: number[] = [];
+  let warmStartSummary: WarmStartSummary = { source: 'none', path: null, seconds: 0 };
+  let rlSeconds = 0;
   let stopped = false;
   let firstReward: number | null = null;
   let lastReward: number | null = null;
@@ -185,166 +211,187 @@ export async function runTraining(
 
     // Supervised warm-start through the same TrainerService: a model that sometimes succeeds.
     if (previous === null && recipe.warm_start.steps > 0 && stack.warmStartBatches.length > 0) {
+      const warmStarted = performance.now();
       const cache =
-        recipe.warm_start.cache_dir === undefined
+        recipe.warm_start.cache_dir === undefined || recipe.warm_start.cache_dir === null
           ? null
           : await warmStartCachePath(loaded, stack.warmStartBatches, dataPath);
-      if (cache !== null && existsSync(cache)) {
+      if (cache !== null && existsSync(cache) && options.freshWarmStart !== true) {
         await trainer.loadCheckpoint({ path: cache });
-        log(`warm-start: loaded from ${cache}`);
+        warmStartSummary = { source: 'cached', path: cache, seconds: seconds(warmStarted) };
+        log(`warm-start: loaded ${recipe.warm_start.steps} supervised steps from ${displayPath(cache)}`);
       } else {
-        await warmStart(trainer, stack, recipe, metricsLog, progress, started, options.signal);
+        const completed = await warmStart(
+          trainer,
+          stack,
+          recipe,
+          metricsLog,
+          progress,
+          started,
+          options.signal,
+        );
         if (cache !== null && !options.signal?.aborted) {
           // Written beside, then renamed: a run killed mid-write or a concurrent run never reads half.
           const partial = `${cache}.partial-${process.pid}`;
           await trainer.saveCheckpoint({ path: partial, rollout_id: 0 });
+          if (options.freshWarmStart === true) await rm(cache, { recursive: true, force: true });
           await rename(partial, cache).catch(() => rm(partial, { recursive: true, force: true }));
         }
+        warmStartSummary = { source: 'trained', path: cache, seconds: seconds(warmStarted) };
+        progress.endPhase(
+          `warm-start: ${completed} supervised steps in ${formatDuration(warmStartSummary.seconds)}` +
+            (cache === null || options.signal?.aborted ? '' : `, saved to ${displayPath(cache)}`),
+        );
       }
       weightVersion = (await publishWeights(trainer, proxyClient, 'initial_weight_update')).weightVersion;
       history.publish(weightVersion);
-      progress.finish();
-      log(`warm-start: ${recipe.warm_start.steps} supervised steps, serving weights ${weightVersion}`);
     }
-    if (recipe.rollout.mode !== 'sync') await refuseFailingPreemption(proxyClient, recipe.rollout.mode);
-    const totalSteps = options.steps ?? recipe.training.steps;
-    if (hooks.generate === null && recipe.blackbox !== undefined) {
-      blackbox = await startBlackboxAgents({
-        loaded,
-        proxyUrl: stack.proxyUrl,
-        proxy: proxyClient,
-        outputDirectory,
-      });
-      log(`blackbox agents: ${blackbox.description}`);
-    }
-    const generate =
-      hooks.generate ??
-      blackbox?.generate ??
-      makeGenerate(AgentClass as WhiteboxAgentClass, { proxy: proxyClient, proxyUrl: stack.proxyUrl });
-    scheduler = (hooks.rolloutScheduler ?? createRolloutScheduler)(
-      recipe.rollout.mode,
-      { dataSource, generate, sessionDiscarder: proxyClient },
-      {
-        rolloutBatchSize: recipe.data.rollout_batch_size,
-        nSamplesPerPrompt: recipe.data.n_samples_per_prompt,
-        numRollout: totalSteps,
-        // Partial-async returns after this many samples (when below a full rollout).
-        ...(recipe.training.global_batch_size === undefined
-          ? {}
-          : { globalBatchSize: recipe.training.global_batch_size }),
-        maxRetries: recipe.rollout.max_retries,
-        stalenessKeepVersions: recipe.rollout.keep_versions ?? 0,
-        ...(recipe.rollout.max_active_samples === undefined
-          ? {}
-          : { asyncMaxActiveSamples: recipe.rollout.max_active_samples }),
-        ...(recipe.rollout.max_outstanding_groups === undefined
-          ? {}
-          : { asyncMaxOutstandingGroups: recipe.rollout.max_outstanding_groups }),
-        ...(recipe.rollout.recall_stale_groups === undefined
-          ? {}
-          : { stalenessRecallInFlight: recipe.rollout.recall_stale_groups }),
-        samplingParams: {
-          temperature: recipe.rollout.temperature,
-          top_p: recipe.rollout.top_p,
-          max_new_tokens: recipe.rollout.max_new_tokens,
-        },
-      },
-    );
-    const globalBatchSize =
-      recipe.training.global_batch_size ?? recipe.data.rollout_batch_size * recipe.data.n_samples_per_prompt;
-    let trainerBusySeconds = 0;
-    let rolloutWaitSeconds = 0;
-    // Trainer idleness is measured over the RL phase only (the warm-start keeps it busy by design).
-    const rlStarted = performance.now();
-
-    for (; step < totalSteps; step++) {
-      if (options.signal?.aborted) {
-        stopped = true;
-        break;
+    // `dressage warm-start`: the warm-start's result is all this run is for.
+    if (options.warmStartOnly !== true) {
+      if (recipe.rollout.mode !== 'sync') await refuseFailingPreemption(proxyClient, recipe.rollout.mode);
+      const totalSteps = options.steps ?? recipe.training.steps;
+      if (hooks.generate === null && recipe.blackbox !== undefined) {
+        blackbox = await startBlackboxAgents({
+          loaded,
+          proxyUrl: stack.proxyUrl,
+          proxy: proxyClient,
+          outputDirectory,
+        });
+        log(`blackbox agents: ${blackbox.description}`);
       }
-      const stepStarted = performance.now();
-      const rollout = await scheduler.generateRollout(step, { signal: options.signal, weightVersion });
-      const waitSeconds = (performance.now() - stepStarted) / 1000;
-      rolloutWaitSeconds += waitSeconds;
-      const samples = rollout.samples.flat();
-      await scoreSamples(samples, registry);
-      // What the trainer receives, kept for `dressage inspect` and bug reports.
-      await exportSamples(outputDirectory, step, samples);
-      const convertOptions = conversionOptionsOf(recipe, globalBatchSize, hooks.rewardPostProcess);
-      const converted = (hooks.convert ?? convertSamplesToPackedTrainBatch)(samples, convertOptions);
-      const packed = isPackedBatch(converted) ? converted : packTrainBatch(converted);
-      const trainStarted = performance.now();
-      const response = await trainer.train(packed, {
-        rollout_id: step,
-        global_batch_size: globalBatchSize,
-        loss: lossConfigOf(recipe),
-        expected_weight_version: weightVersion,
-      });
-      const trainedSeconds = (performance.now() - trainStarted) / 1000;
-      const trainLogProbs = stack.takeTrainLogProbs?.() ?? null;
-      const tokens = tokenVersionStatistics({
-        samples,
-        batch: packed,
-        history,
-        trainerVersion: weightVersion,
-        trainLogProbs,
-        trainerParity: {
-          mean: response.metrics.train_rollout_logprob_abs_diff ?? 0,
-          max: response.metrics.train_rollout_logprob_abs_diff_max ?? 0,
+      const generate =
+        hooks.generate ??
+        blackbox?.generate ??
+        makeGenerate(AgentClass as WhiteboxAgentClass, { proxy: proxyClient, proxyUrl: stack.proxyUrl });
+      scheduler = (hooks.rolloutScheduler ?? createRolloutScheduler)(
+        recipe.rollout.mode,
+        { dataSource, generate, sessionDiscarder: proxyClient },
+        {
+          rolloutBatchSize: recipe.data.rollout_batch_size,
+          nSamplesPerPrompt: recipe.data.n_samples_per_prompt,
+          numRollout: totalSteps,
+          // Partial-async returns after this many samples (when below a full rollout).
+          ...(recipe.training.global_batch_size === undefined
+            ? {}
+            : { globalBatchSize: recipe.training.global_batch_size }),
+          maxRetries: recipe.rollout.max_retries,
+          stalenessKeepVersions: recipe.rollout.keep_versions ?? 0,
+          ...(recipe.rollout.max_active_samples === undefined
+            ? {}
+            : { asyncMaxActiveSamples: recipe.rollout.max_active_samples }),
+          ...(recipe.rollout.max_outstanding_groups === undefined
+            ? {}
+            : { asyncMaxOutstandingGroups: recipe.rollout.max_outstanding_groups }),
+          ...(recipe.rollout.recall_stale_groups === undefined
+            ? {}
+            : { stalenessRecallInFlight: recipe.rollout.recall_stale_groups }),
+          samplingParams: {
+            temperature: recipe.rollout.temperature,
+            top_p: recipe.rollout.top_p,
+            max_new_tokens: recipe.rollout.max_new_tokens,
+          },
         },
-      });
-      if (trainLogProbs !== null) await exportTrainLogProbs(outputDirectory, step, packed, trainLogProbs);
-      const updated = await publishWeights(trainer, proxyClient, `weight_update_after_rollout_${step}`);
-      weightVersion = updated.weightVersion;
-      history.publish(weightVersion);
-      const trainSeconds = (performance.now() - trainStarted) / 1000;
-      trainerBusySeconds += trainSeconds;
-      const stepSeconds = (performance.now() - stepStarted) / 1000;
-      const reward =
-        rawRewardTrajectoryMean(samples) ?? mean(samples.map((sample) => Number(sample.reward ?? 0)));
-      firstReward ??= reward;
-      lastReward = reward;
-      maxLogprobDiff = Math.max(maxLogprobDiff, tokens.parityMax ?? 0);
-      maxOffPolicyLogprobDiff = Math.max(
-        maxOffPolicyLogprobDiff,
-        tokens.metrics['offpolicy/logprob_abs_diff_max'] ?? 0,
       );
-      if (tokens.gapMean !== null) gapMeans.push(tokens.gapMean);
-      const logged =
-        hooks.rolloutLog === null ? undefined : await hooks.rolloutLog(step, samples, rollout.metrics);
-      const rolloutMetrics = logged === true ? {} : { ...rollout.metrics, ...rolloutLogMetrics(samples) };
-      const metrics: Record<string, number> = {
-        ...rolloutMetrics,
-        ...(typeof logged === 'object' ? logged : {}),
-        'rollout/raw_reward_trajectory_mean': reward,
-        ...prefixed('train/', response.metrics),
-        ...tokens.metrics,
-        'perf/step_seconds': stepSeconds,
-        'perf/rollout_wait_seconds': waitSeconds,
-        'perf/rollout_wait_fraction': rolloutWaitSeconds / seconds(rlStarted),
-        'perf/train_seconds': trainedSeconds,
-        'perf/publish_seconds': trainSeconds - trainedSeconds,
-        'perf/tokens_per_second': packed.tokens.length / stepSeconds,
-        'perf/trainer_idle_fraction': Math.max(0, 1 - trainerBusySeconds / seconds(rlStarted)),
-      };
-      await metricsLog.append({ step, time: seconds(started), phase: 'rl', metrics });
-      progress.update({
-        step: step + 1,
-        totalSteps,
-        phase: 'rl',
-        reward,
-        tokensPerSecond: metrics['perf/tokens_per_second'],
-        ...(tokens.gapMean === null ? {} : { versionGap: tokens.gapMean }),
-        ...gapShares(metrics),
-        trainerIdleFraction: metrics['perf/trainer_idle_fraction'],
-        ...optionalNumber('logprobDiff', metrics['parity/logprob_abs_diff']),
-        ...optionalNumber('offPolicyLogprobDiff', metrics['offpolicy/logprob_abs_diff']),
-      });
-      if ((step + 1) % recipe.training.checkpoint_interval === 0 || step + 1 === totalSteps) {
-        await checkpoint(trainer, dataSource, outputDirectory, step + 1, weightVersion);
+      const globalBatchSize =
+        recipe.training.global_batch_size ??
+        recipe.data.rollout_batch_size * recipe.data.n_samples_per_prompt;
+      let trainerBusySeconds = 0;
+      let rolloutWaitSeconds = 0;
+      // Trainer idleness is measured over the RL phase only (the warm-start keeps it busy by design).
+      const rlStarted = performance.now();
+      progress.begin('rl', step);
+
+      for (; step < totalSteps; step++) {
+        if (options.signal?.aborted) {
+          stopped = true;
+          break;
+        }
+        const stepStarted = performance.now();
+        const rollout = await scheduler.generateRollout(step, { signal: options.signal, weightVersion });
+        const waitSeconds = (performance.now() - stepStarted) / 1000;
+        rolloutWaitSeconds += waitSeconds;
+        const samples = rollout.samples.flat();
+        await scoreSamples(samples, registry);
+        // What the trainer receives, kept for `dressage inspect` and bug reports.
+        await exportSamples(outputDirectory, step, samples);
+        const convertOptions = conversionOptionsOf(recipe, globalBatchSize, hooks.rewardPostProcess);
+        const converted = (hooks.convert ?? convertSamplesToPackedTrainBatch)(samples, convertOptions);
+        const packed = isPackedBatch(converted) ? converted : packTrainBatch(converted);
+        const trainStarted = performance.now();
+        const response = await trainer.train(packed, {
+          rollout_id: step,
+          global_batch_size: globalBatchSize,
+          loss: lossConfigOf(recipe),
+          expected_weight_version: weightVersion,
+        });
+        const trainedSeconds = (performance.now() - trainStarted) / 1000;
+        const trainLogProbs = stack.takeTrainLogProbs?.() ?? null;
+        const tokens = tokenVersionStatistics({
+          samples,
+          batch: packed,
+          history,
+          trainerVersion: weightVersion,
+          trainLogProbs,
+          trainerParity: {
+            mean: response.metrics.train_rollout_logprob_abs_diff ?? 0,
+            max: response.metrics.train_rollout_logprob_abs_diff_max ?? 0,
+          },
+        });
+        if (trainLogProbs !== null) await exportTrainLogProbs(outputDirectory, step, packed, trainLogProbs);
+        const updated = await publishWeights(trainer, proxyClient, `weight_update_after_rollout_${step}`);
+        weightVersion = updated.weightVersion;
+        history.publish(weightVersion);
+        const trainSeconds = (performance.now() - trainStarted) / 1000;
+        trainerBusySeconds += trainSeconds;
+        const stepSeconds = (performance.now() - stepStarted) / 1000;
+        const reward =
+          rawRewardTrajectoryMean(samples) ?? mean(samples.map((sample) => Number(sample.reward ?? 0)));
+        firstReward ??= reward;
+        lastReward = reward;
+        rewards.push(reward);
+        maxLogprobDiff = Math.max(maxLogprobDiff, tokens.parityMax ?? 0);
+        maxOffPolicyLogprobDiff = Math.max(
+          maxOffPolicyLogprobDiff,
+          tokens.metrics['offpolicy/logprob_abs_diff_max'] ?? 0,
+        );
+        if (tokens.gapMean !== null) gapMeans.push(tokens.gapMean);
+        const logged =
+          hooks.rolloutLog === null ? undefined : await hooks.rolloutLog(step, samples, rollout.metrics);
+        const rolloutMetrics = logged === true ? {} : { ...rollout.metrics, ...rolloutLogMetrics(samples) };
+        const metrics: Record<string, number> = {
+          ...rolloutMetrics,
+          ...(typeof logged === 'object' ? logged : {}),
+          'rollout/raw_reward_trajectory_mean': reward,
+          ...prefixed('train/', response.metrics),
+          ...tokens.metrics,
+          'perf/step_seconds': stepSeconds,
+          'perf/rollout_wait_seconds': waitSeconds,
+          'perf/rollout_wait_fraction': rolloutWaitSeconds / seconds(rlStarted),
+          'perf/train_seconds': trainedSeconds,
+          'perf/publish_seconds': trainSeconds - trainedSeconds,
+          'perf/tokens_per_second': packed.tokens.length / stepSeconds,
+          'perf/trainer_idle_fraction': Math.max(0, 1 - trainerBusySeconds / seconds(rlStarted)),
+        };
+        await metricsLog.append({ step, time: seconds(started), phase: 'rl', metrics });
+        progress.update({
+          step: step + 1,
+          totalSteps,
+          phase: 'rl',
+          reward,
+          tokensPerSecond: metrics['perf/tokens_per_second'],
+          ...(tokens.gapMean === null ? {} : { versionGap: tokens.gapMean }),
+          ...gapShares(metrics),
+          trainerIdleFraction: metrics['perf/trainer_idle_fraction'],
+          ...optionalNumber('logprobDiff', metrics['parity/logprob_abs_diff']),
+          ...optionalNumber('offPolicyLogprobDiff', metrics['offpolicy/logprob_abs_diff']),
+        });
+        if ((step + 1) % recipe.training.checkpoint_interval === 0 || step + 1 === totalSteps) {
+          await checkpoint(trainer, dataSource, outputDirectory, step + 1, weightVersion);
+        }
       }
+      rlSeconds = seconds(rlStarted);
+      if (rewards.length > 0) progress.endPhase(rlSummary(rewards, rlSeconds));
     }
-    progress.finish();
     if (stopped) {
       await checkpoint(trainer, dataSource, outputDirectory, step, weightVersion);
       log(`stopped at step ${step}; resume with --resume`);
@@ -366,7 +413,24 @@ export async function runTraining(
     weightVersion,
     stopped,
     reportPath,
+    rewards,
+    warmStart: warmStartSummary,
+    rlSeconds,
   };
+}
+
+/** `RL: 50 steps in 2:05; reward (10-step means) 0.39 0.84 0.97 0.96 0.96`. */
+function rlSummary(rewards: readonly number[], rlSeconds: number): string {
+  const means: string[] = [];
+  for (let start = 0; start < rewards.length; start += 10)
+    means.push(mean(rewards.slice(start, start + 10)).toFixed(2));
+  return `RL: ${rewards.length} step${rewards.length === 1 ? '' : 's'} in ${formatDuration(rlSeconds)}; reward ${sparkline(rewards)} (10-step means ${means.join(' ')})`;
+}
+
+// Paths under the working directory are shown relative to it: shorter, and what a user types.
+function displayPath(path: string): string {
+  const relativePath = relative(process.cwd(), path);
+  return relativePath.startsWith('..') || relativePath === '' ? path : relativePath;
 }
 
 function optionalNumber<K extends string>(key: K, value: number | undefined): { [P in K]?: number } {
@@ -399,17 +463,22 @@ async function refuseFailingPreemption(proxy: ProxyClient, mode: string): Promis
   }
 }
 
-/** The supervised warm-start: `warm_start.steps` sft steps over the stack's batches, in turn. */
+/**
+ * The supervised warm-start: `warm_start.steps` sft steps over the stack's batches, in turn.
+ * Returns the steps completed (fewer when stopped).
+ */
 async function warmStart(
   trainer: TrainerClient,
   stack: EmbeddedStack,
   recipe: Recipe,
   metricsLog: MetricsLog,
-  progress: ProgressLine,
+  progress: Progress,
   started: number,
   signal: AbortSignal | undefined,
-): Promise<void> {
-  for (let index = 0; index < recipe.warm_start.steps; index++) {
+): Promise<number> {
+  progress.begin('warm_start');
+  let index = 0;
+  for (; index < recipe.warm_start.steps; index++) {
     if (signal?.aborted) break;
     const batch = stack.warmStartBatches[index % stack.warmStartBatches.length] as PackedTrainBatch;
     const response = await trainer.train(batch, {
@@ -420,6 +489,7 @@ async function warmStart(
     await metricsLog.append({ step: index, time: seconds(started), phase: 'warm_start', metrics });
     progress.update({ step: index + 1, totalSteps: recipe.warm_start.steps, phase: 'warm_start' });
   }
+  return index;
 }
 
 /**
@@ -437,6 +507,8 @@ async function warmStartCachePath(
   hash.update(
     JSON.stringify({
       engine: recipe.engine,
+      // A checkpoint is the trainer's own format: a torch worker's is not the embedded trainer's.
+      trainer: recipe.trainer.kind === 'embedded' ? 'embedded' : (recipe.trainer.worker?.actor ?? 'grpc'),
       warm_start: { ...recipe.warm_start, cache_dir: null },
       temperature: recipe.rollout.temperature,
       tokenizer: recipe.tokenizer_path ?? null,
