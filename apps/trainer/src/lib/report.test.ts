@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { MetricsLog, readMetricsLog } from './metrics-log.js';
 import { formatProgressLine } from './progress.js';
-import { renderPlotSvg, renderReportHtml } from './report.js';
+import { defaultReportPlots, renderPlotSvg, renderReportHtml } from './report.js';
 
 const records = [0, 1, 2, 3].map((step) => ({
   step,
@@ -38,6 +38,19 @@ describe('report', () => {
     expect(renderPlotSvg({ title: 'Empty', metrics: ['missing'] }, records)).toContain('no data');
   });
 
+  it('marks the steps where the collapse alarm rang', () => {
+    const rang = records.map((record) => ({
+      ...record,
+      metrics: { ...record.metrics, 'alarm/raised': record.step === 2 ? 1 : 0 },
+    }));
+    const svg = renderPlotSvg({ title: 'Reward', metrics: ['rollout/raw_reward_trajectory_mean'] }, rang);
+    expect(svg.match(/<line class="alarm"/g)).toHaveLength(1);
+    expect(svg).toContain('<title>collapse alarm at step 2</title>');
+    expect(
+      renderPlotSvg({ title: 'Reward', metrics: ['rollout/raw_reward_trajectory_mean'] }, records),
+    ).not.toContain('class="alarm"');
+  });
+
   it('renders a self-contained page with a summary and escaped names', () => {
     const html = renderReportHtml(
       {
@@ -49,7 +62,7 @@ describe('report', () => {
     );
     expect(html).toContain('<title>run &#60;1&#62; — Dressage training report</title>');
     expect(html).toContain('<th>last reward</th><td>0.75</td>');
-    expect(html.match(/<svg /g)).toHaveLength(6);
+    expect(html.match(/<svg /g)).toHaveLength(defaultReportPlots.length);
     expect(html).not.toMatch(/<script|https?:\/\//);
   });
 

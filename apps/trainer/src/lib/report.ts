@@ -49,6 +49,13 @@ export const defaultReportPlots: readonly ReportPlot[] = [
     metrics: ['perf/trainer_idle_fraction'],
     description: 'Fraction of wall time the trainer waited for rollouts.',
   },
+  {
+    title: 'Collapse alarm',
+    metrics: ['alarm/grad_norm_ratio', 'alarm/uniform_groups'],
+    description:
+      'Gradient norm over its running median (the alarm rings at 5) and the share of groups that scored ' +
+      'the same (no advantage to learn from). Steps where the alarm rang are marked in red on every plot.',
+  },
 ];
 
 const palette = ['#2563eb', '#dc2626', '#16a34a', '#9333ea'];
@@ -109,6 +116,14 @@ export function renderPlotSvg(plot: ReportPlot, records: readonly MetricsRecord[
     `<text x="${margin.left}" y="${height - 8}" font-size="11" fill="#374151">step ${formatNumber(minimumX)}</text>`,
     `<text x="${width - margin.right}" y="${height - 8}" text-anchor="end" font-size="11" fill="#374151">step ${formatNumber(maximumX)}</text>`,
   );
+  // Steps where the collapse alarm rang, marked on every plot so a fall is read against its cause.
+  for (const record of records) {
+    if (record.metrics['alarm/raised'] !== 1 || record.step < minimumX || record.step > maximumX) continue;
+    const at = x(record.step).toFixed(1);
+    parts.push(
+      `<line class="alarm" x1="${at}" x2="${at}" y1="${margin.top}" y2="${height - margin.bottom}" stroke="#dc2626" stroke-dasharray="3 3"><title>collapse alarm at step ${record.step}</title></line>`,
+    );
+  }
   series.forEach((line, index) => {
     if (line.points.length === 0) return;
     const color = palette[index % palette.length];

@@ -17,6 +17,7 @@ import { createRolloutScheduler, PromptDataSource, type RolloutScheduler } from 
 import { convertSamplesToPackedTrainBatch, type TrainerClient } from '@dressage/trainer-bridge';
 import { type BlackboxAgents, startBlackboxAgents } from './blackbox-agents.js';
 import { connectClusterStack } from './cluster-stack.js';
+import { CollapseAlarm, groupTrajectoryRewards } from './collapse-alarm.js';
 import { conversionOptionsOf } from './conversion-options.js';
 import { type EmbeddedStack, startEmbeddedStack } from './embedded-stack.js';
 import { loadHook, loadRunHooks, type RunDataSource } from './hooks.js';
@@ -300,6 +301,7 @@ export async function runTraining(
       // Trainer idleness is measured over the RL phase only (the warm-start keeps it busy by design).
       const rlStarted = performance.now();
       progress.begin('rl', step);
+      const alarm = new CollapseAlarm();
 
       for (; step < totalSteps; step++) {
         if (options.signal?.aborted) {
@@ -358,6 +360,11 @@ export async function runTraining(
         const logged =
           hooks.rolloutLog === null ? undefined : await hooks.rolloutLog(step, samples, rollout.metrics);
         const rolloutMetrics = logged === true ? {} : { ...rollout.metrics, ...rolloutLogMetrics(samples) };
+        const reading = alarm.observe(
+          response.metrics.grad_norm,
+          groupTrajectoryRewards(rollout.samples),
+          reward,
+        );
         const metrics: Record<string, number> = {
           ...rolloutMetrics,
           ...(typeof logged === 'object' ? logged : {}),
@@ -371,6 +378,7 @@ export async function runTraining(
           'perf/publish_seconds': trainSeconds - trainedSeconds,
           'perf/tokens_per_second': packed.tokens.length / stepSeconds,
           'perf/trainer_idle_fraction': Math.max(0, 1 - trainerBusySeconds / seconds(rlStarted)),
+          ...reading.metrics,
         };
         await metricsLog.append({ step, time: seconds(started), phase: 'rl', metrics });
         progress.update({
@@ -384,6 +392,7 @@ export async function runTraining(
           trainerIdleFraction: metrics['perf/trainer_idle_fraction'],
           ...optionalNumber('logprobDiff', metrics['parity/logprob_abs_diff']),
           ...optionalNumber('offPolicyLogprobDiff', metrics['offpolicy/logprob_abs_diff']),
+          ...(reading.reason === undefined ? {} : { alarm: reading.reason }),
         });
         if ((step + 1) % recipe.training.checkpoint_interval === 0 || step + 1 === totalSteps) {
           await checkpoint(trainer, dataSource, outputDirectory, step + 1, weightVersion);
@@ -623,6 +632,7 @@ export async function writeReport(outputDirectory: string, recipe: Pick<Recipe, 
     .map((record) => record.metrics['version_gap/mean'])
     .filter((value): value is number => Number.isFinite(value));
   const idle = rl.at(-1)?.metrics['perf/trainer_idle_fraction'];
+  const alarms = rl.filter((record) => record.metrics['alarm/raised'] === 1).map((record) => record.step + 1);
   const html = renderReportHtml(
     {
       name: recipe.name,
@@ -638,6 +648,7 @@ export async function writeReport(outputDirectory: string, recipe: Pick<Recipe, 
         'mean |trainer − rollout logprob|, older tokens':
           offPolicy.length > 0 ? mean(offPolicy).toExponential(2) : 'n/a',
         'trainer idle': idle === undefined ? 'n/a' : `${Math.round(idle * 100)}%`,
+        'collapse alarms (steps)': alarms.length === 0 ? 'none' : alarms.join(', '),
       },
     },
     rl,
