@@ -1,0 +1,24 @@
+import { fileURLToPath } from 'node:url';
+import { runReadmeExample } from '@dressage/vitest-config/readme';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+
+const packageDirectory = fileURLToPath(new URL('..', import.meta.url));
+
+afterEach(() => {
+  vi.restoreAllMocks();
+});
+
+describe('README', () => {
+  it('runs the example and prints what its comments say', async () => {
+    const log = vi.spyOn(console, 'log').mockImplementation(() => undefined);
+    await runReadmeExample(packageDirectory);
+    expect(log.mock.calls).toEqual([
+      [
+        JSON.stringify(
+          '\n<|im_start|>user\n<tool_response>\n12\n</tool_response><|im_end|>\n<|im_start|>assistant\n',
+        ),
+      ],
+      [15, true, '-1'],
+    ]);
+  });
+});
