@@ -153,6 +153,12 @@ class SlimeMegatronActor:
         actor_model = self._require_started()
         rollout_data = to_rollout_data(batch)
         scale = float(rollout_data.pop("dressage_denominator_scale"))
+        if getattr(self.args, "calculate_per_token_loss", False):
+            # Per token, slime's reducer is sum_of_token, which never reads rollout_mask_sums
+            # (slime/backends/megatron_utils/cp_utils.py:123), and Megatron divides by the step's
+            # token count (loss.py:1317, 1365): the loss is already the true one, so nothing is
+            # folded (folding s would make loss, gradient norm and clip s times too large).
+            scale = 1.0
         settings = batch_settings(self.args, loss, scale)
         rollout_data["rewards"] = scaled_rewards(rollout_data["rewards"], scale)
         global_batch_size = int(self.args.global_batch_size)

@@ -147,6 +147,35 @@ class SlimeActorTest(unittest.TestCase):
         )
         self.assertAlmostEqual(uncompensated * 2, true, places=6)
 
+    def test_per_token_loss_folds_no_scale_because_slimes_reducer_ignores_the_denominators(self) -> None:
+        started = self.started(calculate_per_token_loss=True, use_kl_loss=True, kl_loss_coef=0.05, entropy_coef=0.01)
+        result = self.train(started, sums=TRUE_SUMS)
+        self.assertEqual(result.metrics["denominator_scale"], 1.0)
+        entropy, kl = 0.7, 0.3
+
+        def token_terms(rewards, masks, entropy_coef, kl_loss_coef) -> tuple[float, float]:
+            # get_sum_of_sample_mean with calculate_per_token_loss returns sum_of_token (cp_utils.py:123):
+            # Σ_t(x·mask), no denominator; Megatron divides by Σ clamp_min(mask.sum(), 1) (loss.py:1317).
+            total = sum(
+                float(((-reward - entropy_coef * entropy + kl_loss_coef * kl) * torch.as_tensor(mask, dtype=torch.float64)).sum())
+                for reward, mask in zip(rewards, masks)
+            )
+            tokens = sum(max(float(torch.as_tensor(mask).sum()), 1.0) for mask in masks)
+            return total, tokens
+
+        received = {}
+        for actor in started.slime.group.actors:
+            _id, data, args = actor.received[0]
+            received.setdefault(actor.dp_rank, (data, args))
+        total, tokens = 0.0, 0.0
+        for data, args in received.values():
+            part, count = token_terms(data["rewards"], data["loss_masks"], args.entropy_coef, args.kl_loss_coef)
+            total, tokens = total + part, tokens + count
+        rewards = batch(MASKS, TRUE_SUMS).rewards.tolist()
+        true_total, true_tokens = token_terms(rewards, MASKS, 0.01, 0.05)
+        self.assertEqual(tokens, true_tokens)
+        self.assertAlmostEqual(total / tokens, true_total / true_tokens, places=6)
+
     def test_the_global_batch_size_is_the_launch_one(self) -> None:
         started = self.started()
         with self.assertRaisesRegex(WorkerError, "global_batch_size 1 differs from the worker's --global-batch-size 2"):
