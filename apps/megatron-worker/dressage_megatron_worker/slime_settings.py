@@ -9,7 +9,7 @@ from typing import Any
 
 import grpc
 
-from .errors import WorkerError
+from .errors import WorkerError, invalid
 
 # slime's argument name for each LossConfig field.
 LOSS_FLAGS = {
@@ -81,6 +81,11 @@ def batch_settings(launch: Any, overrides: dict[str, Any], denominator_scale: fl
             )
     settings = {name: getattr(launch, name, None) for name in PER_STEP}
     settings.update({name: value for name, value in overrides.items() if name in PER_STEP})
+    if "eps_clip" in overrides and "eps_clip_high" not in overrides:
+        # slime derives the upper clip from the lower one when it is not given
+        # (slime/utils/arguments.py:1876-1877), as the TypeScript trainers do per batch.
+        settings["eps_clip_high"] = settings["eps_clip"]
+    check_combination(settings, launch)
     if settings["advantage_estimator"] not in LINEAR_ESTIMATORS:
         raise _refuse(
             f"advantage_estimator {settings['advantage_estimator']!r} is not supported by this worker "
@@ -104,6 +109,22 @@ def batch_settings(launch: Any, overrides: dict[str, Any], denominator_scale: fl
             if settings[name] is not None:
                 settings[name] = float(settings[name]) * denominator_scale
     return settings
+
+
+def check_combination(settings: dict[str, Any], launch: Any) -> None:
+    """The start-up assertions of slime's slime_validate_args (slime/utils/arguments.py:1848-1855)
+    on one batch's settings: an override slime would have refused as a flag is refused here.
+    @raises WorkerError INVALID_ARGUMENT naming the `loss.*` field."""
+    estimator = settings["advantage_estimator"]
+    if estimator in ("reinforce_plus_plus", "reinforce_plus_plus_baseline") and not getattr(
+        launch, "normalize_advantages", False
+    ):
+        raise invalid(
+            f"loss.advantage_estimator {estimator!r} needs advantage normalization, which slime turns on only "
+            "at start: restart the worker with --normalize-advantages (slime refuses the estimator without it)"
+        )
+    if settings["use_rollout_logprobs"] and settings["use_tis"]:
+        raise invalid("loss.use_rollout_logprobs and loss.use_tis cannot both be set (slime refuses the combination)")
 
 
 def scaled_rewards(rewards: list[float], denominator_scale: float) -> list[float]:

@@ -176,6 +176,30 @@ class SlimeActorTest(unittest.TestCase):
         self.assertEqual(tokens, true_tokens)
         self.assertAlmostEqual(total / tokens, true_total / true_tokens, places=6)
 
+    def test_overrides_are_checked_as_slime_checks_the_flags(self) -> None:
+        import grpc
+
+        started = self.started()
+        for loss, field in (
+            ({"advantage_estimator": "reinforce_plus_plus"}, "loss.advantage_estimator 'reinforce_plus_plus'.*--normalize-advantages"),
+            ({"advantage_estimator": "reinforce_plus_plus_baseline"}, "--normalize-advantages"),
+            ({"use_rollout_logprobs": True, "use_tis": True}, "loss.use_rollout_logprobs and loss.use_tis"),
+        ):
+            with self.subTest(loss=loss):
+                trained = [len(actor.received) for actor in started.slime.group.actors]
+                with self.assertRaisesRegex(WorkerError, field) as caught:
+                    self.train(started, loss)
+                self.assertEqual(caught.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+                self.assertEqual([len(actor.received) for actor in started.slime.group.actors], trained)
+        # slime derives eps_clip_high from eps_clip when it is not given (arguments.py:1876).
+        self.train(started, {"eps_clip": 0.1})
+        self.train(started, {"eps_clip": 0.1, "eps_clip_high": 0.3})
+        self.train(started, {"use_rollout_logprobs": True, "use_tis": False})
+        args = [received[2] for received in started.slime.group.actors[0].received]
+        self.assertEqual([(a.eps_clip, a.eps_clip_high) for a in args], [(0.1, 0.1), (0.1, 0.3), (0.2, 0.28)])
+        normalized = self.started(normalize_advantages=True)
+        self.train(normalized, {"advantage_estimator": "reinforce_plus_plus"})
+
     def test_the_global_batch_size_is_the_launch_one(self) -> None:
         started = self.started()
         with self.assertRaisesRegex(WorkerError, "global_batch_size 1 differs from the worker's --global-batch-size 2"):
