@@ -54,6 +54,9 @@ def _flag_problems(argv: Sequence[str]) -> list[str]:
                 "use_critic": estimator == "ppo",
                 "debug_rollout_only": "--debug-rollout-only" in present,
                 "check_for_nan_in_loss_and_grad": "--no-check-for-nan-in-loss-and-grad" not in present,
+                "rollout_top_p": float(_flag(argv, "--rollout-top-p") or 1.0),
+                "release_train": "--release-train" in present,
+                "use_fault_tolerance": "--use-fault-tolerance" in present,
             },
         )()
     )

@@ -37,6 +37,22 @@ def launch_problems(args: Any) -> list[str]:
         problems.append("--advantage-estimator ppo needs slime's critic, which this worker does not drive")
     if getattr(args, "debug_rollout_only", False):
         problems.append("--debug-rollout-only trains nothing")
+    top_p = float(getattr(args, "rollout_top_p", 1.0) or 1.0)
+    if top_p != 1.0:
+        problems.append(
+            f"--rollout-top-p {top_p:g}: slime's loss then needs the engines' top-p token sets "
+            "(rollout_top_p_token_ids/offsets), which Dressage's batches do not carry; sample with top_p 1"
+        )
+    if getattr(args, "release_train", False):
+        problems.append(
+            "--release-train: slime's train.py recreates the training actors before every step and reloads "
+            "them from --save; the worker keeps its actors for the whole run"
+        )
+    if getattr(args, "use_fault_tolerance", False):
+        problems.append(
+            "--use-fault-tolerance: slime's health monitor replaces a dead engine by None and restarts it only "
+            "from train.py's loop, which the worker does not run; restart the worker instead"
+        )
     if getattr(args, "check_for_nan_in_loss_and_grad", True):
         problems.append(
             "Megatron's NaN check (on by default) raises in the middle of a step and fails the whole Train "
@@ -155,7 +171,7 @@ class SlimeMegatronActor:
         scale = float(rollout_data.pop("dressage_denominator_scale"))
         if getattr(self.args, "calculate_per_token_loss", False):
             # Per token, slime's reducer is sum_of_token, which never reads rollout_mask_sums
-            # (slime/backends/megatron_utils/cp_utils.py:123), and Megatron divides by the step's
+            # (slime/backends/megatron_utils/cp_utils.py:124), and Megatron divides by the step's
             # token count (loss.py:1317, 1365): the loss is already the true one, so nothing is
             # folded (folding s would make loss, gradient norm and clip s times too large).
             scale = 1.0

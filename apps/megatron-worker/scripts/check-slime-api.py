@@ -112,6 +112,14 @@ def main(root: Path) -> int:
             if line not in source:
                 print(f"DIFFERS  {relative} no longer holds: {line}")
                 failures += 1
+    for behaviour, cited in MANIFEST["cited"]["lines"].items():
+        lines = (root / cited["file"]).read_text().splitlines()
+        line = lines[cited["line"] - 1].strip() if cited["line"] <= len(lines) else ""
+        if line != cited["source"]:
+            print(f"DIFFERS  {cited['file']}:{cited['line']} ({behaviour}) reads {line!r}")
+            failures += 1
+        else:
+            print(f"ok       {cited['file']}:{cited['line']} ({behaviour})")
     failures += check_dtypes(root)
     print(f"{failures} difference(s) against {root}")
     return 1 if failures else 0

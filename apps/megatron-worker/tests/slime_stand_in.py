@@ -429,6 +429,9 @@ def launch_args(**overrides: Any) -> StrictArgs:
         "custom_advantage_function_path": None,
         "loss_type": "policy_loss",
         "check_for_nan_in_loss_and_grad": False,
+        "rollout_top_p": 1.0,
+        "release_train": False,
+        "use_fault_tolerance": False,
     }
     unknown = set(overrides) - set(values)
     if unknown:

@@ -49,6 +49,19 @@ class DryRunTest(unittest.TestCase):
         self.assertIn("missing --rollout-batch-size, --num-rollout or --num-epoch", detail)
         self.assertIn("--colocate", detail)
 
+    def test_names_the_flags_the_worker_would_refuse(self) -> None:
+        for extra, flag in (
+            (["--rollout-top-p", "0.95"], "--rollout-top-p 0.95"),
+            (["--release-train"], "--release-train"),
+            (["--use-fault-tolerance"], "--use-fault-tolerance"),
+        ):
+            with self.subTest(flag=flag):
+                checks = self.by_name(run_checks([*self.argv, *extra], self.url, importer=without_slime))
+                self.assertFalse(checks["slime: arguments"]["ok"])
+                self.assertIn(flag, checks["slime: arguments"]["detail"])
+        checks = self.by_name(run_checks([*self.argv, "--rollout-top-p", "1.0"], self.url, importer=without_slime))
+        self.assertTrue(checks["slime: arguments"]["ok"], checks["slime: arguments"]["detail"])
+
     def test_runs_slimes_own_parse_args_where_importable(self) -> None:
         def parse_args() -> argparse.Namespace:
             parser = argparse.ArgumentParser()

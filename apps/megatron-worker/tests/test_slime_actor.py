@@ -154,7 +154,7 @@ class SlimeActorTest(unittest.TestCase):
         entropy, kl = 0.7, 0.3
 
         def token_terms(rewards, masks, entropy_coef, kl_loss_coef) -> tuple[float, float]:
-            # get_sum_of_sample_mean with calculate_per_token_loss returns sum_of_token (cp_utils.py:123):
+            # get_sum_of_sample_mean with calculate_per_token_loss returns sum_of_token (cp_utils.py:124):
             # Σ_t(x·mask), no denominator; Megatron divides by Σ clamp_min(mask.sum(), 1) (loss.py:1317).
             total = sum(
                 float(((-reward - entropy_coef * entropy + kl_loss_coef * kl) * torch.as_tensor(mask, dtype=torch.float64)).sum())
@@ -240,6 +240,19 @@ class SlimeActorTest(unittest.TestCase):
             with self.assertRaisesRegex(WorkerError, message):
                 started.actor.start()
             self.assertEqual(started.slime.calls, [])
+
+    def test_flags_the_worker_does_not_serve_are_refused_at_start_naming_the_flag(self) -> None:
+        for args, flag in (
+            ({"rollout_top_p": 0.9}, "--rollout-top-p 0.9"),
+            ({"release_train": True}, "--release-train"),
+            ({"use_fault_tolerance": True}, "--use-fault-tolerance"),
+        ):
+            with self.subTest(flag=flag):
+                started = Started(self, **args)
+                with self.assertRaisesRegex(WorkerError, flag):
+                    started.actor.start()
+                self.assertEqual(started.slime.calls, [])
+        self.started(rollout_top_p=1.0)
 
     def test_a_step_whose_gradient_is_not_finite_is_skipped_and_reported(self) -> None:
         started = self.started()
