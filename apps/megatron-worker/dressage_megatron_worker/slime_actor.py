@@ -78,6 +78,7 @@ class SlimeMegatronActor:
         self._torch: Any = None
         self._rollout_manager: Any = None
         self._actor_model: Any = None
+        self._tracking: Any = None
         self.weight_version = ""
 
     @property
@@ -101,6 +102,10 @@ class SlimeMegatronActor:
         placement = self._import("slime.ray.placement_group")
         base = self._import("slime.backends.megatron_utils.actor").MegatronTrainRayActor
         groups = placement.create_placement_groups(self.args)
+        # As train.py does: the driver's run (wandb) starts before the actors copy the arguments;
+        # it sets args.wandb_run_id, without which their logging has no run to join.
+        self._tracking = self._import("slime.observability.logging_utils")
+        self._tracking.init_tracking(self.args)
         self._rollout_manager, _per_epoch = placement.create_rollout_manager(self.args, groups["rollout"])
         self._actor_model, _critic = placement.create_training_models(
             self.args, groups, self._rollout_manager, actor_cls=dressage_actor_class(base)
@@ -119,6 +124,9 @@ class SlimeMegatronActor:
         if self._rollout_manager is not None:
             self._ray.get(self._rollout_manager.dispose.remote())
             self._rollout_manager = None
+        if self._tracking is not None:
+            self._tracking.finish_tracking(self.args)
+            self._tracking = None
 
     def _require_started(self) -> Any:
         if self._actor_model is None:
@@ -196,6 +204,9 @@ class SlimeMegatronActor:
         refs = [box(self._ray.put(payload)) for payload in payloads]
         started = time.monotonic()
         reports = self._ray.get(actor_model.async_train(rollout_id, refs, external_data={SETTINGS_KEY: settings}))
+        if not getattr(self.args, "offload_train", False):
+            # train.py frees the actors' cached GPU memory after every step (offloading does it otherwise).
+            actor_model.clear_memory()
         # Every rank sees the same global gradient norm, hence skips the same steps.
         skipped = max((int(report.get(SKIPPED_KEY, 0)) for report in reports if isinstance(report, dict)), default=0)
         steps = len(payloads[0]["global_batch_sizes"]) if payloads else 0

@@ -201,6 +201,8 @@ class Slime:
         # The global gradient norm of each training step, in order (a step beyond the list: 1.0).
         self.grad_norms: list[float] = []
         self.optimizer_steps = 0
+        # slime.observability.logging_utils: whether the driver's run was started, then finished.
+        self.tracking: list[str] = []
         self.modules = self._build()
 
     def close(self) -> None:
@@ -239,6 +241,13 @@ class Slime:
                 self.args, self.rank, self.dp_rank, self.dp_size = args, rank, dp_rank, dp_size
                 self.received: list[tuple[int, dict[str, Any], Any]] = []
                 self.optimizer = Optimizer()
+                self.memory_cleared = 0
+                # init_wandb_secondary joins the driver's run only when init_tracking set
+                # args.wandb_run_id (wandb_utils.py:125); otherwise wandb.log raises at the first step.
+                self.wandb_run = vars(args).get("wandb_run_id")
+
+            def clear_memory(self) -> None:
+                self.memory_cleared += 1
 
             def _train_steps(self, steps: int) -> None:
                 for _ in range(steps):
@@ -263,6 +272,8 @@ class Slime:
                 if not isinstance(rollout_data_ref, list) or len(rollout_data_ref) != self.dp_size:
                     count = len(rollout_data_ref) if isinstance(rollout_data_ref, list) else type(rollout_data_ref).__name__
                     raise AssertionError(f"process_rollout_data: {count} refs for dp_size {self.dp_size}")
+                if vars(self.args).get("use_wandb") and self.wandb_run is None:
+                    raise RuntimeError("wandb.log: You must call wandb.init() before wandb.log()")
                 box = rollout_data_ref[self.dp_rank]
                 if not isinstance(box, Box):
                     raise TypeError(f"rollout_data_ref holds {type(box).__name__}, not slime.utils.misc.Box")
@@ -306,7 +317,10 @@ class Slime:
             def save_model(self, rollout_id: int, force_sync: bool = False) -> list:
                 return [actor.save(rollout_id) for actor in self.actors]
 
-        for method in ("async_train", "update_weights", "save_model"):
+            def clear_memory(self) -> list:
+                return [actor.clear_memory() for actor in self.actors]
+
+        for method in ("async_train", "update_weights", "save_model", "clear_memory"):
             setattr(
                 RayTrainGroup,
                 method,
@@ -349,6 +363,15 @@ class Slime:
             micro = [[[i] for i in range(len(part))] for part in partitions]
             return partitions, micro, [max(len(part) for part in partitions)] * steps, [global_batch_size] * steps
 
+        def init_tracking(args: Any, primary: bool = True) -> None:
+            if primary:
+                # init_wandb_primary (wandb_utils.py:23-24, 79): the run id, or None without --use-wandb.
+                args.wandb_run_id = "stand-in-run" if vars(args).get("use_wandb") else None
+                cluster.tracking.append("init")
+
+        def finish_tracking(args: Any) -> None:
+            cluster.tracking.append("finish")
+
         def module(**members: Any) -> types.SimpleNamespace:
             return types.SimpleNamespace(**members)
 
@@ -372,6 +395,10 @@ class Slime:
             "slime.backends.megatron_utils.actor": module(MegatronTrainRayActor=MegatronTrainRayActor),
             "slime.utils.dp_schedule": module(build_dp_schedule=wrap("slime.utils.dp_schedule", build_dp_schedule)),
             "slime.utils.misc": module(Box=StrictBox),
+            "slime.observability.logging_utils": module(
+                init_tracking=wrap("slime.observability.logging_utils", init_tracking),
+                finish_tracking=wrap("slime.observability.logging_utils", finish_tracking),
+            ),
         }
 
 
@@ -386,6 +413,8 @@ class StrictArgs(types.SimpleNamespace):
 
 
 RECORDED_ARGS = frozenset(MANIFEST["args"]["read"])
+# Arguments slime reads that the stand-ins copy behaviour from, but the worker never reads.
+STAND_IN_ARGS = frozenset({"use_wandb"})
 
 
 def launch_args(**overrides: Any) -> StrictArgs:
@@ -432,12 +461,14 @@ def launch_args(**overrides: Any) -> StrictArgs:
         "rollout_top_p": 1.0,
         "release_train": False,
         "use_fault_tolerance": False,
+        # Read by the stand-ins only (the worker may not: StrictArgs refuses them).
+        "use_wandb": False,
     }
     unknown = set(overrides) - set(values)
     if unknown:
         raise KeyError(f"not an argument the worker reads: {sorted(unknown)}")
     values.update(overrides)
-    extra = set(values) - RECORDED_ARGS - {"start_rollout_id"}
+    extra = set(values) - RECORDED_ARGS - {"start_rollout_id"} - STAND_IN_ARGS
     if extra:
         raise KeyError(f"arguments missing from the recorded API: {sorted(extra)}")
     return StrictArgs(**values)

@@ -68,6 +68,22 @@ class SlimeActorTest(unittest.TestCase):
         started.actor.close()
         self.assertTrue(manager.disposed)
 
+    def test_tracking_and_memory_are_handled_as_train_py_does(self) -> None:
+        started = self.started(use_wandb=True)
+        names = self.names(started)
+        # The run starts before the actors copy the arguments, or their wandb.log has no run.
+        self.assertLess(names.index("init_tracking"), names.index("create_training_models"))
+        self.train(started)
+        self.train(started)
+        steps = [name for name in self.names(started) if name in ("RayTrainGroup.async_train", "RayTrainGroup.clear_memory")]
+        self.assertEqual(steps, ["RayTrainGroup.async_train", "RayTrainGroup.clear_memory"] * 2)
+        self.assertEqual([actor.memory_cleared for actor in started.slime.group.actors], [2] * 4)
+        started.actor.close()
+        self.assertEqual(started.slime.tracking, ["init", "finish"])
+        offloaded = self.started(offload_train=True)
+        self.train(offloaded)
+        self.assertEqual([actor.memory_cleared for actor in offloaded.slime.group.actors], [0] * 4)
+
     def test_every_data_parallel_rank_gets_its_samples_as_torch_tensors(self) -> None:
         started = self.started()
         result = self.train(started)
