@@ -5,6 +5,7 @@ recorded in slime_api.json; nothing of slime, Ray or torch is imported before `s
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import time
 from typing import Any, Callable
@@ -12,13 +13,16 @@ from typing import Any, Callable
 import grpc
 
 from .actors import TrainResult
-from .engine_ownership import require_same_engines
+from .engine_ownership import claim_router, require_same_engines
 from .errors import WorkerError
 from .packed_batch import PackedBatch
 from .rank_payloads import DataParallelSchedule, rank_payloads
 from .rollout_data import to_rollout_data
 from .slime_settings import batch_settings, scaled_rewards
 from .slime_train_actor import SETTINGS_KEY, SKIPPED_KEY, dressage_actor_class
+
+
+LOGGER = logging.getLogger("dressage_megatron_worker")
 
 
 def _refuse(message: str) -> WorkerError:
@@ -113,17 +117,30 @@ class SlimeMegatronActor:
         if getattr(self.args, "debug_train_only", False):
             # slime starts no engines and its update_weights pushes nothing.
             return
-        self._actor_model.update_weights()
-        engines = self._engines()
-        if self.router_url is not None:
-            require_same_engines(self.router_url, self._engine_urls(engines))
-        self.weight_version = self._common_version(engines)
+        try:
+            self._actor_model.update_weights()
+            engines = self._engines()
+            if self.router_url is not None:
+                removed = claim_router(self.router_url, self._engine_urls(engines))
+                if removed:
+                    LOGGER.warning("removed stale router entries (no engine answers there): %s", ", ".join(removed))
+            self.weight_version = self._common_version(engines)
+        except BaseException:
+            # Leave no engine of ours registered with a router that outlives this process.
+            self.close()
+            raise
 
     def close(self) -> None:
-        """Stops the RolloutManager's health monitors and tracking, as train.py does at its end."""
+        """Deregisters slime's engines from the router and stops them (SGLangEngine.shutdown, which
+        slime's train.py never calls: a restart against the same router would find their URLs), then
+        stops the RolloutManager's health monitors and tracking, as train.py does at its end."""
         if self._rollout_manager is not None:
-            self._ray.get(self._rollout_manager.dispose.remote())
-            self._rollout_manager = None
+            try:
+                engines = [engine for engine in self._engines() if engine is not None]
+                self._ray.get([engine.shutdown.remote() for engine in engines])
+            finally:
+                self._ray.get(self._rollout_manager.dispose.remote())
+                self._rollout_manager = None
         if self._tracking is not None:
             self._tracking.finish_tracking(self.args)
             self._tracking = None

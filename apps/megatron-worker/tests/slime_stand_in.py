@@ -14,6 +14,8 @@ import math
 import os
 import threading
 import types
+import urllib.parse
+import urllib.request
 from typing import Any, Callable
 
 import torch
@@ -131,16 +133,43 @@ class Box:
         return self._inner
 
 
+def _http(method: str, url: str, body: Any = None) -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method, headers={"content-type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        text = response.read()
+    return json.loads(text) if text else None
+
+
 class Engine:
+    """slime's SGLangEngine as the router sees it: it registers itself when it starts
+    (sglang_engine.py:195) and its shutdown deregisters it by the id the router lists (:309)."""
+
     def __init__(self, url: str) -> None:
         self.url = url
         self.version = 0
+        self.router: str | None = None
+        self.external = False
+        self.shut_down = False
+
+    def register(self, router: str) -> None:
+        self.router = router
+        _http("POST", f"{router}/workers", {"url": self.url, "worker_type": "regular"})
 
     def get_url(self) -> str:
         return self.url
 
     def get_weight_version(self) -> str:
         return str(self.version)
+
+    def shutdown(self) -> None:
+        if self.external:
+            return
+        self.shut_down = True
+        for worker in _http("GET", f"{self.router}/workers")["workers"]:
+            if worker["url"] == self.url:
+                _http("DELETE", f"{self.router}/workers/{worker['id']}")
+                break
 
 
 class RolloutManager:
@@ -158,20 +187,54 @@ class RolloutManager:
 
 
 class Router:
-    """A router on loopback answering `GET /workers`."""
+    """sglang-router's worker API on loopback, as slime and the worker use it: `POST /workers` queues a
+    registration and answers 202, the worker is listed once the job has run (`delay` seconds later);
+    `GET /workers` lists `{id, url, is_healthy}`; `DELETE /workers/{id}` removes one (404 for an
+    unknown id). `static` lists workers registered by others, as before any job of ours."""
 
-    def __init__(self, urls: Callable[[], list[str]]) -> None:
+    def __init__(self, static: Callable[[], list[str]] | None = None, delay: float = 0.05) -> None:
+        self.registered: dict[str, str] = {}
+        self.removed: list[str] = []
+        self.delay = delay
+        self._lock = threading.Lock()
+        self._next = 0
+        router = self
+
         class Handler(http.server.BaseHTTPRequestHandler):
+            def _answer(self, status: int, body: Any) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
                 if self.path != "/workers":
                     self.send_error(404)
                     return
-                body = json.dumps({"workers": [{"id": str(i), "url": url} for i, url in enumerate(urls())]}).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                with router._lock:
+                    listed = [{"id": key, "url": url, "is_healthy": True} for key, url in router.registered.items()]
+                listed += [{"id": f"static-{i}", "url": url, "is_healthy": True} for i, url in enumerate(static() if static else [])]
+                self._answer(200, {"workers": listed, "total": len(listed)})
+
+            def do_POST(self) -> None:  # noqa: N802
+                if self.path != "/workers":
+                    self.send_error(404)
+                    return
+                body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
+                threading.Timer(router.delay, router.add, args=(body["url"],)).start()
+                self._answer(202, {"status": "accepted", "message": f"worker {body['url']} queued"})
+
+            def do_DELETE(self) -> None:  # noqa: N802
+                key = urllib.parse.unquote(self.path.removeprefix("/workers/"))
+                with router._lock:
+                    url = router.registered.pop(key, None)
+                if url is None:
+                    self._answer(404, {"error": f"worker {key} not found", "code": "WORKER_NOT_FOUND"})
+                    return
+                router.removed.append(url)
+                self._answer(202, {"status": "accepted"})
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -180,6 +243,17 @@ class Router:
         self.thread = threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True)
         self.thread.start()
         self.ip, self.port = self.server.server_address[:2]
+        self.url = f"http://{self.ip}:{self.port}"
+
+    def add(self, url: str) -> None:
+        """Runs a registration job: the worker is listed from now on."""
+        with self._lock:
+            self._next += 1
+            self.registered[f"w{self._next}"] = url
+
+    def urls(self) -> list[str]:
+        with self._lock:
+            return sorted(self.registered.values())
 
     def close(self) -> None:
         self.server.shutdown()
@@ -192,8 +266,10 @@ class Slime:
     def __init__(self, args: Any, engine_count: int = 2, extra_router_workers: tuple[str, ...] = ()) -> None:
         self.calls: list = []
         self.engines = [Engine(f"http://10.0.0.{index + 1}:30000") for index in range(engine_count)]
-        self.extra_router_workers = list(extra_router_workers)
-        self.router = Router(lambda: [engine.url for engine in self.engines] + self.extra_router_workers)
+        self.router = Router()
+        # Workers registered before this run (left by an earlier one, or added by someone else).
+        for url in extra_router_workers:
+            self.router.add(url)
         args.sglang_router_ip, args.sglang_router_port = self.router.ip, self.router.port
         self.args = args
         self.rollout_manager: RemoteHandle | None = None
@@ -334,6 +410,9 @@ class Slime:
             if pg != ("pg", [1], [1]):
                 raise TypeError(f"create_rollout_manager takes the rollout placement group, got {pg!r}")
             manager = RolloutManager([] if args.debug_train_only else cluster.engines, calls)
+            for engine in manager.engines:
+                engine.external = bool(args.rollout_external)
+                engine.register(cluster.router.url)
             cluster.rollout_manager = RemoteHandle("slime.ray.rollout:RolloutManager", manager, calls)
             return cluster.rollout_manager, None
 

@@ -2,6 +2,7 @@
 
 import contextlib
 import io
+import socket
 import tempfile
 import types
 import unittest
@@ -17,13 +18,20 @@ from dressage_megatron_worker.slime_actor import SlimeMegatronActor
 from dressage_megatron_worker.slime_settings import loss_overrides
 from dressage_megatron_worker.stubs import trainer_pb2
 
-from .slime_stand_in import Box, Ref, Slime, check_rank_data, launch_args
+from .slime_stand_in import Box, Ref, Router, Slime, check_rank_data, launch_args
 from .test_rollout_data import batch
 
 # Four rollouts of one sample each over two prompts; denominators M_P × N / global_batch_size with
 # M_P = 5 and 4 trainable tokens, N = 2 prompts, global batch size 16: 0.625 and 0.5, below 1.
 MASKS = [[1, 1, 1], [1, 0, 1], [1, 1, 1, 1], [0, 0]]
 TRUE_SUMS = [0.625, 0.625, 0.5, 0.0]
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (an engine of an earlier run, gone)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def header(**fields: Any) -> Any:
@@ -245,10 +253,37 @@ class SlimeActorTest(unittest.TestCase):
             started.actor.update_weights("", [])
         self.train(started)
 
-    def test_a_router_worker_slime_does_not_own_stops_the_start(self) -> None:
-        self.stand_in_options = {"extra_router_workers": ("http://10.9.9.9:30000",)}
-        with self.assertRaisesRegex(WorkerError, "routed to but not updated by slime: http://10.9.9.9:30000"):
-            self.started()
+    def test_a_live_router_worker_slime_does_not_own_stops_the_start_and_ours_are_deregistered(self) -> None:
+        live = Router()  # any HTTP server answers: an engine someone else added, still serving
+        self.addCleanup(live.close)
+        self.stand_in_options = {"extra_router_workers": (live.url,)}
+        started = Started(self)
+        with self.assertRaisesRegex(WorkerError, f"routes to engines slime does not update \\({live.url} answers"):
+            started.actor.start()
+        # The failed start leaves none of slime's engines registered with the router.
+        self.assertEqual(started.slime.router.urls(), [live.url])
+        self.assertTrue(all(engine.shut_down for engine in started.slime.engines))
+
+    def test_stale_router_entries_of_an_earlier_run_are_removed_at_start(self) -> None:
+        stale = f"http://127.0.0.1:{closed_port()}"
+        self.stand_in_options = {"extra_router_workers": (stale,)}
+        started = self.started()
+        self.assertEqual(started.slime.router.removed, [stale])
+        self.assertEqual(started.slime.router.urls(), sorted(engine.url for engine in started.slime.engines))
+        self.assertEqual(started.actor.weight_version, "1")
+
+    def test_close_deregisters_slimes_engines_so_a_restart_finds_none(self) -> None:
+        started = self.started()
+        self.assertEqual(len(started.slime.router.urls()), 2)
+        started.actor.close()
+        self.assertEqual(started.slime.router.urls(), [])
+        self.assertEqual(sorted(started.slime.router.removed), sorted(engine.url for engine in started.slime.engines))
+
+    def test_the_start_waits_for_the_routers_queued_registrations(self) -> None:
+        started = Started(self)
+        started.slime.router.delay = 0.5
+        started.actor.start()
+        self.assertEqual(started.slime.router.urls(), sorted(engine.url for engine in started.slime.engines))
 
     def test_colocated_engines_and_the_critic_are_refused_before_any_gpu_is_taken(self) -> None:
         for args, message in (({"colocate": True}, "--colocate"), ({"use_critic": True}, "ppo")):
