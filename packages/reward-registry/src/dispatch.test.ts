@@ -151,3 +151,35 @@ describe('computeRewards and dispatchRewards', () => {
     expect(await dispatchRewards([], { ...base, registry })).toEqual([]);
   });
 });
+
+describe('reward args', () => {
+  it("passes the run's settings, frozen, to every reward function", async () => {
+    const registry = new RewardRegistry();
+    const seen: unknown[] = [];
+    registry.register('reads_args', (_sample, { args }) => {
+      seen.push(args);
+      expect(() => {
+        (args.rollout as { max_new_tokens: number }).max_new_tokens = 1;
+      }).toThrowError(TypeError);
+      return (args.rollout as { max_new_tokens: number }).max_new_tokens / 100;
+    });
+    const settings = { seed: 3, rollout: { max_new_tokens: 40 } };
+    const rewards = await computeRewards(
+      [
+        sample(0, { metadata: { reward_fn: 'reads_args' } }),
+        sample(1, { metadata: { reward_fn: 'reads_args' } }),
+      ],
+      { ...base, registry, args: settings },
+    );
+    expect(rewards).toEqual([0.4, 0.4]);
+    expect(seen).toEqual([settings, settings]);
+  });
+
+  it('gives an empty object when no settings are passed', async () => {
+    const registry = new RewardRegistry();
+    registry.register('counts_args', (_sample, { args }) => Object.keys(args).length);
+    expect(
+      await computeReward(sample(0, { metadata: { reward_fn: 'counts_args' } }), { ...base, registry }),
+    ).toBe(0);
+  });
+});

@@ -22,6 +22,21 @@ export interface ComputeRewardOptions {
   loadModulesFromEnvironment?: boolean;
   /** Cancels pending calls. */
   signal?: AbortSignal;
+  /**
+   * The run's settings every reward function receives as `context.args` (the reference's `args=`).
+   * Frozen (deeply) before the first call, so no reward can change what the next one reads. Default `{}`.
+   */
+  args?: Readonly<Record<string, unknown>>;
+}
+
+const emptyArgs: Readonly<Record<string, unknown>> = Object.freeze({});
+
+function deepFreeze<T>(value: T): T {
+  if (typeof value === 'object' && value !== null && !Object.isFrozen(value)) {
+    Object.freeze(value);
+    for (const entry of Object.values(value)) deepFreeze(entry);
+  }
+  return value;
 }
 
 function rewardFunctionName(sample: Sample, fallback: string): string {
@@ -90,11 +105,12 @@ async function computeOne(
 ): Promise<number> {
   const name = rewardFunctionName(sample, options.defaultRewardFunction ?? 'default');
   const fn = registry.get(name);
+  const args = options.args === undefined ? emptyArgs : deepFreeze(options.args);
   const where = `Reward function "${name}" on ${describeSample(sample)}`;
   let value: unknown;
   try {
     value = await callWithTimeout(
-      (signal) => fn(sample, { name, signal }),
+      (signal) => fn(sample, { name, signal, args }),
       options.timeoutMs,
       options.signal,
       where,

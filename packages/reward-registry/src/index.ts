@@ -21,6 +21,7 @@ export {
   type RewardFunction,
   type RewardModule,
   RewardRegistry,
+  type RewardRegistryOptions,
   registerReward,
 } from './registry.js';
 export { type RewardValue, readRewardValue, requireRewardNumber } from './reward-value.js';

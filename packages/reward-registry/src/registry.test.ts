@@ -170,3 +170,33 @@ describe('loadModules', () => {
     expect(error.message).toContain('"exact_match"');
   });
 });
+
+describe('parent registry', () => {
+  it('finds names of the parent, its own first', () => {
+    const parent = new RewardRegistry({ builtins: false });
+    parent.register('on_import', () => 0.5);
+    parent.register('shared', () => 1);
+    const registry = new RewardRegistry({ builtins: false, parent });
+    registry.register('shared', () => 2);
+    expect(registry.has('on_import')).toBe(true);
+    expect(registry.names()).toEqual(['on_import', 'shared']);
+    expect(registry.get('on_import')(undefined as never, undefined as never)).toBe(0.5);
+    expect(registry.get('shared')(undefined as never, undefined as never)).toBe(2);
+    expect(() => registry.get('missing')).toThrowError(/registered: on_import, shared/);
+  });
+
+  it('sees rewards a module registers on import with registerReward', async () => {
+    const registering = join(directory, 'register-on-import.mjs');
+    const packageEntry = new URL('./index.ts', import.meta.url).href;
+    writeFileSync(
+      registering,
+      `import { registerReward } from ${JSON.stringify(packageEntry)};\nregisterReward('from_import', () => 0.25);\n`,
+    );
+    const { defaultRewardRegistry } = await import('./registry.js');
+    const registry = new RewardRegistry({ parent: defaultRewardRegistry });
+    await registry.loadModules(registering);
+    expect(registry.get('from_import')(undefined as never, undefined as never)).toBe(0.25);
+    // Without the parent the run's registry would not find it.
+    expect(new RewardRegistry().has('from_import')).toBe(false);
+  });
+});

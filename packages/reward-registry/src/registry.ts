@@ -11,6 +11,11 @@ export interface RewardContext {
   name: string;
   /** Aborted when the call's timeout elapses; long-running rewards should stop on it. */
   signal: AbortSignal;
+  /**
+   * The run's settings, read-only (the reference's `args=`): under `dressage train` the validated
+   * recipe with its defaults, deeply frozen; `{}` when the caller passes none.
+   */
+  args: Readonly<Record<string, unknown>>;
 }
 
 /** A reward function: sync or async, returning a number or an object read through a reward key. */
@@ -25,6 +30,17 @@ export interface RewardModule {
   register?: (registry: RewardRegistry) => void | Promise<void>;
   /** Functions registered under their keys. */
   rewards?: Readonly<Record<string, RewardFunction>>;
+}
+
+/** Options of the {@link RewardRegistry} constructor. */
+export interface RewardRegistryOptions {
+  /** Start with the built-in rewards. Default true. */
+  builtins?: boolean;
+  /**
+   * A registry consulted for names this one does not hold, e.g. {@link defaultRewardRegistry}, where
+   * modules that call `registerReward` on import put their functions. Names here win.
+   */
+  parent?: RewardRegistry | null;
 }
 
 /** Options of {@link RewardRegistry.loadModules}. */
@@ -81,8 +97,11 @@ export class RewardRegistry {
   // concurrent loads of one module share a single import.
   private readonly loadedModules = new Map<string, Promise<void>>();
 
+  private readonly parent: RewardRegistry | null;
+
   /** Creates a registry; with `builtins` (default true) it starts with the built-in rewards. */
-  constructor(options: { builtins?: boolean } = {}) {
+  constructor(options: RewardRegistryOptions = {}) {
+    this.parent = options.parent ?? null;
     if (options.builtins ?? true) {
       for (const [name, fn] of Object.entries(builtinRewards)) this.register(name, fn);
     }
@@ -112,19 +131,19 @@ export class RewardRegistry {
     this.functions.set(name, fn);
   }
 
-  /** True when a function is registered under `name`. */
+  /** True when a function is registered under `name` here or in the parent registry. */
   has(name: string): boolean {
-    return this.functions.has(name);
+    return this.functions.has(name) || (this.parent?.has(name) ?? false);
   }
 
-  /** The registered names, sorted. */
+  /** The registered names (with the parent registry's), sorted. */
   names(): string[] {
-    return [...this.functions.keys()].sort();
+    return [...new Set([...this.functions.keys(), ...(this.parent?.names() ?? [])])].sort();
   }
 
   /** The function registered under `name`. Throws `not_found` listing the registered names. */
   get(name: string): RewardFunction {
-    const fn = this.functions.get(name);
+    const fn = this.functions.get(name) ?? (this.parent?.has(name) ? this.parent.get(name) : undefined);
     if (fn === undefined) {
       const names = this.names();
       throw new DressageError({
@@ -200,8 +219,19 @@ export class RewardRegistry {
   }
 }
 
-/** The process-wide registry `registerReward`, `getRewardFunction` and the dispatcher use by default. */
-export const defaultRewardRegistry: RewardRegistry = new RewardRegistry();
+// One process-wide registry even when two copies of this package are loaded (a reward module that
+// resolves the package from its own folder, the app from another): `registerReward` in either
+// reaches the registry the app scores with.
+const defaultRegistryKey = Symbol.for('@dressage/reward-registry/default');
+const processGlobals = globalThis as { [defaultRegistryKey]?: RewardRegistry };
+
+processGlobals[defaultRegistryKey] ??= new RewardRegistry();
+
+/**
+ * The process-wide registry `registerReward`, `getRewardFunction` and the dispatcher use by default.
+ * A run's own registry takes it as `parent`, so rewards registered on import are found.
+ */
+export const defaultRewardRegistry: RewardRegistry = processGlobals[defaultRegistryKey];
 
 /** Registers `fn` under `name` in the default registry (duplicate name → `already_exists`). */
 export function registerReward(name: string, fn: RewardFunction): void {

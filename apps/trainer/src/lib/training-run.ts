@@ -12,7 +12,7 @@ import {
   type TrainBatch,
 } from '@dressage/protocol';
 import { ProxyClient } from '@dressage/proxy';
-import { computeRewards, RewardRegistry } from '@dressage/reward-registry';
+import { computeRewards, defaultRewardRegistry, RewardRegistry } from '@dressage/reward-registry';
 import { createRolloutScheduler, PromptDataSource, type RolloutScheduler } from '@dressage/schedulers';
 import { convertSamplesToPackedTrainBatch, type TrainerClient } from '@dressage/trainer-bridge';
 import { type BlackboxAgents, startBlackboxAgents } from './blackbox-agents.js';
@@ -147,7 +147,11 @@ export async function runTraining(
           baseDirectory,
         );
 
-  const registry = new RewardRegistry();
+  // The run's own registry (a module's `rewards`/`register` exports land here, once per run), over
+  // the process-wide one that `registerReward` calls on import write to.
+  const registry = new RewardRegistry({ parent: defaultRewardRegistry });
+  // What every reward function reads as `context.args`: the validated recipe, a frozen copy.
+  const rewardArgs = structuredClone(recipe) as unknown as Record<string, unknown>;
   if (recipe.hooks.reward_modules.length > 0) {
     await registry.loadModules(recipe.hooks.reward_modules, { baseDirectory });
   }
@@ -313,7 +317,7 @@ export async function runTraining(
         const waitSeconds = (performance.now() - stepStarted) / 1000;
         rolloutWaitSeconds += waitSeconds;
         const samples = rollout.samples.flat();
-        await scoreSamples(samples, registry);
+        await scoreSamples(samples, registry, rewardArgs);
         // What the trainer receives, kept for `dressage inspect` and bug reports.
         await exportSamples(outputDirectory, step, samples);
         const convertOptions = conversionOptionsOf(recipe, globalBatchSize, hooks.rewardPostProcess);
@@ -568,9 +572,13 @@ function lossConfigOf(recipe: Recipe) {
 }
 
 /** Rewards every anchor whose reward is unset (segments before the anchor already hold 0). */
-async function scoreSamples(samples: Sample[], registry: RewardRegistry): Promise<void> {
+async function scoreSamples(
+  samples: Sample[],
+  registry: RewardRegistry,
+  args: Readonly<Record<string, unknown>>,
+): Promise<void> {
   const pending = samples.filter((sample) => sample.reward === null && !sample.remove_sample);
-  const rewards = await computeRewards(pending, { registry, timeoutMs: 30_000 });
+  const rewards = await computeRewards(pending, { registry, timeoutMs: 30_000, args });
   pending.forEach((sample, index) => {
     sample.reward = rewards[index] as number;
   });
