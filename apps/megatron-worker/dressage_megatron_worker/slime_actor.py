@@ -179,15 +179,23 @@ class SlimeMegatronActor:
             "vpp_size": vpp_size,
             "microbatch_group_size_per_vp_stage": int(group_size or 1),
         }
-        schedule = DataParallelSchedule(
-            *schedule_module.build_dp_schedule(
-                self.args,
-                config,
-                list(rollout_data["total_lengths"]),
-                global_batch_size=global_batch_size,
-                rollout_indices=list(rollout_data["rollout_ids"]),
+        try:
+            schedule = DataParallelSchedule(
+                *schedule_module.build_dp_schedule(
+                    self.args,
+                    config,
+                    list(rollout_data["total_lengths"]),
+                    global_batch_size=global_batch_size,
+                    rollout_indices=list(rollout_data["rollout_ids"]),
+                )
             )
-        )
+        except AssertionError as error:
+            # slime asserts what a batch must hold for its schedule (slime/utils/dp_schedule.py:136,
+            # 151, 172, 178): the batch cannot be trained as sent, which is the client's to change.
+            raise WorkerError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"slime cannot schedule this batch over {config['dp_size']} data-parallel ranks: {error}",
+            ) from error
         return rank_payloads(rollout_data, schedule, self.data_parallel_size, self._torch)
 
     def train(self, rollout_id: int, header: Any, batch: PackedBatch, loss: dict[str, Any]) -> TrainResult:

@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 import torch
 
+from dressage_megatron_worker import dp_schedule as port
 from dressage_megatron_worker import slime_api
 
 MANIFEST = slime_api.manifest()
@@ -428,19 +429,29 @@ class Slime:
             return cluster.group, None
 
         def build_dp_schedule(args: Any, train_parallel_config: dict, total_lengths: list, *, global_batch_size: int, rollout_indices: list) -> tuple:
+            """slime/utils/dp_schedule.py through the worker's port of it (dp_schedule.py), with slime's
+            asserts (:136, :151, :172, :178) raised as AssertionError, as slime raises them."""
             keys = slime_api.train_parallel_config_keys()
             if sorted(train_parallel_config) != sorted(keys):
                 raise KeyError(f"train_parallel_config keys {sorted(train_parallel_config)}, slime reads {keys}")
-            dp_size = train_parallel_config["dp_size"]
-            order: dict[int, list[int]] = {}
-            for position, rollout in enumerate(rollout_indices):
-                order.setdefault(rollout, []).append(position)
-            steps = len(order) // global_batch_size
-            assert steps >= 1, "num_rollouts < global_batch_size"
-            kept = [p for rollout in list(order)[: steps * global_batch_size] for p in order[rollout]]
-            partitions = [kept[rank::dp_size] for rank in range(dp_size)]
-            micro = [[[i] for i in range(len(part))] for part in partitions]
-            return partitions, micro, [max(len(part) for part in partitions)] * steps, [global_batch_size] * steps
+            options = vars(args)
+            if options["balance_data"]:
+                raise NotImplementedError("--balance-data: the FLOPs-balanced schedule is not ported")
+            try:
+                schedule = port.build_dp_schedule(
+                    total_lengths,
+                    rollout_indices,
+                    global_batch_size=global_batch_size,
+                    dp_size=train_parallel_config["dp_size"],
+                    max_tokens_per_micro_batch=options["max_tokens_per_gpu"] if options["use_dynamic_batch_size"] else None,
+                    micro_batch_size=options["micro_batch_size"],
+                    cp_size=train_parallel_config["cp_size"],
+                    vpp_size=train_parallel_config["vpp_size"],
+                    microbatch_group_size_per_vp_stage=train_parallel_config["microbatch_group_size_per_vp_stage"],
+                )
+            except ValueError as error:
+                raise AssertionError(str(error)) from None
+            return schedule.partitions, schedule.micro_batch_indices, schedule.num_microbatches, schedule.global_batch_sizes
 
         def init_tracking(args: Any, primary: bool = True) -> None:
             if primary:
@@ -493,7 +504,7 @@ class StrictArgs(types.SimpleNamespace):
 
 RECORDED_ARGS = frozenset(MANIFEST["args"]["read"])
 # Arguments slime reads that the stand-ins copy behaviour from, but the worker never reads.
-STAND_IN_ARGS = frozenset({"use_wandb"})
+STAND_IN_ARGS = frozenset({"use_wandb", "use_dynamic_batch_size", "max_tokens_per_gpu", "micro_batch_size", "balance_data"})
 
 
 def launch_args(**overrides: Any) -> StrictArgs:
@@ -542,6 +553,10 @@ def launch_args(**overrides: Any) -> StrictArgs:
         "use_fault_tolerance": False,
         # Read by the stand-ins only (the worker may not: StrictArgs refuses them).
         "use_wandb": False,
+        "use_dynamic_batch_size": False,
+        "max_tokens_per_gpu": None,
+        "micro_batch_size": 1,
+        "balance_data": False,
     }
     unknown = set(overrides) - set(values)
     if unknown:

@@ -38,8 +38,16 @@ class DataParallelScheduleTest(unittest.TestCase):
             build_dp_schedule([4, 4], [0, 1], global_batch_size=3, dp_size=1)
         with self.assertRaises(ValueError):
             build_dp_schedule([4], [0], global_batch_size=1, dp_size=2, max_tokens_per_micro_batch=8)
-        with self.assertRaises(ValueError):
+        with self.assertRaisesRegex(ValueError, "static path"):
             build_dp_schedule([4, 4, 4], [0, 1, 2], global_batch_size=3, dp_size=2)
+        # Three single-sample micro-batches cannot be split into four (dp_schedule.py:172).
+        with self.assertRaisesRegex(ValueError, "could only produce 3 mbs after maximal splitting; need 4"):
+            build_dp_schedule([4, 4, 4], [0, 1, 2], global_batch_size=3, dp_size=2, max_tokens_per_micro_batch=4)
+        # Under virtual pipelining the count aligns to dp_size × the micro-batch group.
+        with self.assertRaisesRegex(ValueError, r"multiple of dp_size \* mb_group \(4\)"):
+            build_dp_schedule([4, 4], [0, 1], global_batch_size=2, dp_size=2, vpp_size=2, microbatch_group_size_per_vp_stage=2)
+        schedule = build_dp_schedule([2] * 4, [0, 1, 2, 3], global_batch_size=4, dp_size=2, max_tokens_per_micro_batch=2, cp_size=2)
+        self.assertEqual(schedule.num_microbatches, [1])
 
 
 if __name__ == "__main__":

@@ -224,6 +224,29 @@ class SlimeActorTest(unittest.TestCase):
         normalized = self.started(normalize_advantages=True)
         self.train(normalized, {"advantage_estimator": "reinforce_plus_plus"})
 
+    def test_a_batch_slimes_schedule_cannot_split_over_the_ranks_is_refused_naming_why(self) -> None:
+        import grpc
+
+        three = batch(MASKS[:3], [2.0, 2.0, 1.0])  # three rollouts of one sample; lengths 5, 5, 6
+        for args, size, packed, message in (
+            ({"global_batch_size": 3}, 3, three, r"static path: num_mbs \(3\) is not a multiple of dp_size \* mb_group \(2\)"),
+            ({"global_batch_size": 1}, 1, three, "step 0: 1 samples < dp_size 2"),
+            (
+                {"global_batch_size": 3, "use_dynamic_batch_size": True, "max_tokens_per_gpu": 4},
+                3,
+                three,
+                "dynamic path: could only produce 3 mbs after maximal splitting; need 4",
+            ),
+        ):
+            with self.subTest(args=args):
+                started = self.started(**args)
+                with self.assertRaisesRegex(WorkerError, message) as caught:
+                    started.actor.train(7, header(global_batch_size=size, rollout_id=7), packed, {})
+                self.assertEqual(caught.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+                self.assertEqual([len(actor.received) for actor in started.slime.group.actors], [0] * 4)
+        dynamic = self.started(global_batch_size=2, use_dynamic_batch_size=True, max_tokens_per_gpu=4)
+        self.assertEqual(self.train(dynamic).optimizer_steps, 2)
+
     def test_the_global_batch_size_is_the_launch_one(self) -> None:
         started = self.started()
         with self.assertRaisesRegex(WorkerError, "global_batch_size 1 differs from the worker's --global-batch-size 2"):
