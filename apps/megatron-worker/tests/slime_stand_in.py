@@ -125,6 +125,72 @@ def check_rank_data(data: Any, dp_rank: int) -> dict[str, Any]:
     return moved
 
 
+# What the training nodes have: slime, Ray, torch; not this package (Ray ships the worker's class).
+ABSENT_ON_NODES = ("dressage_megatron_worker",)
+
+
+def _absent(module: str | None) -> bool:
+    return bool(module) and module.split(".")[0] in ABSENT_ON_NODES
+
+
+def _code_names(code: types.CodeType) -> set[str]:
+    names = set(code.co_names)
+    for constant in code.co_consts:
+        if isinstance(constant, types.CodeType):
+            names |= _code_names(constant)
+    return names
+
+
+def _needs_import(value: Any) -> str | None:
+    """The module a node must import to unpickle `value` by reference, as cloudpickle pickles a
+    module, or a function or class that is importable by its qualified name."""
+    if isinstance(value, types.ModuleType):
+        return value.__name__
+    if isinstance(value, (type, types.FunctionType)) and "<locals>" not in value.__qualname__:
+        return value.__module__
+    return None
+
+
+def ship_by_value(cls: type) -> type:
+    """The actor class as a training node gets it from Ray (cloudpickle): a class defined inside a
+    function is not importable, so it travels by value, and its methods with the globals they name
+    copied; a global that is importable (a module, a module-level function or class) travels by
+    reference and is imported on the node. Anything of a package the nodes lack fails there, as
+    ModuleNotFoundError; a global the methods do not name is not there at all."""
+    if "<locals>" not in cls.__qualname__ and _absent(cls.__module__):
+        # Importable by name: pickled by reference, imported on the node.
+        raise ModuleNotFoundError(f"No module named {cls.__module__.split('.')[0]!r} (actor class {cls.__qualname__})")
+    shipped = type(cls.__name__, cls.__bases__, {})
+    for name, member in vars(cls).items():
+        if name in ("__dict__", "__weakref__"):
+            continue
+        if isinstance(member, types.FunctionType):
+            captured = {"__builtins__": member.__globals__.get("__builtins__", __builtins__)}
+            for global_name in _code_names(member.__code__):
+                if global_name in member.__globals__:
+                    value = member.__globals__[global_name]
+                    module = _needs_import(value)
+                    if _absent(module):
+                        raise ModuleNotFoundError(
+                            f"No module named {module.split('.')[0]!r} ({cls.__qualname__}.{name} refers to {global_name})"
+                        )
+                    captured[global_name] = value
+            cells = []
+            for free, cell in zip(member.__code__.co_freevars, member.__closure__ or ()):
+                if free == "__class__":
+                    # super() in the shipped class means the shipped class (cloudpickle rebinds it too).
+                    cells.append(types.CellType(shipped))
+                    continue
+                module = _needs_import(cell.cell_contents)
+                if _absent(module):
+                    raise ModuleNotFoundError(f"No module named {module.split('.')[0]!r} ({cls.__qualname__}.{name} refers to {free})")
+                cells.append(cell)
+            member = types.FunctionType(member.__code__, captured, member.__name__, member.__defaults__, tuple(cells) or None)
+        if name not in ("__module__", "__qualname__", "__doc__"):
+            setattr(shipped, name, member)
+    return shipped
+
+
 class Box:
     def __init__(self, inner: Any) -> None:
         self._inner = inner
@@ -322,6 +388,12 @@ class Slime:
                 # init_wandb_secondary joins the driver's run only when init_tracking set
                 # args.wandb_run_id (wandb_utils.py:125); otherwise wandb.log raises at the first step.
                 self.wandb_run = vars(args).get("wandb_run_id")
+                # get_optimizer_param_scheduler sizes the learning-rate schedule on the actor's own copy
+                # of the arguments (slime/backends/megatron_utils/model.py:203): the driver never has it.
+                options = vars(args)
+                args.train_iters = (
+                    options["num_rollout"] * options["rollout_batch_size"] * options["n_samples_per_prompt"]
+                ) // options["global_batch_size"]
 
             def clear_memory(self) -> None:
                 self.memory_cleared += 1
@@ -376,8 +448,9 @@ class Slime:
                 self.args = args
                 self.manager = manager
                 self.actors = []
+                shipped = ship_by_value(actor_cls)
                 for rank in range(world):
-                    actor = actor_cls()
+                    actor = shipped()
                     # Ray pickles the arguments into each actor.
                     actor.init(copy.deepcopy(args), rank, rank // (world // dp_size), dp_size)
                     self.actors.append(actor)
@@ -504,7 +577,18 @@ class StrictArgs(types.SimpleNamespace):
 
 RECORDED_ARGS = frozenset(MANIFEST["args"]["read"])
 # Arguments slime reads that the stand-ins copy behaviour from, but the worker never reads.
-STAND_IN_ARGS = frozenset({"use_wandb", "use_dynamic_batch_size", "max_tokens_per_gpu", "micro_batch_size", "balance_data"})
+STAND_IN_ARGS = frozenset(
+    {
+        "use_wandb",
+        "use_dynamic_batch_size",
+        "max_tokens_per_gpu",
+        "micro_batch_size",
+        "balance_data",
+        "num_rollout",
+        "rollout_batch_size",
+        "n_samples_per_prompt",
+    }
+)
 
 
 def launch_args(**overrides: Any) -> StrictArgs:
@@ -530,7 +614,7 @@ def launch_args(**overrides: Any) -> StrictArgs:
         "start_rollout_id": None,
         "advantage_estimator": "grpo",
         "eps_clip": 0.2,
-        "eps_clip_high": 0.28,
+        "eps_clip_high": None,
         "eps_clip_c": None,
         "use_tis": False,
         "tis_clip": 2.0,
@@ -557,11 +641,17 @@ def launch_args(**overrides: Any) -> StrictArgs:
         "max_tokens_per_gpu": None,
         "micro_batch_size": 1,
         "balance_data": False,
+        "num_rollout": 200,
+        "rollout_batch_size": 32,
+        "n_samples_per_prompt": 16,
     }
     unknown = set(overrides) - set(values)
     if unknown:
         raise KeyError(f"not an argument the worker reads: {sorted(unknown)}")
     values.update(overrides)
+    # slime_validate_args: --eps-clip-high defaults to --eps-clip (slime/utils/arguments.py:1876).
+    if values["eps_clip_high"] is None:
+        values["eps_clip_high"] = values["eps_clip"]
     extra = set(values) - RECORDED_ARGS - {"start_rollout_id"} - STAND_IN_ARGS
     if extra:
         raise KeyError(f"arguments missing from the recorded API: {sorted(extra)}")

@@ -16,6 +16,7 @@ from dressage_megatron_worker import server
 from dressage_megatron_worker.errors import WorkerError
 from dressage_megatron_worker.slime_actor import SlimeMegatronActor
 from dressage_megatron_worker.slime_settings import loss_overrides
+from dressage_megatron_worker.slime_train_actor import dressage_actor_class
 from dressage_megatron_worker.stubs import trainer_pb2
 
 from .slime_stand_in import Box, Ref, Router, Slime, check_rank_data, launch_args
@@ -203,7 +204,7 @@ class SlimeActorTest(unittest.TestCase):
     def test_overrides_are_checked_as_slime_checks_the_flags(self) -> None:
         import grpc
 
-        started = self.started()
+        started = self.started(eps_clip_high=0.28)
         for loss, field in (
             ({"advantage_estimator": "reinforce_plus_plus"}, "loss.advantage_estimator 'reinforce_plus_plus'.*--normalize-advantages"),
             ({"advantage_estimator": "reinforce_plus_plus_baseline"}, "--normalize-advantages"),
@@ -394,6 +395,42 @@ class StandInTest(unittest.TestCase):
             schedule(self.slime.args, {}, [3], 1, [0])
         with self.assertRaises(ModuleNotFoundError):
             self.slime.importer("slime.utils.wandb")
+
+    def test_the_actor_class_travels_by_value_to_nodes_without_this_package(self) -> None:
+        placement = self.slime.importer("slime.ray.placement_group")
+        groups = placement.create_placement_groups(self.slime.args)
+        manager, _ = placement.create_rollout_manager(self.slime.args, groups["rollout"])
+        base = self.slime.importer("slime.backends.megatron_utils.actor").MegatronTrainRayActor
+
+        def leaky_class() -> type:
+            class Leaky(base):  # type: ignore[misc, valid-type]
+                def train(self, rollout_id: int, rollout_data_ref: Any, external_data: Any = None) -> Any:
+                    return loss_overrides(external_data)
+
+            return Leaky
+
+        with self.assertRaisesRegex(ModuleNotFoundError, "No module named 'dressage_megatron_worker'.*refers to loss_overrides"):
+            placement.create_training_models(self.slime.args, groups, manager, actor_cls=leaky_class())
+        # The worker's own class travels: its methods reach only what they name, copied.
+        model, _ = placement.create_training_models(self.slime.args, groups, manager, actor_cls=dressage_actor_class(base))
+        actor = model.actors[0]
+        self.assertIsNot(type(actor), dressage_actor_class(base))
+        self.assertIn("dressage_actor_class", dressage_actor_class(base).train.__globals__)
+        self.assertNotIn("dressage_actor_class", type(actor).train.__globals__)
+
+    def test_derived_defaults_are_slimes(self) -> None:
+        # --eps-clip-high defaults to --eps-clip (arguments.py:1876).
+        self.assertEqual(launch_args().eps_clip_high, 0.2)
+        self.assertEqual(launch_args(eps_clip=0.3).eps_clip_high, 0.3)
+        self.assertEqual(launch_args(eps_clip=0.3, eps_clip_high=0.4).eps_clip_high, 0.4)
+        # train_iters is set on each actor's copy (model.py:203), never on the driver's arguments.
+        placement = self.slime.importer("slime.ray.placement_group")
+        groups = placement.create_placement_groups(self.slime.args)
+        manager, _ = placement.create_rollout_manager(self.slime.args, groups["rollout"])
+        base = self.slime.importer("slime.backends.megatron_utils.actor").MegatronTrainRayActor
+        model, _ = placement.create_training_models(self.slime.args, groups, manager, actor_cls=base)
+        self.assertNotIn("train_iters", vars(self.slime.args))
+        self.assertEqual({vars(actor.args)["train_iters"] for actor in model.actors}, {200 * 32 * 16 // 4})
 
     def test_rank_data_must_hold_torch_tensors_of_slimes_dtypes(self) -> None:
         good = {
