@@ -154,6 +154,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="check the slime arguments after -- and the router, print one JSON line per check, and exit",
     )
     parser.add_argument("--router-url", default=None, help="dry run: the router the proxy routes to")
+    parser.add_argument(
+        "--stop-at-stdin-eof",
+        action="store_true",
+        help="also stop when stdin ends (a parent process that pipes stdin and may die without signalling); "
+        "by default only SIGTERM/SIGINT stop the worker, as `ray job submit` starts it with no stdin",
+    )
     options = parser.parse_args(raw)
     if options.dry_run:
         from .dry_run import main as dry_run
@@ -174,8 +180,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
-    # A parent that goes away closes our stdin: stop with it rather than linger.
-    threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+    if options.stop_at_stdin_eof:
+        # A parent that goes away closes our stdin: stop with it rather than linger. Only on request:
+        # Ray's job supervisor, KubeRay and `docker run` without -i start us with stdin at end of file.
+        threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
     stop.wait()
     server.stop(grace=2).wait()
     close = getattr(actor, "close", None)

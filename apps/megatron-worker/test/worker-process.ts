@@ -17,10 +17,14 @@ export interface WorkerProcess {
  * where it listens. Debian's interpreter: another python3 earlier on PATH may lack grpc.
  */
 export function startWorker(args: string[]): Promise<WorkerProcess> {
-  const child = spawn('/usr/bin/python3', ['-m', 'dressage_megatron_worker', '--port', '0', ...args], {
-    cwd: appRoot,
-    stdio: ['pipe', 'pipe', 'pipe'],
-  });
+  const child = spawn(
+    '/usr/bin/python3',
+    ['-m', 'dressage_megatron_worker', '--port', '0', '--stop-at-stdin-eof', ...args],
+    {
+      cwd: appRoot,
+      stdio: ['pipe', 'pipe', 'pipe'],
+    },
+  );
   let errors = '';
   child.stderr?.on('data', (data: Buffer) => {
     errors = (errors + data.toString()).slice(-4000);

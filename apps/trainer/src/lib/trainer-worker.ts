@@ -23,14 +23,25 @@ export interface StartTrainerWorkerOptions {
 
 /**
  * Starts `python -m dressage_megatron_worker` on a free loopback port and resolves once it prints
- * where it listens. The worker also stops when its stdin closes, so it never outlives this process.
+ * where it listens. It runs with `--stop-at-stdin-eof`: it also stops when its stdin closes, so it
+ * never outlives this process.
  * @throws DressageError `unavailable` when it exits (or stays silent) before listening, with the
  * end of its stderr.
  */
 export function startTrainerWorker(options: StartTrainerWorkerOptions): Promise<TrainerWorker> {
   const child: ChildProcess = spawn(
     options.python,
-    ['-m', 'dressage_megatron_worker', '--host', '127.0.0.1', '--port', '0', ...options.args],
+    [
+      '-m',
+      'dressage_megatron_worker',
+      '--host',
+      '127.0.0.1',
+      '--port',
+      '0',
+      // Our stdin pipe ends when this process dies, even by SIGKILL: the worker stops with it.
+      '--stop-at-stdin-eof',
+      ...options.args,
+    ],
     {
       cwd: options.workerDirectory,
       stdio: ['pipe', 'pipe', 'pipe'],
