@@ -36,8 +36,10 @@ def engine_answers(url: str, timeout: float = 5.0) -> bool | None:
     """Whether an engine answers at `url` (any HTTP status counts): False when nothing listens there
     (refused, unreachable, unknown host: an entry left by an engine that is gone), None when it did not
     answer in time (busy or not: it may still be serving)."""
+    # Straight to the engine: an HTTP proxy from the environment would answer for a dead one.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
-        with urllib.request.urlopen(f"{_normal(url)}/health", timeout=timeout):
+        with opener.open(f"{_normal(url)}/health", timeout=timeout):
             return True
     except urllib.error.HTTPError:
         return True

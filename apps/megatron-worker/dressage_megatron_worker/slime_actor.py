@@ -126,8 +126,12 @@ class SlimeMegatronActor:
                     LOGGER.warning("removed stale router entries (no engine answers there): %s", ", ".join(removed))
             self.weight_version = self._common_version(engines)
         except BaseException:
-            # Leave no engine of ours registered with a router that outlives this process.
-            self.close()
+            # Leave no engine of ours registered with a router that outlives this process; the
+            # start's own failure is the one reported.
+            try:
+                self.close()
+            except Exception:  # noqa: BLE001
+                LOGGER.exception("could not deregister slime's engines after a failed start")
             raise
 
     def close(self) -> None:
