@@ -13,6 +13,11 @@ export {
   recipeSchema,
 } from './lib/recipe.js';
 export {
+  applyRecipeEnvironment,
+  type RecipeEnvironmentVariable,
+  recipeEnvironmentVariables,
+} from './lib/recipe-environment.js';
+export {
   defaultReportPlots,
   type ReportPlot,
   type ReportSummary,

@@ -3,6 +3,7 @@ import { dirname, isAbsolute, resolve } from 'node:path';
 import { DressageError, parseWire } from '@dressage/protocol';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
+import { applyRecipeEnvironment, type Environment } from './recipe-environment.js';
 
 /** A hook given by module path: `./file.ts#exportName`, `package/subpath#exportName`, or a bare module (default export). */
 export const hookReferenceSchema = z
@@ -337,9 +338,13 @@ function parseYamlDocument(text: string, source: string): unknown {
   }
 }
 
-/** Parses recipe YAML text; errors name the bad field's path. */
-export function parseRecipe(text: string, source = 'recipe'): Recipe {
-  return parseWire(recipeSchema, parseYamlDocument(text, source), source);
+/**
+ * Parses recipe YAML text; errors name the bad field's path. Keys the recipe leaves unset that an
+ * environment variable gives take its value ({@link applyRecipeEnvironment}); pass `{}` as `env`
+ * to read the recipe alone.
+ */
+export function parseRecipe(text: string, source = 'recipe', env: Environment = process.env): Recipe {
+  return parseWire(recipeSchema, applyRecipeEnvironment(parseYamlDocument(text, source), env), source);
 }
 
 function isPlainObject(value: unknown): value is Record<string, unknown> {
@@ -387,11 +392,14 @@ async function readRecipeDocument(absolute: string, chain: readonly string[]): P
 /**
  * Reads and validates a recipe file. A recipe may start from another one (`extends: recipe.yaml`,
  * relative to its own folder) and change only some fields: objects merge key by key, lists and
- * values replace. Relative paths then resolve against the extending recipe's folder.
+ * values replace. Relative paths then resolve against the extending recipe's folder. One precedence
+ * for every setting: a value the recipe (or a recipe it extends) writes, else the environment
+ * variable of the key ({@link applyRecipeEnvironment}), else the default.
  */
-export async function loadRecipe(path: string): Promise<LoadedRecipe> {
+export async function loadRecipe(path: string, env: Environment = process.env): Promise<LoadedRecipe> {
   const absolute = resolve(path);
-  const recipe = parseWire(recipeSchema, await readRecipeDocument(absolute, []), absolute);
+  const document = applyRecipeEnvironment(await readRecipeDocument(absolute, []), env);
+  const recipe = parseWire(recipeSchema, document, absolute);
   const base = dirname(absolute);
   return {
     recipe,

@@ -26,6 +26,7 @@ import { formatDuration, Progress, sparkline } from './progress.js';
 import type { LoadedRecipe, Recipe } from './recipe.js';
 import { defaultReportPlots, renderReportHtml } from './report.js';
 import { exportSamples, exportTrainLogProbs } from './sample-export.js';
+import { schedulerOptionsOf } from './scheduler-options.js';
 import { tokenVersionStatistics, VersionHistory } from './token-versions.js';
 import { type WarmStartExample, warmStartLearningRate } from './warm-start.js';
 
@@ -271,31 +272,7 @@ export async function runTraining(
       scheduler = (hooks.rolloutScheduler ?? createRolloutScheduler)(
         recipe.rollout.mode,
         { dataSource, generate, sessionDiscarder: proxyClient },
-        {
-          rolloutBatchSize: recipe.data.rollout_batch_size,
-          nSamplesPerPrompt: recipe.data.n_samples_per_prompt,
-          numRollout: totalSteps,
-          // Partial-async returns after this many samples (when below a full rollout).
-          ...(recipe.training.global_batch_size === undefined
-            ? {}
-            : { globalBatchSize: recipe.training.global_batch_size }),
-          maxRetries: recipe.rollout.max_retries,
-          stalenessKeepVersions: recipe.rollout.keep_versions ?? 0,
-          ...(recipe.rollout.max_active_samples === undefined
-            ? {}
-            : { asyncMaxActiveSamples: recipe.rollout.max_active_samples }),
-          ...(recipe.rollout.max_outstanding_groups === undefined
-            ? {}
-            : { asyncMaxOutstandingGroups: recipe.rollout.max_outstanding_groups }),
-          ...(recipe.rollout.recall_stale_groups === undefined
-            ? {}
-            : { stalenessRecallInFlight: recipe.rollout.recall_stale_groups }),
-          samplingParams: {
-            temperature: recipe.rollout.temperature,
-            top_p: recipe.rollout.top_p,
-            max_new_tokens: recipe.rollout.max_new_tokens,
-          },
-        },
+        schedulerOptionsOf(recipe, totalSteps),
       );
       const globalBatchSize =
         recipe.training.global_batch_size ??

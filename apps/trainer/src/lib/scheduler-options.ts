@@ -1,0 +1,36 @@
+import type { SchedulerOptionsInput } from '@dressage/schedulers';
+import type { Recipe } from './recipe.js';
+
+/**
+ * What the rollout scheduler takes from the recipe: batch sizes, the run's rollouts, retries, the
+ * async budget, staleness control and the sampling parameters every generate call gets. Settings
+ * the recipe leaves unset are left out, so the scheduler's own environment and defaults apply.
+ */
+export function schedulerOptionsOf(recipe: Recipe, totalSteps: number): SchedulerOptionsInput {
+  const { rollout } = recipe;
+  return {
+    rolloutBatchSize: recipe.data.rollout_batch_size,
+    nSamplesPerPrompt: recipe.data.n_samples_per_prompt,
+    numRollout: totalSteps,
+    // Partial-async returns after this many samples (when below a full rollout).
+    ...(recipe.training.global_batch_size === undefined
+      ? {}
+      : { globalBatchSize: recipe.training.global_batch_size }),
+    maxRetries: rollout.max_retries,
+    stalenessKeepVersions: rollout.keep_versions ?? 0,
+    ...(rollout.max_active_samples === undefined
+      ? {}
+      : { asyncMaxActiveSamples: rollout.max_active_samples }),
+    ...(rollout.max_outstanding_groups === undefined
+      ? {}
+      : { asyncMaxOutstandingGroups: rollout.max_outstanding_groups }),
+    ...(rollout.recall_stale_groups === undefined
+      ? {}
+      : { stalenessRecallInFlight: rollout.recall_stale_groups }),
+    samplingParams: {
+      temperature: rollout.temperature,
+      top_p: rollout.top_p,
+      max_new_tokens: rollout.max_new_tokens,
+    },
+  };
+}
