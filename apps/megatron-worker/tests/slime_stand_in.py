@@ -208,16 +208,52 @@ def _http(method: str, url: str, body: Any = None) -> Any:
     return json.loads(text) if text else None
 
 
-class Engine:
-    """slime's SGLangEngine as the router sees it: it registers itself when it starts
-    (sglang_engine.py:195) and its shutdown deregisters it by the id the router lists (:309)."""
+def _serve(handler: type) -> tuple[http.server.ThreadingHTTPServer, str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True).start()
+    ip, port = server.server_address[:2]
+    return server, f"http://{ip}:{port}"
 
-    def __init__(self, url: str) -> None:
-        self.url = url
+
+class _Quiet(http.server.BaseHTTPRequestHandler):
+    def _answer(self, status: int, body: Any) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+class Engine:
+    """slime's SGLangEngine with its SGLang server on loopback: `GET /health` (SGLang runs a
+    one-token generation for it, so a paused engine does not answer 200) and
+    `GET /get_weight_version`. It registers itself with the router when it starts
+    (sglang_engine.py:195); its shutdown deregisters it by the id the router lists (:309) and kills
+    the server, after which nothing answers at its URL. `kill()` is a crash: the server goes,
+    the router entry stays."""
+
+    def __init__(self) -> None:
         self.version = 0
+        self.paused = False
         self.router: str | None = None
         self.external = False
         self.shut_down = False
+        engine = self
+
+        class Handler(_Quiet):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                if self.path == "/health":
+                    self._answer(503 if engine.paused else 200, {})
+                elif self.path == "/get_weight_version":
+                    self._answer(200, {"weight_version": str(engine.version)})
+                else:
+                    self.send_error(404)
+
+        self._server, self.url = _serve(Handler)
 
     def register(self, router: str) -> None:
         self.router = router
@@ -229,6 +265,12 @@ class Engine:
     def get_weight_version(self) -> str:
         return str(self.version)
 
+    def kill(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
     def shutdown(self) -> None:
         if self.external:
             return
@@ -237,6 +279,7 @@ class Engine:
             if worker["url"] == self.url:
                 _http("DELETE", f"{self.router}/workers/{worker['id']}")
                 break
+        self.kill()
 
 
 class RolloutManager:
@@ -257,31 +300,42 @@ class Router:
     """sglang-router's worker API on loopback, as slime and the worker use it: `POST /workers` queues a
     registration and answers 202, the worker is listed once the job has run (`delay` seconds later);
     `GET /workers` lists `{id, url, is_healthy}`; `DELETE /workers/{id}` removes one (404 for an
-    unknown id). `static` lists workers registered by others, as before any job of ours."""
+    unknown id). `static` lists workers registered by others, as before any job of ours.
+    With `health_checks` (sglang-router's default; slime's launch and router_launch turn them off)
+    a registration waits until the worker answers `GET /health` with 200, and every `interval`
+    seconds each worker is probed: `failure_threshold` failures in a row mark it unhealthy,
+    `success_threshold` successes healthy again (sglang-router's defaults 3 and 2)."""
 
-    def __init__(self, static: Callable[[], list[str]] | None = None, delay: float = 0.05) -> None:
+    def __init__(
+        self,
+        static: Callable[[], list[str]] | None = None,
+        delay: float = 0.05,
+        health_checks: bool = False,
+        interval: float = 0.05,
+        failure_threshold: int = 3,
+        success_threshold: int = 2,
+    ) -> None:
         self.registered: dict[str, str] = {}
+        self.healthy: dict[str, bool] = {}
         self.removed: list[str] = []
         self.delay = delay
+        self.health_checks = health_checks
+        self._streaks: dict[str, int] = {}
         self._lock = threading.Lock()
         self._next = 0
+        self._stopped = threading.Event()
         router = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def _answer(self, status: int, body: Any) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
+        class Handler(_Quiet):
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
                 if self.path != "/workers":
                     self.send_error(404)
                     return
                 with router._lock:
-                    listed = [{"id": key, "url": url, "is_healthy": True} for key, url in router.registered.items()]
+                    listed = [
+                        {"id": key, "url": url, "is_healthy": router.healthy.get(key, True)}
+                        for key, url in router.registered.items()
+                    ]
                 listed += [{"id": f"static-{i}", "url": url, "is_healthy": True} for i, url in enumerate(static() if static else [])]
                 self._answer(200, {"workers": listed, "total": len(listed)})
 
@@ -290,7 +344,7 @@ class Router:
                     self.send_error(404)
                     return
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
-                threading.Timer(router.delay, router.add, args=(body["url"],)).start()
+                threading.Timer(router.delay, router._registration_job, args=(body["url"],)).start()
                 self._answer(202, {"status": "accepted", "message": f"worker {body['url']} queued"})
 
             def do_DELETE(self) -> None:  # noqa: N802
@@ -303,14 +357,40 @@ class Router:
                 router.removed.append(url)
                 self._answer(202, {"status": "accepted"})
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True)
-        self.thread.start()
+        self.server, self.url = _serve(Handler)
         self.ip, self.port = self.server.server_address[:2]
-        self.url = f"http://{self.ip}:{self.port}"
+        if health_checks:
+            self._failures, self._successes = failure_threshold, success_threshold
+            threading.Thread(target=self._health_loop, args=(interval,), daemon=True).start()
+
+    @staticmethod
+    def _answers_healthy(url: str) -> bool:
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=1) as response:
+                return response.status == 200
+        except OSError:
+            return False
+
+    def _registration_job(self, url: str) -> None:
+        while self.health_checks and not self._answers_healthy(url):
+            if self._stopped.wait(0.05):
+                return
+        self.add(url)
+
+    def _health_loop(self, interval: float) -> None:
+        while not self._stopped.wait(interval):
+            with self._lock:
+                workers = list(self.registered.items())
+            for key, url in workers:
+                ok = self._answers_healthy(url)
+                with self._lock:
+                    streak = self._streaks.get(key, 0)
+                    streak = max(streak, 0) + 1 if ok else min(streak, 0) - 1
+                    self._streaks[key] = streak
+                    if streak <= -self._failures:
+                        self.healthy[key] = False
+                    elif streak >= self._successes:
+                        self.healthy[key] = True
 
     def add(self, url: str) -> None:
         """Runs a registration job: the worker is listed from now on."""
@@ -322,7 +402,12 @@ class Router:
         with self._lock:
             return sorted(self.registered.values())
 
+    def health(self) -> dict[str, bool]:
+        with self._lock:
+            return {url: self.healthy.get(key, True) for key, url in self.registered.items()}
+
     def close(self) -> None:
+        self._stopped.set()
         self.server.shutdown()
         self.server.server_close()
 
@@ -330,10 +415,14 @@ class Router:
 class Slime:
     """The stand-in modules, their call log and state. `importer` serves only recorded modules."""
 
-    def __init__(self, args: Any, engine_count: int = 2, extra_router_workers: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, args: Any, engine_count: int = 2, extra_router_workers: tuple[str, ...] = (), router: Router | None = None
+    ) -> None:
         self.calls: list = []
-        self.engines = [Engine(f"http://10.0.0.{index + 1}:30000") for index in range(engine_count)]
-        self.router = Router()
+        self.engines = [Engine() for _ in range(engine_count)]
+        # A router of its own, or a long-lived one an earlier run used too.
+        self.own_router = router is None
+        self.router = router or Router()
         # Workers registered before this run (left by an earlier one, or added by someone else).
         for url in extra_router_workers:
             self.router.add(url)
@@ -349,7 +438,10 @@ class Slime:
         self.modules = self._build()
 
     def close(self) -> None:
-        self.router.close()
+        for engine in self.engines:
+            engine.kill()
+        if self.own_router:
+            self.router.close()
 
     def importer(self, name: str) -> Any:
         if name not in self.modules:

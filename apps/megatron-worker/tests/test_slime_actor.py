@@ -4,6 +4,7 @@ import contextlib
 import io
 import socket
 import tempfile
+import time
 import types
 import unittest
 from typing import Any
@@ -19,7 +20,7 @@ from dressage_megatron_worker.slime_settings import loss_overrides
 from dressage_megatron_worker.slime_train_actor import dressage_actor_class
 from dressage_megatron_worker.stubs import trainer_pb2
 
-from .slime_stand_in import Box, Ref, Router, Slime, check_rank_data, launch_args
+from .slime_stand_in import Box, Engine, Ref, Router, Slime, check_rank_data, launch_args
 from .test_rollout_data import batch
 
 # Four rollouts of one sample each over two prompts; denominators M_P × N / global_batch_size with
@@ -263,7 +264,8 @@ class SlimeActorTest(unittest.TestCase):
     def test_update_weights_reports_slimes_engine_version(self) -> None:
         started = self.started()
         self.assertEqual(started.actor.update_weights("", []), ("2", 2))
-        self.assertEqual(started.actor.update_weights("", ["http://10.0.0.2:30000/", "http://10.0.0.1:30000"]), ("3", 2))
+        first, second = (engine.url for engine in started.slime.engines)
+        self.assertEqual(started.actor.update_weights("", [second + "/", first]), ("3", 2))
         with self.assertRaisesRegex(WorkerError, "not slime's engines"):
             started.actor.update_weights("", ["http://elsewhere:30000"])
         with self.assertRaisesRegex(WorkerError, "numbers the engines' versions itself"):
@@ -302,6 +304,21 @@ class SlimeActorTest(unittest.TestCase):
         started.actor.close()
         self.assertEqual(started.slime.router.urls(), [])
         self.assertEqual(sorted(started.slime.router.removed), sorted(engine.url for engine in started.slime.engines))
+
+    def test_a_restart_against_a_long_lived_router(self) -> None:
+        router = Router()
+        self.addCleanup(router.close)
+        self.stand_in_options = {"router": router}
+        crashed = self.started()
+        for engine in crashed.slime.engines:
+            engine.kill()  # the first run dies without deregistering: its entries stay, nobody answers
+        restarted = self.started()
+        self.assertEqual(sorted(router.removed), sorted(engine.url for engine in crashed.slime.engines))
+        self.assertEqual(router.urls(), sorted(engine.url for engine in restarted.slime.engines))
+        restarted.actor.close()  # a clean stop leaves the router empty for the next run
+        self.assertEqual(router.urls(), [])
+        again = self.started()
+        self.assertEqual(router.urls(), sorted(engine.url for engine in again.slime.engines))
 
     def test_the_start_waits_for_the_routers_queued_registrations(self) -> None:
         started = Started(self)
@@ -395,6 +412,34 @@ class StandInTest(unittest.TestCase):
             schedule(self.slime.args, {}, [3], 1, [0])
         with self.assertRaises(ModuleNotFoundError):
             self.slime.importer("slime.utils.wandb")
+
+    def test_the_router_registers_in_the_background_and_checks_health_unless_told_not_to(self) -> None:
+        engine = Engine()
+        self.addCleanup(engine.kill)
+        engine.paused = True
+        checked = Router(health_checks=True, delay=0.0)
+        self.addCleanup(checked.close)
+        engine.register(checked.url)
+        time.sleep(0.3)
+        self.assertEqual(checked.urls(), [])  # a registration waits for a healthy answer
+        engine.paused = False
+        deadline = time.monotonic() + 10
+        while not checked.urls() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.assertEqual(checked.urls(), [engine.url])
+        # Paused (as slime pauses generation around a weight update), it is marked unhealthy.
+        engine.paused = True
+        while checked.health()[engine.url] and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.assertEqual(checked.health(), {engine.url: False})
+        # With slime's settings (no health checks) the same pause changes nothing.
+        unchecked = Router(delay=0.0)
+        self.addCleanup(unchecked.close)
+        engine.register(unchecked.url)
+        while not unchecked.urls() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.3)
+        self.assertEqual(unchecked.health(), {engine.url: True})
 
     def test_the_actor_class_travels_by_value_to_nodes_without_this_package(self) -> None:
         placement = self.slime.importer("slime.ray.placement_group")
