@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 from urllib.parse import urlparse
 
 from . import slime_api
-from .engine_ownership import ownership_problem, router_worker_urls
+from .engine_ownership import engine_answers, ownership_problem, router_worker_urls
 from .slime_actor import launch_problems
 
 Check = dict[str, Any]
@@ -184,11 +184,25 @@ def _ownership_check(ip: Any, port: Any, router_url: str | None, external: list[
         if problem:
             return {"name": name, "ok": False, "detail": problem}
         return {"name": name, "ok": True, "detail": f"the router lists exactly the {len(routed)} external engines slime updates"}
+    # Before the start slime owns no engine yet: every listed worker is an earlier run's or someone
+    # else's. The start removes stale ones and refuses live ones (engine_ownership.claim_router).
+    answers = {url: engine_answers(url) for url in routed}
+    live = [url for url, answer in answers.items() if answer is not False]
+    stale = [url for url, answer in answers.items() if answer is False]
+    notes = [f"stale (nothing answers; the start removes it): {', '.join(stale)}"] if stale else []
+    if live:
+        return {
+            "name": name,
+            "ok": False,
+            "detail": f"router {slime_router} routes to engines slime would not update, which would stop the start: "
+            f"{', '.join(live)} (they answer, or did not answer in time); remove them or start the router empty"
+            + "".join(f"; {note}" for note in notes),
+        }
     return {
         "name": name,
         "ok": True,
         "detail": f"router {slime_router} reachable, {len(routed)} workers listed; slime registers its engines there "
-        "and the worker refuses to serve while the router lists any other",
+        "and the worker refuses to serve while the router lists any other" + "".join(f"; {note}" for note in notes),
     }
 
 

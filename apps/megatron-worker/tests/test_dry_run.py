@@ -1,4 +1,5 @@
 import argparse
+import socket
 import types
 import unittest
 
@@ -61,6 +62,21 @@ class DryRunTest(unittest.TestCase):
                 self.assertIn(flag, checks["slime: arguments"]["detail"])
         checks = self.by_name(run_checks([*self.argv, "--rollout-top-p", "1.0"], self.url, importer=without_slime))
         self.assertTrue(checks["slime: arguments"]["ok"], checks["slime: arguments"]["detail"])
+
+    def test_tells_stale_router_entries_from_live_ones(self) -> None:
+        live = Router()
+        self.addCleanup(live.close)
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            stale = f"http://127.0.0.1:{probe.getsockname()[1]}"
+        self.workers = [stale]
+        check = self.by_name(run_checks(self.argv, self.url, importer=without_slime))["engine: owned by slime"]
+        self.assertTrue(check["ok"], check["detail"])
+        self.assertIn(f"stale (nothing answers; the start removes it): {stale}", check["detail"])
+        self.workers = [stale, live.url]
+        check = self.by_name(run_checks(self.argv, self.url, importer=without_slime))["engine: owned by slime"]
+        self.assertFalse(check["ok"])
+        self.assertIn(f"would stop the start: {live.url}", check["detail"])
 
     def test_runs_slimes_own_parse_args_where_importable(self) -> None:
         def parse_args() -> argparse.Namespace:
