@@ -9,12 +9,14 @@ import { startInspector } from '@dressage/inspector';
 import { DressageError } from '@dressage/protocol';
 import { register } from 'tsx/esm/api';
 import { dryRun, formatChecks } from '../lib/dry-run.js';
+import { runInitCommand } from '../lib/init-command.js';
 import { loadRecipe } from '../lib/recipe.js';
 import { currentInvocation, formatRunSummary } from '../lib/run-summary.js';
 import { runTraining, writeReport } from '../lib/training-run.js';
 
 const usage = `dressage — agentic RL training
 
+  dressage init DIR [--agent whitebox|opencode] [--force]
   dressage train --recipe FILE.yaml [--resume] [--steps N] [--dry-run] [--fresh-warm-start]
   dressage warm-start --recipe FILE.yaml
   dressage report --run DIR [--name NAME]
@@ -140,6 +142,8 @@ function delegate(packageName: string, binName: string, args: string[]): Promise
 async function main(argv: string[]): Promise<number> {
   const [command, ...rest] = argv;
   switch (command) {
+    case 'init':
+      return runInitCommand(rest);
     case 'train':
       return train(rest);
     case 'warm-start':
