@@ -35,7 +35,9 @@ export interface GenerationRequest {
 export type FinishReason =
   | { type: 'stop'; matched: number | string }
   | { type: 'length'; length: number }
-  | { type: 'abort'; message: string };
+  | { type: 'abort'; message: string }
+  /** The engine failed the request: served as an HTTP error, never as `abort` (which means preempted). */
+  | { type: 'error'; message: string };
 
 /** What one generation produced. */
 export interface GenerationResult {
@@ -89,6 +91,7 @@ export interface EngineStatistics {
   largestBatch: number;
   completedRequests: number;
   abortedRequests: number;
+  failedRequests: number;
 }
 
 interface RequestState {
@@ -140,6 +143,7 @@ export class InferenceEngine {
     largestBatch: 0,
     completedRequests: 0,
     abortedRequests: 0,
+    failedRequests: 0,
   };
   #weightVersion: string;
   readonly #seed: number;
@@ -489,6 +493,7 @@ export class InferenceEngine {
     removeFrom(this.#waiting, state);
     this.#batch.remove(state);
     if (finishReason.type === 'abort') this.statistics.abortedRequests += 1;
+    else if (finishReason.type === 'error') this.statistics.failedRequests += 1;
     else this.statistics.completedRequests += 1;
     state.resolve({
       rid: state.request.rid,
@@ -505,7 +510,8 @@ export class InferenceEngine {
 
   #fail(state: RequestState, error: unknown): void {
     const message = error instanceof Error ? error.message : String(error);
-    this.#finish(state, { type: 'abort', message: `Internal error: ${message}` });
+    // Not `abort`: a client (the proxy) takes an aborted request for a preempted one and continues it.
+    this.#finish(state, { type: 'error', message: `Internal error: ${message}` });
   }
 
   #failAll(error: unknown): void {

@@ -360,6 +360,42 @@ describe('aborts', () => {
   });
 });
 
+describe('a failed generation', () => {
+  it('is an HTTP error (an error event when streaming), never finish reason abort', async () => {
+    const model = fixture.engine.model;
+    const prefill = model.prefill;
+    model.prefill = () => {
+      throw new Error('memory access out of bounds');
+    };
+    try {
+      const failed = await postJson<{ error: { message: string } }>(`${fixture.server.url}/generate`, {
+        input_ids: prompt,
+        sampling_params: { max_new_tokens: 2 },
+      });
+      expect(failed.status).toBe(500);
+      expect(failed.body.error.message).toBe('Internal error: memory access out of bounds');
+      const stream = await fetch(`${fixture.server.url}/generate`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ input_ids: prompt, sampling_params: { max_new_tokens: 2 }, stream: true }),
+      });
+      const events = (await stream.text()).split('\n\n').filter((event) => event.startsWith('data: '));
+      expect(events.at(-1)).toBe('data: [DONE]');
+      expect(JSON.parse(events.at(-2)!.slice(6))).toEqual({
+        error: {
+          message: 'Internal error: memory access out of bounds',
+          type: 'InternalServerError',
+          code: 500,
+        },
+      });
+    } finally {
+      model.prefill = prefill;
+    }
+    expect(fixture.engine.statistics.failedRequests).toBe(2);
+    expect((await generate({ sampling_params: { max_new_tokens: 2 } })).status).toBe(200);
+  });
+});
+
 describe('pause and continue', () => {
   it('aborts running requests by default and holds new ones until continue', async () => {
     const steps = fixture.engine.statistics.decodeSteps;

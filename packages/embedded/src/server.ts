@@ -253,9 +253,19 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
         }
         const result = await pending;
         response.off('close', onClose);
+        // A failed generation is an HTTP error (an `error` event when streaming), as SGLang answers
+        // a request its scheduler could not serve; a finish reason `abort` would read as a preemption.
+        const failure =
+          result.finishReason.type === 'error'
+            ? { error: { message: result.finishReason.message, type: 'InternalServerError', code: 500 } }
+            : null;
         if (parsed.stream) {
-          if (!response.destroyed)
-            response.end(`data: ${JSON.stringify(render(result))}\n\ndata: [DONE]\n\n`);
+          const last = failure ?? render(result);
+          if (!response.destroyed) response.end(`data: ${JSON.stringify(last)}\n\ndata: [DONE]\n\n`);
+          return;
+        }
+        if (failure) {
+          sendJson(response, 500, failure);
           return;
         }
         sendJson(response, 200, render(result));

@@ -83,8 +83,12 @@ export interface PauseRequest {
   timeout_seconds?: number | null;
 }
 
-/** Finish reasons of a request the engine stopped before its end (by an abort, or by failing). */
-const abortedFinishReasons = new Set([
+/**
+ * Finish reasons of a request the engine stopped before its end: a preemption, whoever asked for it
+ * (this proxy's pause, or slime pausing its engines around a weight update). An engine that fails
+ * says so with an HTTP error or an error finish reason, never with one of these.
+ */
+const preemptedFinishReasons = new Set([
   'abort',
   'aborted',
   'preempt',
@@ -116,6 +120,8 @@ export class GenerationController {
   readonly #engine: EngineClient;
   readonly #active = new Map<string, ActiveGeneration>();
   #suspended = 0;
+  #preemptedChunks = 0;
+  #unrequestedPreemptions = 0;
   #resumeWaiters: Array<() => void> = [];
   readonly #readinessTimeoutMs: number;
 
@@ -142,6 +148,8 @@ export class GenerationController {
       active_sglang_generations: this.#active.size,
       suspended_generations: this.#suspended,
       active_request_ids: [...this.#active.keys()],
+      preempted_chunks: this.#preemptedChunks,
+      unrequested_preemptions: this.#unrequestedPreemptions,
     };
   }
 
@@ -295,8 +303,9 @@ export class GenerationController {
    * Runs one agent call: one engine request, or several when a pause preempts it in partial mode
    * (each continuation sends prompt + tokens so far). Tokens keep the version of their chunk.
    *
-   * @throws ProxyHttpError 502 for preemption without partial mode, an engine that stopped the
-   *   request itself (`engine_generation_failed`), epoch changes and version pins.
+   * @throws ProxyHttpError 502 for preemption without partial mode (`generation_preempted`, also
+   *   when the engine aborted the request without a pause of this proxy), epoch changes and
+   *   version pins; 500 when the engine answers an HTTP error.
    */
   async generate(request: GenerationRequest): Promise<GenerationOutput> {
     const pieces: GenerateResult[] = [];
@@ -430,19 +439,13 @@ export class GenerationController {
             sequenceLength: inputIds.length + count,
           });
         }
-        // Only an abort this proxy sent (a pause) is a preemption. An engine that stops a request on
-        // its own (SGLang answers an internal error as finish reason `abort`) failed: continuing
-        // would resend the same prompt, and calling it preempted would blame a pause nobody issued.
-        const preempted = generation.preempted;
-        if (!preempted && abortedFinishReasons.has(result.finishReason ?? '')) {
-          throw detailError(502, {
-            error: 'engine_generation_failed',
-            message: `The engine stopped the generation itself (finish reason ${JSON.stringify(result.finishReason)}${result.finishMessage ? `: ${result.finishMessage}` : ''}); no pause was issued.`,
-            finish_reason: result.finishReason,
-            engine_message: result.finishMessage,
-            output_tokens: count,
-            ...context,
-          });
+        // Every chunk the engine ended early is preempted, as in the reference: slime pauses its
+        // engines itself around a weight update (not through this proxy), and those requests come
+        // back as `abort` too. The ones this proxy did not ask for are counted.
+        const preempted = generation.preempted || preemptedFinishReasons.has(result.finishReason ?? '');
+        if (preempted) {
+          this.#preemptedChunks += 1;
+          if (!generation.preempted) this.#unrequestedPreemptions += 1;
         }
         pieces.push(result);
         text += result.text;

@@ -112,34 +112,71 @@ describe('pause and resume (§1.5)', () => {
     expect((await chat({ 'x-session-id': 'fresh' })).status).toBe(200);
   });
 
-  it('an engine that aborts a request itself is an engine failure, not a preemption, in both modes', async () => {
+  it('an abort the engine sent itself (slime pausing it) is a preemption in both modes, and counted', async () => {
     for (const partialRollout of [false, true]) {
       if (partialRollout) await harness.close();
-      harness = await startHarness({ config: { partialRollout } });
-      harness.engine.script = () => ({
-        text: 'ab',
-        finish: 'abort',
-        finishMessage: 'Internal error: memory access out of bounds',
-      });
-      const failed = await chat();
-      expect(failed.status).toBe(502);
-      expect(proxyErrorDetailSchema.parse(failed.body.detail)).toMatchObject({
-        error: 'engine_generation_failed',
-        finish_reason: 'abort',
-        engine_message: 'Internal error: memory access out of bounds',
-        session_id: 's',
-      });
-      // No pause was issued: nothing was aborted, the call was not continued, nothing was recorded.
+      harness = await startHarness({ config: { partialRollout, recordTokenVersions: true } });
+      harness.engine.script = (_request, index) =>
+        index === 0
+          ? { text: 'ab', finish: 'abort', finishMessage: 'Abort by pause_generation', version: 'v1' }
+          : { text: 'cd', version: 'v2' };
+      const response = await chat();
+      // No pause of this proxy: nothing aborted by it, yet the chunk is preempted.
       expect(harness.engine.aborts).toEqual([]);
-      expect(harness.engine.requests).toHaveLength(1);
-      expect((await harness.call('GET', '/v1/rollout/pause_state')).body.paused).toBe(false);
-      expect((await harness.call('POST', '/session/finalize', { session_id: 's' })).body).toEqual({
-        detail: 'Session has no turns',
-      });
-      // The proxy keeps serving.
-      harness.engine.script = () => ({ text: 'ok' });
-      expect((await chat({ 'x-session-id': 'next' })).status).toBe(200);
+      const state = await harness.call('GET', '/v1/rollout/pause_state');
+      expect(state.body).toMatchObject({ paused: false, preempted_chunks: 1, unrequested_preemptions: 1 });
+      if (!partialRollout) {
+        expect(response.status).toBe(502);
+        expect(proxyErrorDetailSchema.parse(response.body.detail)).toMatchObject({
+          error: 'generation_preempted',
+          session_id: 's',
+        });
+        expect(harness.engine.requests).toHaveLength(1);
+        continue;
+      }
+      expect(response.status).toBe(200);
+      expect(response.body.choices[0].message.content).toBe('abcd');
+      expect(harness.engine.requests).toHaveLength(2);
+      expect(decodeCharacters(harness.engine.requests[1]!.body.input_ids)).toBe('<user>hi<assistant>ab');
     }
+  });
+
+  it('engine aborts at v1, v2, then stop at v3 with N=1 → 502 staleness after 3 engine calls', async () => {
+    harness = await startHarness({ config: { partialRollout: true, maxPartialRolloutPreempts: 1 } });
+    const versions = ['v1', 'v2', 'v3'];
+    harness.engine.script = (_request, index) =>
+      index < 2 ? { text: 'ab', finish: 'abort', version: versions[index] } : { text: 'end', version: 'v3' };
+    const response = await chat();
+    expect(response.status).toBe(502);
+    expect(proxyErrorDetailSchema.parse(response.body.detail)).toMatchObject({
+      error: 'partial_rollout_staleness_exceeded',
+      versions: ['v1', 'v2', 'v3'],
+      version_switches: 2,
+      max_preempts: 1,
+    });
+    expect(harness.engine.requests).toHaveLength(3);
+    expect((await harness.call('GET', '/v1/rollout/pause_state')).body.unrequested_preemptions).toBe(2);
+    expect((await harness.call('POST', '/session/finalize', { session_id: 's' })).body).toEqual({
+      detail: 'Session has no turns',
+    });
+  });
+
+  it('within the preempt budget an engine abort keeps the step with both versions', async () => {
+    harness = await startHarness({
+      config: { partialRollout: true, maxPartialRolloutPreempts: 1, recordTokenVersions: true },
+    });
+    harness.engine.script = (_request, index) =>
+      index === 0 ? { text: 'ab', finish: 'abort', version: 'v1' } : { text: 'cde', version: 'v2' };
+    const response = await chat();
+    expect(response.status).toBe(200);
+    expect(harness.engine.requests).toHaveLength(2);
+    await harness.call('POST', '/session/finalize', { session_id: 's' });
+    const read = await harness.call('POST', '/trajectory/read', { trajectory_id: 's' });
+    const [segment] = read.body.data;
+    const responseVersions = segment.full_versions.filter(
+      (_: string, index: number) => segment.full_loss_mask[index] === 1,
+    );
+    expect(responseVersions).toEqual(['v1', 'v1', 'v2', 'v2', 'v2']);
   });
 
   it('partial staleness: v1 abort, v2 abort, v3 stop with N=1 → 502 after 3 engine calls, 0 steps', async () => {

@@ -120,6 +120,10 @@ export const rolloutPauseStateSchema = z.looseObject({
   active_sglang_generations: z.int().nonnegative(),
   suspended_generations: z.int().nonnegative(),
   active_request_ids: z.array(z.string()),
+  /** Chunks that ended preempted since start (absent from the reference's proxy). */
+  preempted_chunks: z.int().nonnegative().optional(),
+  /** Of those, the ones no pause of this proxy asked for (slime pausing its engines itself). */
+  unrequested_preemptions: z.int().nonnegative().optional(),
 });
 
 /** `GET /v1/rollout/pause_state` of the proxy. */

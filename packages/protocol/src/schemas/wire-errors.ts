@@ -72,13 +72,6 @@ export const proxyErrorDetailSchema = z.discriminatedUnion('error', [
   z.looseObject({ error: z.literal('weight_version_unavailable'), message: z.string(), ...sessionFields }),
   z.looseObject({ error: z.literal('generation_preempted'), message: z.string(), ...sessionFields }),
   z.looseObject({
-    error: z.literal('engine_generation_failed'),
-    message: z.string(),
-    finish_reason: z.string().nullable(),
-    engine_message: z.string().nullable(),
-    ...sessionFields,
-  }),
-  z.looseObject({
     error: z.literal('tool_call_hook_failed'),
     stage: z.enum(['before', 'after']),
     message: z.string(),

@@ -10,7 +10,7 @@ export interface ScriptedReply {
   logprobs?: Array<number | null>;
   /** Weight version in meta_info; undefined uses the engine's current version, null omits it. */
   version?: string | null;
-  /** `abort` with `finishMessage` is how SGLang reports a request it failed itself. */
+  /** `abort`: the engine ended the request early (a pause, its own or the proxy's). */
   finish?: 'stop' | 'length' | 'abort';
   finishMessage?: string;
   /** Emit tokens one by one with this delay, so a pause can abort mid-generation. */
