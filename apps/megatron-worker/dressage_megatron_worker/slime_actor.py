@@ -19,7 +19,7 @@ from .packed_batch import PackedBatch
 from .rank_payloads import DataParallelSchedule, rank_payloads
 from .rollout_data import to_rollout_data
 from .slime_settings import batch_settings, scaled_rewards
-from .slime_train_actor import SETTINGS_KEY, SKIPPED_KEY, dressage_actor_class
+from .slime_train_actor import FILES_KEY, SETTINGS_KEY, SKIPPED_KEY, dressage_actor_class
 
 
 LOGGER = logging.getLogger("dressage_megatron_worker")
@@ -276,23 +276,51 @@ class SlimeMegatronActor:
         return self.weight_version, updated
 
     def save_checkpoint(self, path: str, rollout_id: int) -> tuple[str, int]:
+        """`rollout_id` counts the rollouts trained, i.e. the id of the next one (as the training
+        loop numbers its checkpoints). Megatron saves iteration `rollout_id - 1`, the last rollout
+        trained, because slime resumes at the loaded iteration + 1 (actor.py:114): a worker
+        restarted with `--load` continues exactly at `rollout_id`. Answers the directory Megatron
+        wrote, `--save/iter_NNNNNNN`, and its size as the ranks see it."""
         actor_model = self._require_started()
         save = getattr(self.args, "save", None)
         if not save:
             raise _refuse("the worker was started without --save: Megatron has nowhere to write")
-        if path and os.path.normpath(path) != os.path.normpath(save):
-            raise _refuse(f"Megatron saves under --save {save}; path {path!r} differs (restart with --save PATH)")
-        actor_model.save_model(rollout_id, force_sync=True)
-        written = os.path.join(save, f"iter_{rollout_id:07d}")
-        size = sum(
-            os.path.getsize(os.path.join(directory, name))
-            for directory, _, names in os.walk(written)
-            for name in names
-        )
-        return written, size
+        if rollout_id < 1:
+            raise WorkerError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "rollout_id 0: a slime checkpoint follows a trained rollout (rollout_id counts the rollouts trained)",
+            )
+        iteration = rollout_id - 1
+        written = os.path.join(save, f"iter_{iteration:07d}")
+        if path and os.path.normpath(path) not in (os.path.normpath(save), os.path.normpath(written)):
+            raise _refuse(
+                f"Megatron saves under --save {save}; path {path!r} differs (leave path empty, or restart with "
+                "--save PATH)"
+            )
+        reports = actor_model.save_model(iteration, force_sync=True)
+        # Each rank lists the files it sees (--save may be a disk of its own node); the union by path
+        # is the checkpoint, however its files are spread over the nodes.
+        sizes: dict[str, int] = {}
+        for report in reports or []:
+            for name, size in (report or {}).get(FILES_KEY, {}).items():
+                sizes[name] = max(sizes.get(name, 0), int(size))
+        return written, sum(sizes.values())
 
     def load_checkpoint(self, path: str) -> int:
+        """slime loads a checkpoint only when its actors start (`--load`): this confirms that the
+        actors started from `path` and answers the rollout id they continue at; any other path is
+        refused with how to restart the worker."""
+        self._require_started()
+        load = getattr(self.args, "load", None)
+        start = getattr(self.args, "start_rollout_id", None) or 0
+        loaded = os.path.join(load, f"iter_{start - 1:07d}") if load and start >= 1 else None
+        wanted = os.path.normpath(path) if path else ""
+        if loaded is not None and wanted in (os.path.normpath(loaded), os.path.normpath(load)):
+            return int(start)
+        directory = os.path.dirname(wanted.rstrip("/")) or "PATH"
+        started = f"from {loaded}" if loaded is not None else "without a checkpoint of its own (rollout 0)"
         raise _refuse(
-            "slime loads a checkpoint only when its actors start: restart the worker with "
-            f"--load {path or 'PATH'} (the rollout id continues from the checkpoint)"
+            f"slime loads a checkpoint only when its actors start, and these started {started}: restart the "
+            f"worker with --load {directory} (its latest_checkpointed_iteration.txt names the iteration) to continue "
+            f"from {path or 'PATH'}"
         )

@@ -12,10 +12,12 @@ import http.server
 import json
 import math
 import os
+import tempfile
 import threading
 import types
 import urllib.parse
 import urllib.request
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -416,9 +418,17 @@ class Slime:
     """The stand-in modules, their call log and state. `importer` serves only recorded modules."""
 
     def __init__(
-        self, args: Any, engine_count: int = 2, extra_router_workers: tuple[str, ...] = (), router: Router | None = None
+        self,
+        args: Any,
+        engine_count: int = 2,
+        extra_router_workers: tuple[str, ...] = (),
+        router: Router | None = None,
+        node_disks: tuple[str, ...] = (),
     ) -> None:
         self.calls: list = []
+        # One folder per training node standing for its local disk: a rank's --save is then on its
+        # node's disk, which the driver never sees (empty: shared storage).
+        self.node_disks = node_disks
         self.engines = [Engine() for _ in range(engine_count)]
         # A router of its own, or a long-lived one an earlier run used too.
         self.own_router = router is None
@@ -472,8 +482,19 @@ class Slime:
             """slime's training actor, reduced to what its train() does with rollout_data and to its
             train_one_step's handling of a non-finite gradient (slime_api.json, step_skip)."""
 
-            def init(self, args: Any, rank: int, dp_rank: int, dp_size: int) -> None:
+            def init(self, args: Any, rank: int, dp_rank: int, dp_size: int) -> int:
                 self.args, self.rank, self.dp_rank, self.dp_size = args, rank, dp_rank, dp_size
+                # initialize_model_and_optimizer: a model needs --load (model.py:291), which must hold
+                # something (checkpoint.py:101); a Megatron checkpoint resumes at its tracker's
+                # iteration, anything else (a Hugging Face model) at 0 (checkpoint.py:122, 140).
+                options = vars(args)
+                load = options.get("load")
+                assert load is not None or options.get("pretrained_checkpoint") is not None
+                assert os.path.isdir(load) and os.listdir(load), f"{load=} does not exist or is an empty directory"
+                tracker = os.path.join(load, "latest_checkpointed_iteration.txt")
+                loaded = int(Path(tracker).read_text()) if os.path.isfile(tracker) else 0
+                # The engines' version counter starts at update_weight_start_version (actor.py:183).
+                self.weight_updater = types.SimpleNamespace(weight_version=options.get("update_weight_start_version", 0))
                 self.received: list[tuple[int, dict[str, Any], Any]] = []
                 self.optimizer = Optimizer()
                 self.memory_cleared = 0
@@ -486,6 +507,7 @@ class Slime:
                 args.train_iters = (
                     options["num_rollout"] * options["rollout_batch_size"] * options["n_samples_per_prompt"]
                 ) // options["global_batch_size"]
+                return loaded + 1  # actor.py:114
 
             def clear_memory(self) -> None:
                 self.memory_cleared += 1
@@ -522,12 +544,24 @@ class Slime:
                 self.received.append((rollout_id, data, copy.deepcopy(self.args)))
                 self._train_steps(len(data["global_batch_sizes"]))
 
-            def save(self, rollout_id: int) -> None:
-                # Megatron writes under the actor's own --save.
+            def update_weights(self) -> None:
+                # Every rank counts (update_weight_from_distributed.py:108); rank 0 sends the
+                # engines the new version with the weights (:345).
+                self.weight_updater.weight_version += 1
+                if self.rank == 0:
+                    for engine in cluster.rollout_manager._instance.engines:
+                        engine.version = self.weight_updater.weight_version
+
+            def save_model(self, rollout_id: int, force_sync: bool = False) -> None:
+                # Megatron's save_checkpoint writes under the actor's own --save: each rank its shard
+                # in iter_NNNNNNN, rank 0 the tracker file naming the latest iteration.
                 directory = os.path.join(self.args.save, f"iter_{rollout_id:07d}")
                 os.makedirs(directory, exist_ok=True)
                 with open(os.path.join(directory, f"rank_{self.rank}.pt"), "wb") as handle:
                     handle.write(b"\0" * 128)
+                if self.rank == 0:
+                    with open(os.path.join(self.args.save, "latest_checkpointed_iteration.txt"), "w") as handle:
+                        handle.write(str(rollout_id))
 
         MegatronTrainRayActor.train = strict(  # type: ignore[method-assign]
             "slime.backends.megatron_utils.actor:MegatronTrainRayActor.train", MegatronTrainRayActor.train, calls
@@ -541,10 +575,15 @@ class Slime:
                 self.manager = manager
                 self.actors = []
                 shipped = ship_by_value(actor_cls)
+                self.start_rollout_ids = []
                 for rank in range(world):
                     actor = shipped()
                     # Ray pickles the arguments into each actor.
-                    actor.init(copy.deepcopy(args), rank, rank // (world // dp_size), dp_size)
+                    copied = copy.deepcopy(args)
+                    if cluster.node_disks:
+                        disk = cluster.node_disks[rank // args.actor_num_gpus_per_node]
+                        copied.save = os.path.join(disk, copied.save.lstrip("/"))
+                    self.start_rollout_ids.append(actor.init(copied, rank, rank // (world // dp_size), dp_size))
                     self.actors.append(actor)
 
             def async_train(self, rollout_id: int, rollout_data_ref: Any, external_data: Any = None) -> list:
@@ -553,11 +592,12 @@ class Slime:
             def update_weights(self) -> None:
                 if self.actors[0].args.debug_train_only:
                     return
-                for engine in self.manager.engines:
-                    engine.version += 1
+                for actor in self.actors:
+                    actor.update_weights()
 
             def save_model(self, rollout_id: int, force_sync: bool = False) -> list:
-                return [actor.save(rollout_id) for actor in self.actors]
+                # What each actor's save_model returns (actor_group.py:151-153).
+                return [actor.save_model(rollout_id, force_sync=force_sync) for actor in self.actors]
 
             def clear_memory(self) -> list:
                 return [actor.clear_memory() for actor in self.actors]
@@ -589,8 +629,10 @@ class Slime:
             if not issubclass(cls, MegatronTrainRayActor):
                 raise TypeError("actor_cls must subclass MegatronTrainRayActor")
             cluster.group = RayTrainGroup(args, cls, rollout_manager._instance)
+            # Every actor resumes at the same rollout; the driver takes it unless set (placement_group.py:216-219).
+            assert len(set(cluster.group.start_rollout_ids)) == 1
             if vars(args).get("start_rollout_id") is None:
-                args.start_rollout_id = 0
+                args.start_rollout_id = cluster.group.start_rollout_ids[0]
             return cluster.group, None
 
         def build_dp_schedule(args: Any, train_parallel_config: dict, total_lengths: list, *, global_batch_size: int, rollout_indices: list) -> tuple:
@@ -683,6 +725,12 @@ STAND_IN_ARGS = frozenset(
 )
 
 
+# A Hugging Face model directory (config.json) for --load: what the actors start from without a checkpoint.
+BASE_MODEL = tempfile.mkdtemp(prefix="dressage-stand-in-model-")
+with open(os.path.join(BASE_MODEL, "config.json"), "w") as _config:
+    _config.write("{}")
+
+
 def launch_args(**overrides: Any) -> StrictArgs:
     """What slime's parse_args yields for the README's launch (the attributes the worker reads)."""
     values = {
@@ -704,6 +752,8 @@ def launch_args(**overrides: Any) -> StrictArgs:
         "global_batch_size": 4,
         "save": None,
         "start_rollout_id": None,
+        # What slime_validate_args leaves in args.load for the README's first launch: a model to start from.
+        "load": BASE_MODEL,
         "advantage_estimator": "grpo",
         "eps_clip": 0.2,
         "eps_clip_high": None,

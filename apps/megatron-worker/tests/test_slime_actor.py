@@ -2,11 +2,14 @@
 
 import contextlib
 import io
+import json
+import os
 import socket
 import tempfile
 import time
 import types
 import unittest
+from pathlib import Path
 from typing import Any
 from unittest import mock
 
@@ -370,16 +373,58 @@ class SlimeActorTest(unittest.TestCase):
     def test_checkpoints_go_where_megatron_writes_them(self) -> None:
         directory = tempfile.mkdtemp()
         started = self.started(save=directory)
+        # rollout_id counts the rollouts trained: Megatron saves the last one's iteration, from
+        # which slime resumes at rollout_id (actor.py:114).
         path, size = started.actor.save_checkpoint("", 5)
-        self.assertEqual(path, f"{directory}/iter_0000005")
-        self.assertEqual(size, 4 * 128)
-        self.assertEqual(started.actor.save_checkpoint(directory + "/", 6)[0], f"{directory}/iter_0000006")
+        self.assertEqual(path, f"{directory}/iter_0000004")
+        state = os.path.join(path, "dressage-checkpoint.json")
+        self.assertEqual(size, 4 * 128 + os.path.getsize(state))
+        self.assertEqual(json.loads(Path(state).read_text()), {"rollout_id": 4, "weight_version": 1})
+        self.assertEqual(Path(directory, "latest_checkpointed_iteration.txt").read_text(), "4")
+        self.assertEqual(started.actor.save_checkpoint(directory + "/", 6)[0], f"{directory}/iter_0000005")
+        self.assertEqual(started.actor.save_checkpoint(f"{directory}/iter_0000006", 7)[0], f"{directory}/iter_0000006")
         with self.assertRaisesRegex(WorkerError, "restart with --save PATH"):
             started.actor.save_checkpoint("/elsewhere", 7)
-        with self.assertRaisesRegex(WorkerError, "restart the worker with\n?.*--load /ckpt"):
-            started.actor.load_checkpoint("/ckpt")
+        with self.assertRaisesRegex(WorkerError, "rollout_id 0"):
+            started.actor.save_checkpoint("", 0)
         with self.assertRaisesRegex(WorkerError, "without --save"):
             self.started().actor.save_checkpoint("", 1)
+
+    def test_the_checkpoint_size_is_measured_by_the_ranks_when_save_is_on_their_own_disks(self) -> None:
+        disks = (tempfile.mkdtemp(), tempfile.mkdtemp())
+        self.stand_in_options = {"node_disks": disks}
+        started = self.started(save="/ckpt/run", actor_num_nodes=2, actor_num_gpus_per_node=2)
+        path, size = started.actor.save_checkpoint("", 3)
+        self.assertEqual(path, "/ckpt/run/iter_0000002")
+        self.assertFalse(os.path.exists(path), "the driver does not see the nodes' disks")
+        shards = [os.path.join(disk, "ckpt/run/iter_0000002", f"rank_{rank}.pt") for disk, rank in zip(disks * 2, (0, 2, 1, 3))]
+        self.assertTrue(all(os.path.exists(shard) for shard in shards))
+        # Four shards of 128 bytes and the state file (written on both nodes, counted once).
+        state = os.path.getsize(os.path.join(disks[0], "ckpt/run/iter_0000002/dressage-checkpoint.json"))
+        self.assertEqual(size, 4 * 128 + state)
+
+    def test_a_worker_restarted_with_load_continues_the_rollout_and_the_weight_version(self) -> None:
+        directory = tempfile.mkdtemp()
+        first = self.started(save=directory)
+        self.train(first)
+        self.assertEqual(first.actor.update_weights("", []), ("2", 2))
+        self.assertEqual(first.actor.update_weights("", []), ("3", 2))
+        saved, _size = first.actor.save_checkpoint("", 3)
+        with self.assertRaisesRegex(WorkerError, f"restart the worker with --load {directory} "):
+            first.actor.load_checkpoint(saved)
+        first.actor.close()
+
+        # The operator restarts the job with --load pointing at --save.
+        second = self.started(save=directory, load=directory)
+        self.assertEqual(second.slime.args.start_rollout_id, 3)
+        # Versions continue: the start's push after the checkpoint's version 3.
+        self.assertEqual(second.actor.weight_version, "4")
+        self.assertEqual([engine.version for engine in second.slime.engines], [4, 4])
+        self.assertEqual(second.actor.load_checkpoint(saved), 3)
+        self.assertEqual(second.actor.load_checkpoint(directory), 3)
+        with self.assertRaisesRegex(WorkerError, f"these started from {directory}/iter_0000002"):
+            second.actor.load_checkpoint(f"{directory}/iter_0000001")
+        self.assertEqual(second.actor.update_weights("", []), ("5", 2))
 
     def test_the_worker_exits_with_the_reason_when_slime_cannot_be_driven(self) -> None:
         errors = io.StringIO()
