@@ -227,6 +227,10 @@ export async function runTraining(
         warmStartSummary = { source: 'cached', path: cache, seconds: seconds(warmStarted) };
         log(`warm-start: loaded ${recipe.warm_start.steps} supervised steps from ${displayPath(cache)}`);
       } else {
+        if (cache !== null && options.freshWarmStart !== true)
+          log(
+            `warm-start: nothing cached at ${displayPath(cache)}; training ${recipe.warm_start.steps} steps`,
+          );
         const completed = await warmStart(
           trainer,
           stack,
@@ -487,7 +491,7 @@ async function warmStart(
  * warm-start's result depends on (the model and its seed, the vocabulary's sources, the batches
  * token for token, the settings), so any change starts a fresh warm-start.
  */
-async function warmStartCachePath(
+export async function warmStartCachePath(
   loaded: LoadedRecipe,
   batches: readonly PackedTrainBatch[],
   dataPath: string,
@@ -496,7 +500,11 @@ async function warmStartCachePath(
   const hash = createHash('sha256');
   hash.update(
     JSON.stringify({
-      engine: recipe.engine,
+      // The model's shape and vocabulary, not where or how the engine runs (port, process).
+      model:
+        recipe.engine.kind === 'embedded'
+          ? { ...recipe.engine.model, vocabulary_texts: recipe.engine.vocabulary_texts }
+          : recipe.engine.kind,
       // A checkpoint is the trainer's own format: a torch worker's is not the embedded trainer's.
       trainer: recipe.trainer.kind === 'embedded' ? 'embedded' : (recipe.trainer.worker?.actor ?? 'grpc'),
       warm_start: { ...recipe.warm_start, cache_dir: null },
