@@ -34,6 +34,13 @@ export const recipeEnvironmentVariables: readonly RecipeEnvironmentVariable[] = 
     kind: 'boolean',
   },
   { path: ['blackbox', 'agent'], variable: 'DRESSAGE_BLACKBOX_TYPE', kind: 'string', sectionRequired: true },
+  {
+    path: ['proxy', 'pause_around_weight_update'],
+    variable: 'DRESSAGE_PROXY_PAUSE_AROUND_WEIGHT_UPDATE',
+    kind: 'boolean',
+  },
+  { path: ['proxy', 'pause_required'], variable: 'DRESSAGE_PROXY_PAUSE_REQUIRED', kind: 'boolean' },
+  { path: ['proxy', 'pause_timeout_seconds'], variable: 'DRESSAGE_PROXY_PAUSE_TIMEOUT_SEC', kind: 'integer' },
 ];
 
 const trueWords = new Set(['1', 'true', 'yes', 'on']);

@@ -174,6 +174,15 @@ export const proxySchema = z.strictObject({
   partial_rollout: z.boolean().optional(),
   max_partial_rollout_preempts: z.int().nonnegative().optional(),
   record_token_versions: z.boolean().default(true),
+  /** Pause the proxy's rollouts around every weight update (`DRESSAGE_PROXY_PAUSE_AROUND_WEIGHT_UPDATE`). */
+  pause_around_weight_update: z.boolean().default(true),
+  /**
+   * A pause that fails or does not quiesce stops the run before the weights move
+   * (`DRESSAGE_PROXY_PAUSE_REQUIRED`); false updates anyway and says so in the log.
+   */
+  pause_required: z.boolean().default(true),
+  /** Seconds a pause waits for aborted generations to return (`DRESSAGE_PROXY_PAUSE_TIMEOUT_SEC`). */
+  pause_timeout_seconds: positiveInteger.default(300),
   /** Listen address of a proxy started here; `0.0.0.0` (agents on other machines) is a deliberate choice. */
   host: z.string().min(1).default('127.0.0.1'),
   port: z.int().min(0).max(65535).default(0),

@@ -29,6 +29,7 @@ import { exportSamples, exportTrainLogProbs } from './sample-export.js';
 import { schedulerOptionsOf } from './scheduler-options.js';
 import { tokenVersionStatistics, VersionHistory } from './token-versions.js';
 import { type WarmStartExample, warmStartLearningRate } from './warm-start.js';
+import { pauseSettingsOf, publishWeights } from './weight-publish.js';
 
 /** Options of {@link runTraining}. */
 export interface RunTrainingOptions {
@@ -193,6 +194,7 @@ export async function runTraining(
       baseUrl: stack.proxyUrl,
       ...(recipe.proxy.api_key === 'no-auth' ? {} : { apiKey: recipe.proxy.api_key }),
     });
+    const pauseSettings = pauseSettingsOf(recipe);
     const dataSource: RunDataSource =
       hooks.dataSource !== null
         ? await hooks.dataSource({ recipe, dataPath })
@@ -207,7 +209,8 @@ export async function runTraining(
 
     if (previous !== null) {
       const loadedCheckpoint = await trainer.loadCheckpoint({ path: previous.checkpoint });
-      weightVersion = (await publishWeights(trainer, proxyClient, 'resume')).weightVersion;
+      weightVersion = (await publishWeights(trainer, proxyClient, 'resume', pauseSettings, log))
+        .weightVersion;
       history.publish(weightVersion);
       await dataSource.load?.(join(outputDirectory, 'data-source'));
       log(
@@ -253,7 +256,9 @@ export async function runTraining(
             (cache === null || options.signal?.aborted ? '' : `, saved to ${displayPath(cache)}`),
         );
       }
-      weightVersion = (await publishWeights(trainer, proxyClient, 'initial_weight_update')).weightVersion;
+      weightVersion = (
+        await publishWeights(trainer, proxyClient, 'initial_weight_update', pauseSettings, log)
+      ).weightVersion;
       history.publish(weightVersion);
     }
     // `dressage warm-start`: the warm-start's result is all this run is for.
@@ -325,7 +330,13 @@ export async function runTraining(
           },
         });
         if (trainLogProbs !== null) await exportTrainLogProbs(outputDirectory, step, packed, trainLogProbs);
-        const updated = await publishWeights(trainer, proxyClient, `weight_update_after_rollout_${step}`);
+        const updated = await publishWeights(
+          trainer,
+          proxyClient,
+          `weight_update_after_rollout_${step}`,
+          pauseSettings,
+          log,
+        );
         weightVersion = updated.weightVersion;
         history.publish(weightVersion);
         const trainSeconds = (performance.now() - trainStarted) / 1000;
@@ -361,6 +372,9 @@ export async function runTraining(
           'perf/rollout_wait_fraction': rolloutWaitSeconds / seconds(rlStarted),
           'perf/train_seconds': trainedSeconds,
           'perf/publish_seconds': trainSeconds - trainedSeconds,
+          // 1 when the rollouts were paused (and quiesced) before the weights moved.
+          'weight_update/paused': updated.paused ? 1 : 0,
+          'weight_update/quiesced': updated.quiesced ? 1 : 0,
           'perf/tokens_per_second': packed.tokens.length / stepSeconds,
           'perf/trainer_idle_fraction': Math.max(0, 1 - trainerBusySeconds / seconds(rlStarted)),
           ...reading.metrics,
@@ -568,21 +582,6 @@ async function scoreSamples(
     sample.reward = rewards[index] as number;
   });
   for (const sample of samples) sample.reward ??= 0;
-}
-
-/** Pause the proxy, push the trained weights to the engine, resume (slime's weight-update flow). */
-async function publishWeights(
-  trainer: TrainerClient,
-  proxy: ProxyClient,
-  reason: string,
-): Promise<{ weightVersion: string }> {
-  await proxy.pauseRollout(reason, 300);
-  try {
-    const response = await trainer.updateWeights({});
-    return { weightVersion: response.weight_version };
-  } finally {
-    await proxy.resumeRollout(undefined, reason);
-  }
 }
 
 async function checkpoint(
