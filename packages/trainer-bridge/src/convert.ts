@@ -16,6 +16,7 @@ import {
   type TrainingOptions,
   usesPromptEqualDenominators,
 } from './training-options.js';
+import { checkMaxSequenceLength, truncateSample } from './truncate-sample.js';
 
 /** Options of {@link convertSamplesToTrainData}. */
 export interface ConvertOptions extends TrainingOptions {
@@ -33,6 +34,13 @@ export interface ConvertOptions extends TrainingOptions {
   numLayers?: number | null;
   /** slime's `--moe-router-topk` (needed with `useRolloutRoutingReplay`). */
   moeRouterTopk?: number | null;
+  /**
+   * The longest sequence the trainer takes: a longer sample is cut to its first
+   * `maxSequenceLength` tokens with {@link truncateSample} (response, loss mask, logprobs, versions
+   * and routed experts alike) and marked `truncated`. Nothing is padded: the batch carries every
+   * sample's own length (slime pads per micro-batch). Unset or null: no limit.
+   */
+  maxSequenceLength?: number | null;
 }
 
 function invalid(message: string, details: Record<string, unknown> = {}): DressageError {
@@ -214,15 +222,18 @@ function replayRoutedExperts(samples: readonly Sample[], options: ConvertOptions
  * `reinforce_plus_plus_baseline`) or trajectory-equal `rollout_mask_sums` ({@link computeRolloutMaskSums}).
  * `raw_reward` takes `metadata.raw_reward` where a sample has it. With `useRolloutRoutingReplay`,
  * `rollout_routed_experts` holds every sample's routed experts (zero rows for removed samples
- * without them; a live sample without them is an error).
+ * without them; a live sample without them is an error). With `maxSequenceLength`, longer samples
+ * are cut to it first.
  *
  * Large per-token arrays (`tokens`, loss masks, logprobs) are shared with the samples, not copied:
  * pack the result (or use {@link convertSamplesToPackedTrainBatch}) before modifying either.
  */
 export function convertSamplesToTrainData(
-  samples: readonly Sample[],
+  input: readonly Sample[],
   options: ConvertOptions = {},
 ): TrainBatch {
+  const maxLength = checkMaxSequenceLength(options.maxSequenceLength);
+  const samples = maxLength === null ? input : input.map((sample) => truncateSample(sample, maxLength));
   const resolved = resolveTrainingOptions(options);
   const count = samples.length;
   const lossMasks: (0 | 1)[][] = new Array(count);

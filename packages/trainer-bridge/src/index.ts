@@ -49,3 +49,4 @@ export {
   type TrainingOptions,
   trainingDefaults,
 } from './training-options.js';
+export { truncateSample } from './truncate-sample.js';
