@@ -8,6 +8,7 @@ export interface ExpandOptions
     | 'agentResponse'
     | 'maxTokensPerGpu'
     | 'contextParallelSize'
+    | 'maskNonlastVersionTokens'
     | 'useRolloutRoutingReplay'
     | 'numLayers'
     | 'moeRouterTopk'
@@ -89,6 +90,7 @@ export function expandSegmentsToSamples(
       agentResponse: options.agentResponse ?? null,
       maxTokensPerGpu: options.maxTokensPerGpu ?? null,
       contextParallelSize: options.contextParallelSize ?? null,
+      maskNonlastVersionTokens: options.maskNonlastVersionTokens ?? false,
       useRolloutRoutingReplay: options.useRolloutRoutingReplay ?? false,
       numLayers: options.numLayers ?? null,
       moeRouterTopk: options.moeRouterTopk ?? null,

@@ -208,6 +208,15 @@ describe('writeSampleFromSegment', () => {
       expect(sample.metadata.dressage_partial_rollout).toBe(true);
     });
 
+    it('masks them when the trainer asks for it, whatever the segment says', () => {
+      const input = segment(0, [0, 1, 1, 1, 0, 1, 1], {
+        full_versions: ['-1', '3', 'unknown', '3', '-1', '4', '4'],
+      });
+      expect(writeSampleFromSegment(template(), input).loss_mask).toEqual([1, 1, 1, 0, 1, 1]);
+      const masked = writeSampleFromSegment(template(), input, { maskNonlastVersionTokens: true });
+      expect(masked.loss_mask).toEqual([0, 1, 0, 0, 1, 1]);
+    });
+
     it('does not mask when only one real version is trainable', () => {
       const input = segment(0, [0, 1, 1], {
         full_versions: ['2', '4', 'unknown'],

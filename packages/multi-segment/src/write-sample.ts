@@ -27,6 +27,12 @@ export interface WriteSampleOptions {
   maxTokensPerGpu?: number | null;
   /** Context-parallel size; the token cap is `maxTokensPerGpu × contextParallelSize`. Default 1. */
   contextParallelSize?: number | null;
+  /**
+   * The proxy's `--mask-nonlast-version-tokens`, set by the trainer: mask trainable tokens of older
+   * weight versions even where the segment's `extra_info` does not ask for it (a proxy started
+   * without the flag). Default false: the segment's `extra_info` decides.
+   */
+  maskNonlastVersionTokens?: boolean;
   /** Written to `metadata.segment_count`. Default: the segment's `segment_count`, else 1. */
   segmentCount?: number;
   /** Written to `metadata.all_segment_uids`. Default: the segment's own uid. */
@@ -139,7 +145,7 @@ function routedExpertsOf(
  * again here.
  *
  * - Longer than `maxTokensPerGpu × contextParallelSize` → truncated to the cap, `metadata.truncated`.
- * - With `extra_info.mask_nonlast_version_tokens` and more than one real version among trainable
+ * - With `extra_info.mask_nonlast_version_tokens` (or `maskNonlastVersionTokens`) and more than one real version among trainable
  *   tokens, trainable tokens of any real version other than the last one are masked out.
  * - The response starts at the first trainable token of the (unmasked) segment.
  * - Status is `truncated` when the segment's `finish_reason` is `"length"`, else `completed`.
@@ -198,7 +204,10 @@ export function writeSampleFromSegment(
     metadata.dressage_end_token_version = realTrainable[realTrainable.length - 1] ?? null;
     if (distinct.length > 1) {
       metadata.dressage_partial_rollout = true;
-      if (segment.extra_info.mask_nonlast_version_tokens === true) {
+      if (
+        segment.extra_info.mask_nonlast_version_tokens === true ||
+        options.maskNonlastVersionTokens === true
+      ) {
         // Tokens sampled under older weights would be trained as if on-policy; keep only the last
         // version's tokens. Tokens without a real version carry no evidence of staleness and stay.
         const last = realTrainable[realTrainable.length - 1];

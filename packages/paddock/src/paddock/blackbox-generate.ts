@@ -236,7 +236,12 @@ export interface BlackboxGenerateOptions {
   systemPrompt?: string | null;
   serverConfig?: NonNullable<BlackboxRegisterRequest['server_config']>;
   retry?: RetryOptions;
+  /** slime's `--max-tokens-per-gpu`: segments longer than `maxTokensPerGpu × contextParallelSize` are truncated. */
   maxTokensPerGpu?: number | null;
+  /** slime's `--context-parallel-size` (the token cap's factor). Default 1. */
+  contextParallelSize?: number | null;
+  /** Mask trainable tokens of older weight versions (`expandSegmentsToSamples`). */
+  maskNonlastVersionTokens?: boolean;
 }
 
 const semanticErrors = new Set(['backend_timeout', 'context_overflow', 'max_steps_exceeded']);
@@ -352,6 +357,8 @@ export function createBlackboxGenerate(options: BlackboxGenerateOptions) {
         instanceId,
         agentResponse,
         maxTokensPerGpu: options.maxTokensPerGpu ?? null,
+        contextParallelSize: options.contextParallelSize ?? null,
+        maskNonlastVersionTokens: options.maskNonlastVersionTokens ?? false,
       });
     } catch (error) {
       return await abort(error instanceof Error ? error.message : String(error), {

@@ -97,7 +97,12 @@ export interface WhiteboxGenerateOptions {
   proxyUrl: string;
   /** Required by {@link PaddockWhiteboxAgent}s: the sandbox provider (a command_only pool). */
   provider?: SandboxProvider;
+  /** slime's `--max-tokens-per-gpu`: segments longer than `maxTokensPerGpu × contextParallelSize` are truncated. */
   maxTokensPerGpu?: number | null;
+  /** slime's `--context-parallel-size` (the token cap's factor). Default 1. */
+  contextParallelSize?: number | null;
+  /** Mask trainable tokens of older weight versions ({@link expandSegmentsToSamples}). */
+  maskNonlastVersionTokens?: boolean;
 }
 
 /**
@@ -230,7 +235,14 @@ export function makeGenerate(AgentClass: WhiteboxAgentClass, options: WhiteboxGe
           metadata: { ...sample.metadata, ...context.metadata, instance_id: instanceId },
         },
         read.data,
-        { sessionId, instanceId, agentResponse: response, maxTokensPerGpu: options.maxTokensPerGpu ?? null },
+        {
+          sessionId,
+          instanceId,
+          agentResponse: response,
+          maxTokensPerGpu: options.maxTokensPerGpu ?? null,
+          contextParallelSize: options.contextParallelSize ?? null,
+          maskNonlastVersionTokens: options.maskNonlastVersionTokens ?? false,
+        },
       );
     } catch (error) {
       return aborted(error instanceof Error ? error.message : String(error));
