@@ -12,6 +12,7 @@ import {
 } from '@dressage/paddock';
 import { DressageError } from '@dressage/protocol';
 import type { GenerateFunction } from '@dressage/schedulers';
+import { expansionOptionsOf } from './expansion-options.js';
 import type { LoadedRecipe } from './recipe.js';
 
 /** The agents of a `blackbox` recipe: a sandbox pool and the generate function that leases from it. */
@@ -81,6 +82,7 @@ export async function startBlackboxAgents(options: BlackboxAgentsOptions): Promi
     backendOptions: { ...settings.backend_options, proxy: { max_steps: settings.max_steps } },
     systemPrompt,
     serverConfig: { backend_timeout: settings.turn_timeout_seconds },
+    ...expansionOptionsOf(recipe),
   });
   return {
     generate: (sample) => generate(sample),

@@ -54,6 +54,7 @@ export async function connectClusterStack(
         maxOutputTokens: recipe.proxy.max_output_tokens ?? null,
         rolloutTemperature: recipe.rollout.temperature,
         recordTokenVersions: recipe.proxy.record_token_versions,
+        maskNonlastVersionTokens: recipe.proxy.mask_nonlast_version_tokens,
         partialRollout: recipe.proxy.partial_rollout,
         maxPartialRolloutPreempts: recipe.proxy.max_partial_rollout_preempts ?? null,
       }),

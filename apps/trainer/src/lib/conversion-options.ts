@@ -4,7 +4,8 @@ import type { Recipe } from './recipe.js';
 /**
  * What the conversion of a step's samples into a train batch takes from the recipe: the advantage
  * estimator, whether GRPO divides by the group's standard deviation (`loss.grpo_std_normalization`),
- * the global batch size and a `hooks.reward_post_process` replacing the default.
+ * the global batch size, the longest sequence trained (`training.max_sequence_length`) and a
+ * `hooks.reward_post_process` replacing the default.
  */
 export function conversionOptionsOf(
   recipe: Recipe,
@@ -15,6 +16,9 @@ export function conversionOptionsOf(
     advantageEstimator: recipe.loss.advantage_estimator,
     standardDeviationNormalization: recipe.loss.grpo_std_normalization,
     globalBatchSize,
+    ...(recipe.training.max_sequence_length === undefined
+      ? {}
+      : { maxSequenceLength: recipe.training.max_sequence_length }),
     ...(rewardPostProcess === null ? {} : { rewardPostProcess }),
   };
 }

@@ -109,6 +109,7 @@ export async function startEmbeddedStack(options: EmbeddedStackOptions): Promise
     maxOutputTokens: recipe.proxy.max_output_tokens ?? recipe.rollout.max_new_tokens,
     rolloutTemperature: recipe.rollout.temperature,
     recordTokenVersions: recipe.proxy.record_token_versions,
+    maskNonlastVersionTokens: recipe.proxy.mask_nonlast_version_tokens,
     partialRollout: recipe.proxy.partial_rollout,
     maxPartialRolloutPreempts: recipe.proxy.max_partial_rollout_preempts ?? null,
     toolCallParseBackend: 'local',

@@ -183,6 +183,13 @@ export const proxySchema = z.strictObject({
   pause_required: z.boolean().default(true),
   /** Seconds a pause waits for aborted generations to return (`DRESSAGE_PROXY_PAUSE_TIMEOUT_SEC`). */
   pause_timeout_seconds: positiveInteger.default(300),
+  /**
+   * The proxy's `--mask-nonlast-version-tokens`: in a trajectory whose trainable tokens come from
+   * more than one weight version (a partial rollout continued on new weights), train only the last
+   * version's tokens. Set on a proxy started here and applied when segments become samples (so a
+   * proxy at `proxy.url` started without the flag is covered too).
+   */
+  mask_nonlast_version_tokens: z.boolean().default(false),
   /** Listen address of a proxy started here; `0.0.0.0` (agents on other machines) is a deliberate choice. */
   host: z.string().min(1).default('127.0.0.1'),
   port: z.int().min(0).max(65535).default(0),
@@ -265,6 +272,18 @@ export const recipeSchema = z
       global_batch_size: positiveInteger.optional(),
       checkpoint_interval: positiveInteger.default(10),
       report_interval: positiveInteger.default(10),
+      /**
+       * The longest sequence the trainer takes (tokens): a longer sample is cut to it, its loss
+       * mask, logprobs and versions with it, and marked truncated. Unset: no limit.
+       */
+      max_sequence_length: positiveInteger.optional(),
+      /**
+       * slime's `--max-tokens-per-gpu`: a segment longer than `max_tokens_per_gpu ×
+       * context_parallel_size` is truncated when it becomes a sample. Unset: no cap.
+       */
+      max_tokens_per_gpu: positiveInteger.optional(),
+      /** slime's `--context-parallel-size`: the token cap's factor. */
+      context_parallel_size: positiveInteger.default(1),
     }),
     hooks: hooksSchema.prefault({}),
   })

@@ -14,12 +14,17 @@ import {
 import { ProxyClient } from '@dressage/proxy';
 import { computeRewards, defaultRewardRegistry, RewardRegistry } from '@dressage/reward-registry';
 import { createRolloutScheduler, PromptDataSource, type RolloutScheduler } from '@dressage/schedulers';
-import { convertSamplesToPackedTrainBatch, type TrainerClient } from '@dressage/trainer-bridge';
+import {
+  convertSamplesToPackedTrainBatch,
+  type TrainerClient,
+  truncateSample,
+} from '@dressage/trainer-bridge';
 import { type BlackboxAgents, startBlackboxAgents } from './blackbox-agents.js';
 import { connectClusterStack } from './cluster-stack.js';
 import { CollapseAlarm, groupTrajectoryRewards } from './collapse-alarm.js';
 import { conversionOptionsOf } from './conversion-options.js';
 import { type EmbeddedStack, startEmbeddedStack } from './embedded-stack.js';
+import { expansionOptionsOf } from './expansion-options.js';
 import { loadHook, loadRunHooks, type RunDataSource } from './hooks.js';
 import { MetricsLog, type MetricsRecord, readMetricsLog } from './metrics-log.js';
 import { formatDuration, Progress, sparkline } from './progress.js';
@@ -277,7 +282,11 @@ export async function runTraining(
       const generate =
         hooks.generate ??
         blackbox?.generate ??
-        makeGenerate(AgentClass as WhiteboxAgentClass, { proxy: proxyClient, proxyUrl: stack.proxyUrl });
+        makeGenerate(AgentClass as WhiteboxAgentClass, {
+          proxy: proxyClient,
+          proxyUrl: stack.proxyUrl,
+          ...expansionOptionsOf(recipe),
+        });
       scheduler = (hooks.rolloutScheduler ?? createRolloutScheduler)(
         recipe.rollout.mode,
         { dataSource, generate, sessionDiscarder: proxyClient },
@@ -304,8 +313,16 @@ export async function runTraining(
         rolloutWaitSeconds += waitSeconds;
         const samples = rollout.samples.flat();
         await scoreSamples(samples, registry, rewardArgs);
-        // What the trainer receives, kept for `dressage inspect` and bug reports.
-        await exportSamples(outputDirectory, step, samples);
+        // What the trainer receives, kept for `dressage inspect` and bug reports: cut to
+        // `training.max_sequence_length` as the conversion cuts them.
+        const maxSequenceLength = recipe.training.max_sequence_length;
+        await exportSamples(
+          outputDirectory,
+          step,
+          maxSequenceLength === undefined
+            ? samples
+            : samples.map((sample) => truncateSample(sample, maxSequenceLength)),
+        );
         const convertOptions = conversionOptionsOf(recipe, globalBatchSize, hooks.rewardPostProcess);
         const converted = (hooks.convert ?? convertSamplesToPackedTrainBatch)(samples, convertOptions);
         const packed = isPackedBatch(converted) ? converted : packTrainBatch(converted);

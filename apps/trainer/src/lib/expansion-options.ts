@@ -1,0 +1,21 @@
+import type { Recipe } from './recipe.js';
+
+/** What the generate functions pass on when a trajectory's segments become samples. */
+export interface ExpansionOptions {
+  maxTokensPerGpu: number | null;
+  contextParallelSize: number;
+  maskNonlastVersionTokens: boolean;
+}
+
+/**
+ * The recipe's settings for turning segments into samples, for whitebox and blackbox generate
+ * functions alike: the token cap `training.max_tokens_per_gpu × training.context_parallel_size`,
+ * and `proxy.mask_nonlast_version_tokens`.
+ */
+export function expansionOptionsOf(recipe: Recipe): ExpansionOptions {
+  return {
+    maxTokensPerGpu: recipe.training.max_tokens_per_gpu ?? null,
+    contextParallelSize: recipe.training.context_parallel_size,
+    maskNonlastVersionTokens: recipe.proxy.mask_nonlast_version_tokens,
+  };
+}

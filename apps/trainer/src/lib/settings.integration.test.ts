@@ -1,0 +1,90 @@
+// Recipe settings that act where segments become samples and samples become a batch, each seen
+// arriving there in a real (tiny) `dressage train` run: the token cap, the longest trained
+// sequence and the proxy's masking of older weight versions.
+import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+import { readMetricsLog } from './metrics-log.js';
+import { loadRecipe } from './recipe.js';
+import { runTraining } from './training-run.js';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const weather = join(here, '..', '..', 'recipes', 'weather');
+const probe = join(here, '__fixtures__', 'settings-probe.ts');
+
+// A one-step run of the weather agent (prompts of about 125 tokens, answers of up to 16) whose
+// convert hook and rollout log report what reached the conversion.
+async function probeRun(extra: string): Promise<{ metrics: Record<string, number>; output: string }> {
+  const directory = await mkdtemp(join(tmpdir(), 'dressage-settings-'));
+  const path = join(directory, 'recipe.yaml');
+  await writeFile(
+    path,
+    `name: settings
+output_dir: ${join(directory, 'run')}
+data: { path: ${join(weather, 'prompts.jsonl')}, n_samples_per_prompt: 2, rollout_batch_size: 2 }
+agent: { module: "${join(weather, 'task.ts')}#WeatherAgent" }
+engine: { kind: embedded, model: { layers: 1, d_model: 16, heads: 2, context: 256 } }
+trainer: { kind: embedded }
+hooks:
+  convert: "${probe}#convert"
+  rollout_log_function: "${probe}#rolloutLog"
+  reward_modules: ["${join(weather, 'task.ts')}"]
+${extra}`,
+  );
+  await runTraining(await loadRecipe(path, {}), { log: () => undefined });
+  const records = await readMetricsLog(join(directory, 'run', 'metrics.jsonl'));
+  return { metrics: records.at(-1)?.metrics ?? {}, output: join(directory, 'run') };
+}
+
+describe('recipe settings reach the conversion', () => {
+  it('caps segments, cuts trained sequences and masks older versions as the recipe says', async () => {
+    const { metrics, output } = await probeRun(`rollout: { max_new_tokens: 16 }
+proxy: { token_build_model: qwen3, mask_nonlast_version_tokens: true }
+training:
+  steps: 1
+  max_tokens_per_gpu: 66
+  context_parallel_size: 2
+  max_sequence_length: 128
+`);
+    expect(metrics['probe/live_samples']).toBeGreaterThan(0);
+    // The token cap is max_tokens_per_gpu × context_parallel_size, applied at expansion.
+    expect(metrics['probe/longest_input']).toBe(132);
+    expect(metrics['probe/capped_inputs']).toBeGreaterThan(0);
+    // The conversion cut every sample to max_sequence_length and marked it truncated.
+    expect(metrics['probe/longest_trained']).toBe(128);
+    expect(metrics['probe/truncated_trained']).toBeGreaterThanOrEqual(
+      metrics['probe/capped_inputs'] as number,
+    );
+    // The embedded proxy was started with --mask-nonlast-version-tokens.
+    expect(metrics['probe/mask_nonlast_segments']).toBe(metrics['probe/live_samples']);
+    // The exported samples are what was trained: cut alike, with the trainer's logprobs beside them.
+    const exported = (await readFile(join(output, 'samples', 'step-000000.jsonl'), 'utf8'))
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line));
+    const trainer = (await readFile(join(output, 'samples', 'step-000000.trainer.jsonl'), 'utf8'))
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line));
+    expect(trainer).toHaveLength(exported.length);
+    for (const [index, sample] of exported.entries()) {
+      expect(sample.tokens.length).toBeLessThanOrEqual(128);
+      expect(sample.loss_mask).toHaveLength(sample.tokens.length - sample.prompt_length);
+      if (sample.full_versions !== null) expect(sample.full_versions).toHaveLength(sample.tokens.length);
+      expect(trainer[index].train_log_probs).toHaveLength(sample.loss_mask.length);
+    }
+  }, 300_000);
+
+  it('leaves samples whole without the settings', async () => {
+    const { metrics } = await probeRun(`rollout: { max_new_tokens: 16 }
+proxy: { token_build_model: qwen3 }
+training: { steps: 1 }
+`);
+    expect(metrics['probe/capped_inputs']).toBe(0);
+    expect(metrics['probe/longest_trained']).toBe(metrics['probe/longest_input']);
+    expect(metrics['probe/longest_input']).toBeGreaterThan(132);
+    expect(metrics['probe/mask_nonlast_segments']).toBe(0);
+  }, 300_000);
+});
