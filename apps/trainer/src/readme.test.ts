@@ -59,4 +59,23 @@ describe('README', () => {
       expect.arrayContaining(['step-000001', 'step-000002']),
     );
   }, 600_000);
+
+  it('lists the commands exactly as dressage --help prints them', async () => {
+    const child = spawn(
+      process.execPath,
+      [
+        '--conditions=@dressage/source',
+        '--import',
+        'tsx',
+        join(appDirectory, 'src', 'bin', 'dressage.ts'),
+        '--help',
+      ],
+      { cwd: appDirectory, stdio: ['ignore', 'pipe', 'inherit'] },
+    );
+    let output = '';
+    child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
+    expect(code).toBe(0);
+    expect(readmeExample(join(appDirectory, 'README.md'), 'commands')).toBe(output.trimEnd());
+  });
 });
