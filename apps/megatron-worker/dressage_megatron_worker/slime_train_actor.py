@@ -36,8 +36,11 @@ def dressage_actor_class(base: type) -> type:
             load = getattr(args, "load", None)
             if load:
                 try:
-                    with open(os.path.join(load, "latest_checkpointed_iteration.txt")) as handle:
-                        iteration = int(handle.read().strip())
+                    # Megatron's --ckpt-step picks an iteration; else the tracker file names the latest.
+                    iteration = vars(args).get("ckpt_step")
+                    if iteration is None:
+                        with open(os.path.join(load, "latest_checkpointed_iteration.txt")) as handle:
+                            iteration = int(handle.read().strip())
                     with open(os.path.join(load, f"iter_{iteration:07d}", CHECKPOINT_STATE)) as handle:
                         args.update_weight_start_version = int(json.load(handle)["weight_version"])
                 except (OSError, ValueError, KeyError):

@@ -73,6 +73,8 @@ export async function connectClusterStack(
     weightVersion: info.weight_version,
     warmStartBatches: [],
     backend: info.backend,
+    // The worker runs on another machine: output_dir is not its filesystem.
+    checkpointsAt: 'trainer',
     async close() {
       await closeProxy();
       trainer.close();

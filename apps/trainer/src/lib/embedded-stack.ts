@@ -52,6 +52,12 @@ export interface EmbeddedStack {
    * where not trained), taken once. Only an in-process trainer has them.
    */
   takeTrainLogProbs?: () => Float32Array | null;
+  /**
+   * Where checkpoints go. `output` (default): `output_dir/checkpoints/step-N`, written by a trainer
+   * on this machine. `trainer`: a remote trainer writes where it was started to write (slime's
+   * `--save`); the loop asks with an empty path and records the directory the trainer answers.
+   */
+  checkpointsAt?: 'output' | 'trainer';
   /** Stops the proxy, the trainer and the engine. */
   close(): Promise<void>;
 }

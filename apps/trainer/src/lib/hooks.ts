@@ -60,7 +60,8 @@ export interface DataSourceHookContext {
 /** A custom data source with optional position save/load (used by checkpoints and `--resume`). */
 export type RunDataSource = RolloutDataSource & {
   save?(directory: string, rolloutId: number): Promise<unknown>;
-  load?(directory: string): Promise<unknown>;
+  /** Restores the position saved for `rolloutId` (the step of the checkpoint resumed). */
+  load?(directory: string, rolloutId?: number): Promise<unknown>;
 };
 
 /** The recipe's pluggable hooks, loaded. `null` means the built-in behaviour. */

@@ -214,10 +214,19 @@ export async function runTraining(
 
     if (previous !== null) {
       const loadedCheckpoint = await trainer.loadCheckpoint({ path: previous.checkpoint });
+      if (stack.checkpointsAt === 'trainer' && Number(loadedCheckpoint.rollout_id) !== previous.step) {
+        // A trainer that loads only when it starts (slime: --load) must have started from this checkpoint.
+        throw new DressageError({
+          code: 'failed_precondition',
+          message: `resume: the run stopped after step ${previous.step} (checkpoint ${previous.checkpoint}), but the trainer continues at rollout ${loadedCheckpoint.rollout_id}: restart it from that checkpoint`,
+        });
+      }
       weightVersion = (await publishWeights(trainer, proxyClient, 'resume', pauseSettings, log))
         .weightVersion;
       history.publish(weightVersion);
-      await dataSource.load?.(join(outputDirectory, 'data-source'));
+      // The position saved with this checkpoint: a run killed after saving a later position but
+      // before its run state would otherwise skip the prompts of the steps it never trained.
+      await dataSource.load?.(join(outputDirectory, 'data-source'), previous.step);
       log(
         `resume: step ${previous.step}, checkpoint ${previous.checkpoint} (weights ${loadedCheckpoint.weight_version}), serving ${weightVersion}`,
       );
@@ -411,14 +420,14 @@ export async function runTraining(
           ...(reading.reason === undefined ? {} : { alarm: reading.reason }),
         });
         if ((step + 1) % recipe.training.checkpoint_interval === 0 || step + 1 === totalSteps) {
-          await checkpoint(trainer, dataSource, outputDirectory, step + 1, weightVersion);
+          await checkpoint(trainer, stack, dataSource, outputDirectory, step + 1, weightVersion);
         }
       }
       rlSeconds = seconds(rlStarted);
       if (rewards.length > 0) progress.endPhase(rlSummary(rewards, rlSeconds));
     }
     if (stopped) {
-      await checkpoint(trainer, dataSource, outputDirectory, step, weightVersion);
+      await checkpoint(trainer, stack, dataSource, outputDirectory, step, weightVersion);
       log(`stopped at step ${step}; resume with --resume`);
     }
   } finally {
@@ -601,20 +610,29 @@ async function scoreSamples(
   for (const sample of samples) sample.reward ??= 0;
 }
 
+/**
+ * Saves the trainer's state after `step` RL steps (`rollout_id` = the steps trained), then the
+ * data-source position, then `run-state.json` naming the checkpoint the trainer answered: the
+ * state file is written last, so a run killed in between resumes from the previous checkpoint.
+ */
 async function checkpoint(
   trainer: TrainerClient,
+  stack: Pick<EmbeddedStack, 'checkpointsAt'>,
   dataSource: RunDataSource,
   outputDirectory: string,
   step: number,
   weightVersion: string,
 ): Promise<void> {
-  const path = join(outputDirectory, 'checkpoints', `step-${String(step).padStart(6, '0')}`);
-  await trainer.saveCheckpoint({ path, rollout_id: step });
+  const atTrainer = stack.checkpointsAt === 'trainer';
+  // A trainer that keeps its own checkpoints starts from its model again: nothing to save before a step.
+  if (atTrainer && step === 0) return;
+  const path = atTrainer ? '' : join(outputDirectory, 'checkpoints', `step-${String(step).padStart(6, '0')}`);
+  const saved = await trainer.saveCheckpoint({ path, rollout_id: step });
   await dataSource.save?.(join(outputDirectory, 'data-source'), step);
   await writeRunState(outputDirectory, {
     step,
     weight_version: weightVersion,
-    checkpoint: path,
+    checkpoint: saved.path === '' ? path : saved.path,
   });
 }
 
