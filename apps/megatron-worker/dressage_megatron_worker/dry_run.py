@@ -16,6 +16,7 @@ from urllib.parse import urlparse
 from . import slime_api
 from .engine_ownership import engine_answers, ownership_problem, router_worker_urls
 from .slime_actor import launch_problems
+from .slime_load import absent_load, describe, plan_load
 
 Check = dict[str, Any]
 
@@ -41,9 +42,11 @@ def _flag_values(argv: Sequence[str], name: str) -> list[str]:
 
 
 def _flag_problems(argv: Sequence[str]) -> list[str]:
-    """launch_problems, read from the flags when slime cannot parse them here."""
+    """launch_problems, read from the flags when slime cannot parse them here, with what slime's
+    argument post-processing would make of --load and --ref-load."""
     present = set(argv)
     estimator = _flag(argv, "--advantage-estimator")
+    plan = plan_load(_flag(argv, "--load"), _flag(argv, "--ref-load"))
     return launch_problems(
         type(
             "Flags",
@@ -57,6 +60,8 @@ def _flag_problems(argv: Sequence[str]) -> list[str]:
                 "rollout_top_p": float(_flag(argv, "--rollout-top-p") or 1.0),
                 "release_train": "--release-train" in present,
                 "use_fault_tolerance": "--use-fault-tolerance" in present,
+                "load": plan.path,
+                "pretrained_checkpoint": _flag(argv, "--pretrained-checkpoint"),
             },
         )()
     )
@@ -107,21 +112,25 @@ def run_checks(
     if arguments is not None:
         try:
             parsed = _parse_with_slime(arguments.parse_args, argv)
-            problems = launch_problems(parsed)
+            # parse_args ran slime's post-processing: parsed.load is what the actors will load.
+            load = getattr(parsed, "load", None)
+            problems = launch_problems(parsed) + absent_load(load)
             checks.append(
                 {
                     "name": "slime: arguments",
                     "ok": not problems,
                     "detail": "; ".join(problems)
                     or f"parsed by slime's parse_args: data-parallel size {getattr(parsed, 'data_parallel_size', '?')}, "
-                    f"num_rollout {getattr(parsed, 'num_rollout', '?')}",
+                    f"num_rollout {getattr(parsed, 'num_rollout', '?')}; {describe(load)}",
                 }
             )
         except BaseException as error:  # noqa: BLE001 - argparse exits, slime asserts
             checks.append({"name": "slime: arguments", "ok": False, "detail": f"slime's parse_args: {type(error).__name__}: {error}"})
     else:
         missing = slime_api.missing_flags(argv)
+        plan = plan_load(_flag(argv, "--load"), _flag(argv, "--ref-load"))
         problems = ([f"missing {', '.join(missing)}"] if missing else []) + _flag_problems(argv)
+        problems += absent_load(plan.path)
         if "--num-epoch" in argv and "--disable-rollout-global-dataset" in argv:
             problems.append("--num-epoch needs slime's global dataset: use --num-rollout")
         checks.append(
@@ -129,7 +138,8 @@ def run_checks(
                 "name": "slime: arguments",
                 "ok": not problems,
                 "detail": "; ".join(problems)
-                or f"required flags present (checked against the recorded slime API at {slime_api.commit()[:9]})",
+                or f"required flags present (checked against the recorded slime API at {slime_api.commit()[:9]}); "
+                f"{describe(plan.path)}",
             }
         )
 

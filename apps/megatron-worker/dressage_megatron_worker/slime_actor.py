@@ -18,6 +18,7 @@ from .errors import WorkerError
 from .packed_batch import PackedBatch
 from .rank_payloads import DataParallelSchedule, rank_payloads
 from .rollout_data import to_rollout_data
+from .slime_load import missing_model
 from .slime_settings import batch_settings, scaled_rewards
 from .slime_train_actor import FILES_KEY, SETTINGS_KEY, SKIPPED_KEY, dressage_actor_class
 
@@ -57,6 +58,10 @@ def launch_problems(args: Any) -> list[str]:
             "--use-fault-tolerance: slime's health monitor replaces a dead engine by None and restarts it only "
             "from train.py's loop, which the worker does not run; restart the worker instead"
         )
+    if not getattr(args, "debug_rollout_only", False):
+        model = missing_model(getattr(args, "load", None), getattr(args, "pretrained_checkpoint", None))
+        if model:
+            problems.append(model)
     if getattr(args, "check_for_nan_in_loss_and_grad", True):
         problems.append(
             "Megatron's NaN check (on by default) raises in the middle of a step and fails the whole Train "

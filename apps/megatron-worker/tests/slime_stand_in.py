@@ -754,6 +754,7 @@ def launch_args(**overrides: Any) -> StrictArgs:
         "start_rollout_id": None,
         # What slime_validate_args leaves in args.load for the README's first launch: a model to start from.
         "load": BASE_MODEL,
+        "pretrained_checkpoint": None,
         "advantage_estimator": "grpo",
         "eps_clip": 0.2,
         "eps_clip_high": None,

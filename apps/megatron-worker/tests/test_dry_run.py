@@ -1,7 +1,9 @@
 import argparse
 import socket
+import tempfile
 import types
 import unittest
+from pathlib import Path
 
 from dressage_megatron_worker.dry_run import run_checks
 
@@ -13,7 +15,8 @@ LAUNCH = [
     "--rollout-num-gpus-per-engine", "2", "--sglang-router-ip", "ROUTER_IP", "--sglang-router-port", "ROUTER_PORT",
     "--spec", "slime_plugins.models.qwen3_5", "get_qwen3_5_spec", "--num-layers", "32", "--hidden-size", "2560",
     "--ffn-hidden-size", "9216", "--num-attention-heads", "16", "--vocab-size", "248320",
-    "--hf-checkpoint", "/models/Qwen3.5-4B", "--load", "/ckpt/qwen3.5-4b", "--save", "/ckpt/qwen3.5-4b",
+    "--hf-checkpoint", "/models/Qwen3.5-4B", "--ref-load", "REF_LOAD", "--load", "/ckpt/qwen3.5-4b",
+    "--save", "/ckpt/qwen3.5-4b",
     "--disable-rollout-global-dataset", "--rollout-batch-size", "32", "--n-samples-per-prompt", "16",
     "--num-rollout", "200", "--global-batch-size", "512", "--advantage-estimator", "grpo",
     "--no-check-for-nan-in-loss-and-grad",
@@ -30,7 +33,11 @@ class DryRunTest(unittest.TestCase):
         self.router = Router(lambda: self.workers)
         self.addCleanup(self.router.close)
         self.url = f"http://127.0.0.1:{self.router.port}"
-        self.argv = [{"ROUTER_IP": "127.0.0.1", "ROUTER_PORT": str(self.router.port)}.get(item, item) for item in LAUNCH]
+        # The model's torch_dist checkpoint, as --ref-load names it (a Megatron checkpoint directory).
+        self.ref_load = tempfile.mkdtemp()
+        Path(self.ref_load, "latest_checkpointed_iteration.txt").write_text("release")
+        names = {"ROUTER_IP": "127.0.0.1", "ROUTER_PORT": str(self.router.port), "REF_LOAD": self.ref_load}
+        self.argv = [names.get(item, item) for item in LAUNCH]
 
     def by_name(self, checks: list) -> dict:
         return {check["name"]: check for check in checks}
@@ -62,6 +69,47 @@ class DryRunTest(unittest.TestCase):
                 self.assertIn(flag, checks["slime: arguments"]["detail"])
         checks = self.by_name(run_checks([*self.argv, "--rollout-top-p", "1.0"], self.url, importer=without_slime))
         self.assertTrue(checks["slime: arguments"]["ok"], checks["slime: arguments"]["detail"])
+
+    def test_load_without_a_checkpoint_needs_ref_load_as_slimes_post_processing_decides(self) -> None:
+        without_ref = [item for item in self.argv if item not in ("--ref-load", self.ref_load)]
+        check = self.by_name(run_checks(without_ref, self.url, importer=without_slime))["slime: arguments"]
+        self.assertFalse(check["ok"])
+        self.assertIn("slime loads --ref-load, which is not set", check["detail"])
+        self.assertIn("model.py:291", check["detail"])
+        # With it, slime starts from --ref-load at rollout 0 while --load holds nothing.
+        check = self.by_name(run_checks(self.argv, self.url, importer=without_slime))["slime: arguments"]
+        self.assertTrue(check["ok"], check["detail"])
+        self.assertIn(f"loads {self.ref_load} (Megatron checkpoint", check["detail"])
+        # A --ref-load that is not there is named too (slime's checkpoint loader asserts it).
+        missing = [item if item != self.ref_load else "/nonexistent/torch_dist" for item in self.argv]
+        check = self.by_name(run_checks(missing, self.url, importer=without_slime))["slime: arguments"]
+        self.assertIn("/nonexistent/torch_dist, which does not exist", check["detail"])
+        # Once --load holds a checkpoint (a restart), it needs no --ref-load and says where it continues.
+        save = tempfile.mkdtemp()
+        Path(save, "latest_checkpointed_iteration.txt").write_text("9")
+        resumed = [item if item != "/ckpt/qwen3.5-4b" else save for item in without_ref]
+        check = self.by_name(run_checks(resumed, self.url, importer=without_slime))["slime: arguments"]
+        self.assertTrue(check["ok"], check["detail"])
+        self.assertIn(f"loads {save} (Megatron checkpoint, iteration 9: continues at the next rollout)", check["detail"])
+
+    def test_slimes_parse_args_post_processing_is_checked_where_importable(self) -> None:
+        def parse_args() -> argparse.Namespace:
+            # slime_validate_args: no checkpoint in --load, so --load becomes --ref-load (None here).
+            parser = argparse.ArgumentParser()
+            for flag in ("--load", "--ref-load", "--sglang-router-ip", "--sglang-router-port"):
+                parser.add_argument(flag)
+            parsed = parser.parse_known_args()[0]
+            parsed.load = parsed.ref_load
+            parsed.check_for_nan_in_loss_and_grad = False
+            return parsed
+
+        slime = types.SimpleNamespace(parse_args=parse_args, __file__="/root/slime/slime/utils/arguments.py")
+        argv = ["--load", "/ckpt/qwen3.5-4b", "--sglang-router-ip", "127.0.0.1"]
+        check = self.by_name(run_checks(argv, self.url, importer=lambda name: slime))["slime: arguments"]
+        self.assertFalse(check["ok"])
+        self.assertIn("slime loads --ref-load, which is not set", check["detail"])
+        check = self.by_name(run_checks([*argv, "--ref-load", self.ref_load], self.url, importer=lambda name: slime))
+        self.assertTrue(check["slime: arguments"]["ok"], check["slime: arguments"]["detail"])
 
     def test_tells_stale_router_entries_from_live_ones(self) -> None:
         live = Router()

@@ -336,6 +336,13 @@ class SlimeActorTest(unittest.TestCase):
                 started.actor.start()
             self.assertEqual(started.slime.calls, [])
 
+    def test_a_launch_with_no_model_to_load_is_refused_before_any_gpu_is_taken(self) -> None:
+        # What slime's post-processing leaves when --load holds nothing and --ref-load is not given.
+        started = Started(self, load=None)
+        with self.assertRaisesRegex(WorkerError, "pass --ref-load"):
+            started.actor.start()
+        self.assertEqual(started.slime.calls, [])
+
     def test_flags_the_worker_does_not_serve_are_refused_at_start_naming_the_flag(self) -> None:
         for args, flag in (
             ({"rollout_top_p": 0.9}, "--rollout-top-p 0.9"),

@@ -21,6 +21,10 @@ describe('recipes/cluster/recipe.yaml', () => {
       '--sglang-router-port',
       '8000',
     ]);
+    // --load holds no checkpoint before the first one is saved: slime then loads --ref-load, which
+    // must be given (the dry run refuses the launch without it).
+    expect(args[args.indexOf('--ref-load') + 1]).toBe('/ckpt/qwen3.5-4b_torch_dist');
+    expect(args[args.indexOf('--load') + 1]).toBe(args[args.indexOf('--save') + 1]);
     // The worker directory the dry run starts `python3 -m dressage_megatron_worker --dry-run` in.
     const workerDirectory =
       recipe.trainer.kind === 'grpc' ? (recipe.trainer.slime_check?.worker_dir ?? null) : null;

@@ -137,7 +137,13 @@ training: { steps: 1 }
       'slime: GPUs',
       'engine: owned by slime',
     ]);
-    expect(slime['slime: arguments']).toMatchObject({ ok: false, detail: 'missing --rollout-batch-size' });
+    // No --load or --ref-load: slime's post-processing leaves the actors no model to load.
+    expect(slime['slime: arguments']).toMatchObject({
+      ok: false,
+      detail: expect.stringMatching(
+        /^missing --rollout-batch-size; slime would load no model: .* pass --ref-load/,
+      ),
+    });
     expect(slime['slime: GPUs']?.detail).toContain('16 GPUs (8 for Megatron, 8 for');
     expect(slime['engine: owned by slime']?.detail).toMatch(/router http:\/\/127.0.0.1:9 unreachable/);
   }, 60_000);
