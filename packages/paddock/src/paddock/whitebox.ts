@@ -70,8 +70,11 @@ export interface WhiteboxRunContext {
   /**
    * Posts a chat completion to the proxy under this session. The scheduler's sampling parameters
    * (`temperature`, `top_p`, `top_k`, `max_new_tokens` as `max_tokens`) fill keys the body leaves out.
+   * Past `maxTurns` requests it sends nothing and throws a `resource_exhausted` error.
    */
   chat(body: Json): Promise<Json>;
+  /** Model requests a run may make (the generate function's `maxTurns`); null: no limit. */
+  maxTurns: number | null;
   /** Aborted when the scheduler cancels the rollout; pending model calls are cancelled with it. */
   signal: AbortSignal;
   /** The scheduler's sampling parameters for this sample. */
@@ -103,6 +106,8 @@ export interface WhiteboxGenerateOptions {
   contextParallelSize?: number | null;
   /** Mask trainable tokens of older weight versions ({@link expandSegmentsToSamples}). */
   maskNonlastVersionTokens?: boolean;
+  /** Model requests per sample; `context.chat` refuses the next one. Unset or null: no limit. */
+  maxTurns?: number | null;
 }
 
 /**
@@ -177,6 +182,8 @@ export function makeGenerate(AgentClass: WhiteboxAgentClass, options: WhiteboxGe
     const base = options.proxyUrl.replace(/\/+$/, '');
     const signal = generateContext.signal ?? new AbortController().signal;
     const defaults = samplingDefaults(samplingParams);
+    const maxTurns = options.maxTurns ?? null;
+    let turns = 0;
     const context: WhiteboxRunContext = {
       sessionId,
       instanceId,
@@ -184,7 +191,16 @@ export function makeGenerate(AgentClass: WhiteboxAgentClass, options: WhiteboxGe
       signal,
       samplingParams,
       metadata: {},
+      maxTurns,
       async chat(body) {
+        if (maxTurns !== null && turns >= maxTurns) {
+          throw new DressageError({
+            code: 'resource_exhausted',
+            message: `max_turns reached: this run has made its ${maxTurns} model requests`,
+            details: { max_turns: maxTurns },
+          });
+        }
+        turns += 1;
         const response = await fetch(`${base}/v1/chat/completions`, {
           method: 'POST',
           headers: {
