@@ -106,7 +106,8 @@ export async function startEmbeddedStack(options: EmbeddedStackOptions): Promise
   const proxyConfig = createProxyConfig({
     tokenizerPath,
     chatTemplate: options.chatTemplatePath,
-    host: '127.0.0.1',
+    // Loopback unless the recipe opens it (agents on other machines).
+    host: recipe.proxy.host,
     port: recipe.proxy.port,
     apiKey: recipe.proxy.api_key,
     tokenBuildMode: recipe.proxy.token_build_mode,

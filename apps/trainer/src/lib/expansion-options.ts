@@ -7,6 +7,11 @@ export interface ExpansionOptions {
   maskNonlastVersionTokens: boolean;
 }
 
+/** What a whitebox generate function takes from the recipe besides the expansion settings. */
+export interface WhiteboxSettings extends ExpansionOptions {
+  maxTurns: number;
+}
+
 /**
  * The recipe's settings for turning segments into samples, for whitebox and blackbox generate
  * functions alike: the token cap `training.max_tokens_per_gpu × training.context_parallel_size`,
@@ -18,4 +23,9 @@ export function expansionOptionsOf(recipe: Recipe): ExpansionOptions {
     contextParallelSize: recipe.training.context_parallel_size,
     maskNonlastVersionTokens: recipe.proxy.mask_nonlast_version_tokens,
   };
+}
+
+/** {@link expansionOptionsOf} and `rollout.max_turns`, the model requests a whitebox run may make. */
+export function whiteboxSettingsOf(recipe: Recipe): WhiteboxSettings {
+  return { ...expansionOptionsOf(recipe), maxTurns: recipe.rollout.max_turns };
 }

@@ -249,6 +249,7 @@ export const recipeSchema = z
         temperature: z.number().min(0).default(1),
         top_p: z.number().gt(0).max(1).default(1),
         max_new_tokens: positiveInteger.default(64),
+        /** Model requests a whitebox agent may make per sample; `context.chat` refuses the next one. */
         max_turns: positiveInteger.default(4),
         max_retries: z.int().nonnegative().default(2),
         keep_versions: positiveInteger.optional(),
@@ -257,6 +258,10 @@ export const recipeSchema = z
         max_active_samples: positiveInteger.optional(),
         max_outstanding_groups: positiveInteger.optional(),
         recall_stale_groups: z.boolean().optional(),
+        /**
+         * Publish the trained weights to the engine after every this many RL steps (slime's
+         * `--update-weights-interval`); the rollouts in between keep sampling the older weights.
+         */
         update_weights_interval: positiveInteger.default(1),
       })
       .prefault({}),
@@ -271,6 +276,7 @@ export const recipeSchema = z
       steps: positiveInteger,
       global_batch_size: positiveInteger.optional(),
       checkpoint_interval: positiveInteger.default(10),
+      /** Rewrite `report.html` after every this many RL steps (and at the end), to watch a long run. */
       report_interval: positiveInteger.default(10),
       /**
        * The longest sequence the trainer takes (tokens): a longer sample is cut to it, its loss

@@ -88,3 +88,50 @@ training: { steps: 1 }
     expect(metrics['probe/mask_nonlast_segments']).toBe(0);
   }, 300_000);
 });
+
+describe('recipe settings reach the run', () => {
+  it('bounds whitebox turns, spaces weight updates and reports, and binds the proxy where told', async () => {
+    const directory = await mkdtemp(join(tmpdir(), 'dressage-settings-'));
+    const output = join(directory, 'run');
+    const path = join(directory, 'recipe.yaml');
+    await writeFile(
+      path,
+      `name: settings
+output_dir: ${output}
+data: { path: ${join(weather, 'prompts.jsonl')}, n_samples_per_prompt: 2, rollout_batch_size: 1 }
+agent: { module: "${probe}#AskUntilRefused" }
+rollout: { max_new_tokens: 4, max_turns: 2, update_weights_interval: 2 }
+engine: { kind: embedded, model: { layers: 1, d_model: 16, heads: 2, context: 256 } }
+trainer: { kind: embedded }
+proxy: { token_build_model: qwen3, host: 127.0.0.2 }
+training: { steps: 2, report_interval: 1 }
+hooks:
+  convert: "${probe}#convert"
+  rollout_log_function: "${probe}#runLog"
+  reward_modules: ["${join(weather, 'task.ts')}"]
+`,
+    );
+    const lines: string[] = [];
+    process.env.DRESSAGE_SETTINGS_PROBE_REPORT = join(output, 'report.html');
+    try {
+      const summary = await runTraining(await loadRecipe(path, {}), { log: (line) => lines.push(line) });
+      // One update, after the second step: the engine serves version 1, not 2.
+      expect(summary.weightVersion).toBe('1');
+    } finally {
+      delete process.env.DRESSAGE_SETTINGS_PROBE_REPORT;
+    }
+    const rl = (await readMetricsLog(join(output, 'metrics.jsonl'))).filter(
+      (record) => record.phase === 'rl',
+    );
+    expect(rl.map((record) => record.metrics['weight_update/published'])).toEqual([0, 1]);
+    // Every run asked twice, then context.chat refused (each of its samples says so).
+    for (const record of rl) {
+      expect(record.metrics['probe/most_turns']).toBe(2);
+      expect(record.metrics['probe/samples']).toBeGreaterThanOrEqual(2);
+      expect(record.metrics['probe/refused_samples']).toBe(record.metrics['probe/samples']);
+    }
+    // The report of step 0 was on disk when step 1 was logged.
+    expect(rl.map((record) => record.metrics['probe/report_written'])).toEqual([0, 1]);
+    expect(lines.some((line) => line.includes('proxy http://127.0.0.2:'))).toBe(true);
+  }, 300_000);
+});

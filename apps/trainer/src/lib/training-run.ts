@@ -24,7 +24,7 @@ import { connectClusterStack } from './cluster-stack.js';
 import { CollapseAlarm, groupTrajectoryRewards } from './collapse-alarm.js';
 import { conversionOptionsOf } from './conversion-options.js';
 import { type EmbeddedStack, startEmbeddedStack } from './embedded-stack.js';
-import { expansionOptionsOf } from './expansion-options.js';
+import { whiteboxSettingsOf } from './expansion-options.js';
 import { loadHook, loadRunHooks, type RunDataSource } from './hooks.js';
 import { MetricsLog, type MetricsRecord, readMetricsLog } from './metrics-log.js';
 import { formatDuration, Progress, sparkline } from './progress.js';
@@ -294,7 +294,7 @@ export async function runTraining(
         makeGenerate(AgentClass as WhiteboxAgentClass, {
           proxy: proxyClient,
           proxyUrl: stack.proxyUrl,
-          ...expansionOptionsOf(recipe),
+          ...whiteboxSettingsOf(recipe),
         });
       scheduler = (hooks.rolloutScheduler ?? createRolloutScheduler)(
         recipe.rollout.mode,
@@ -356,15 +356,21 @@ export async function runTraining(
           },
         });
         if (trainLogProbs !== null) await exportTrainLogProbs(outputDirectory, step, packed, trainLogProbs);
-        const updated = await publishWeights(
-          trainer,
-          proxyClient,
-          `weight_update_after_rollout_${step}`,
-          pauseSettings,
-          log,
-        );
-        weightVersion = updated.weightVersion;
-        history.publish(weightVersion);
+        // Weights reach the engine after every `update_weights_interval`-th step only.
+        const updated =
+          (step + 1) % recipe.rollout.update_weights_interval === 0
+            ? await publishWeights(
+                trainer,
+                proxyClient,
+                `weight_update_after_rollout_${step}`,
+                pauseSettings,
+                log,
+              )
+            : null;
+        if (updated !== null) {
+          weightVersion = updated.weightVersion;
+          history.publish(weightVersion);
+        }
         const trainSeconds = (performance.now() - trainStarted) / 1000;
         trainerBusySeconds += trainSeconds;
         const stepSeconds = (performance.now() - stepStarted) / 1000;
@@ -399,13 +405,15 @@ export async function runTraining(
           'perf/train_seconds': trainedSeconds,
           'perf/publish_seconds': trainSeconds - trainedSeconds,
           // 1 when the rollouts were paused (and quiesced) before the weights moved.
-          'weight_update/paused': updated.paused ? 1 : 0,
-          'weight_update/quiesced': updated.quiesced ? 1 : 0,
+          'weight_update/published': updated === null ? 0 : 1,
+          'weight_update/paused': updated?.paused === true ? 1 : 0,
+          'weight_update/quiesced': updated?.quiesced === true ? 1 : 0,
           'perf/tokens_per_second': packed.tokens.length / stepSeconds,
           'perf/trainer_idle_fraction': Math.max(0, 1 - trainerBusySeconds / seconds(rlStarted)),
           ...reading.metrics,
         };
         await metricsLog.append({ step, time: seconds(started), phase: 'rl', metrics });
+        if ((step + 1) % recipe.training.report_interval === 0) await writeReport(outputDirectory, recipe);
         progress.update({
           step: step + 1,
           totalSteps,
