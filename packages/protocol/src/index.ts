@@ -106,6 +106,7 @@ export {
   segmentToJson,
   type TimelineExtraInfo,
   timelineExtraInfoSchema,
+  versionLabel,
 } from './schemas/segment.js';
 export {
   normalizedMessageSchema,

@@ -3,7 +3,7 @@ import type { z } from 'zod';
 import { safeParseWire, type ValidationIssue } from '../validation.js';
 import { lineageSegment, stepRecord, timelineSegment } from './__fixtures__/payloads.js';
 import { createSample, SampleStatus, sampleSchema } from './sample.js';
-import { segmentSchema } from './segment.js';
+import { segmentSchema, segmentShapeSchema, versionLabel } from './segment.js';
 import { stepRecordSchema } from './step-record.js';
 import { trainBatchSchema } from './train-batch.js';
 
@@ -41,6 +41,20 @@ describe('segment', () => {
     const versions = lineageSegment();
     versions.full_versions.push('3');
     expect(paths(segmentSchema, versions)).toEqual(['full_versions']);
+  });
+
+  it('reads version labels as the reference does: numbers stringified, null as unknown', () => {
+    const segment = lineageSegment();
+    const labels: unknown[] = segment.full_versions.map((_, index) =>
+      index === 0 ? null : index < 3 ? 7 : '8',
+    );
+    const parsed = segmentSchema.parse({ ...segment, full_versions: labels });
+    expect(parsed.full_versions?.slice(0, 4)).toEqual(['unknown', '7', '7', '8']);
+    const shaped = segmentShapeSchema.parse({ ...segment, full_versions: labels });
+    expect(shaped.full_versions?.slice(0, 4)).toEqual(['unknown', '7', '7', '8']);
+    // A record without versions, or with null for the whole list, has none.
+    expect(segmentSchema.parse({ ...segment, full_versions: null }).full_versions).toBeUndefined();
+    expect(versionLabel(3.5)).toBe('3.5');
   });
 
   it('rejects an aligned_response_length that disagrees with the mask', () => {

@@ -92,10 +92,33 @@ const segmentFields = {
   label: z.unknown().optional(),
   finish_reason: z.string().nullable(),
   timestamp: z.number(),
-  full_versions: z.array(z.string()).optional(),
+  full_versions: z
+    .array(z.union([z.string(), z.number(), z.boolean(), z.null()]))
+    .nullable()
+    .optional()
+    .transform(versionLabels),
   routed_experts_chunks: z.array(routedExpertsChunkSchema).optional(),
   extra_info: segmentExtraInfoSchema,
 };
+
+/**
+ * One per-token weight-version label as the reference reads it: a string as is, `null` as
+ * `"unknown"`, anything else (an engine that reports its version as a number) stringified.
+ */
+export function versionLabel(value: unknown): string {
+  if (typeof value === 'string') return value;
+  return value === null || value === undefined ? 'unknown' : String(value);
+}
+
+// A segment's `full_versions` with every label a string; absent or null stays absent. The common
+// case (all strings, as this proxy writes them) is returned without a copy.
+function versionLabels(values: readonly unknown[] | null | undefined): string[] | undefined {
+  if (values === null || values === undefined) return undefined;
+  for (let index = 0; index < values.length; index++) {
+    if (typeof values[index] !== 'string') return values.map(versionLabel);
+  }
+  return values as string[];
+}
 
 interface SegmentArrays {
   tokens: ArrayLike<number>;
@@ -190,7 +213,7 @@ export const segmentShapeSchema = z
     tokens: arrayOf<number>('token ids').refine((tokens) => tokens.length > 0, 'must not be empty'),
     full_logprobs: arrayOf<number>('logprobs'),
     full_loss_mask: arrayOf<number>('mask values'),
-    full_versions: arrayOf<string>('version labels').optional(),
+    full_versions: arrayOf<unknown>('version labels').nullable().optional().transform(versionLabels),
     // routed_experts_chunks keeps its full schema: a handful of chunks per segment, each one string.
   })
   .superRefine(checkSegment)
