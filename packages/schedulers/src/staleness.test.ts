@@ -72,8 +72,12 @@ describe('StalenessTracker', () => {
   it('is off with 0 or null and rejects negative values', () => {
     for (const keep of [0, null]) {
       const tracker = new StalenessTracker(keep);
-      tracker.observe([segment('a', 0, '1')]);
-      tracker.observe([segment('b', 0, '2')]);
+      expect(tracker.observe([segment('a', 0, '1')])).toBe(false);
+      expect(tracker.observe([segment('b', 0, '2')])).toBe(false);
+      expect(tracker.observeVersion('3')).toBe(false);
+      // No version is tracked: the filter is a no-op, not a tracker that never drops.
+      expect(tracker.versions).toEqual([]);
+      expect(tracker.gaps([segment('a', 0, '1')])).toEqual([]);
       expect(tracker.isStale([segment('a', 0, '1')])).toBe(false);
       // Off means off: no staleness/* metric, as the reference.
       expect(tracker.metrics([[segment('a', 0, '1')]], 0)).toEqual({});

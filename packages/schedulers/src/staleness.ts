@@ -37,7 +37,8 @@ export function trajectoryVersions(samples: readonly Sample[]): TrajectoryVersio
  * newest `keepVersions`. The caller can tell it the version the trainer holds
  * ({@link StalenessTracker.observeVersion}), so that groups are judged against the weights they
  * will be trained with, not only against the newest version a rollout happened to end on.
- * `keepVersions` 0 or null turns it off: nothing is dropped and no `staleness/*` metric is reported.
+ * `keepVersions` 0 or null turns it off: no version is tracked, nothing is dropped and no
+ * `staleness/*` metric is reported.
  */
 export class StalenessTracker {
   private readonly order: string[] = [];
@@ -74,8 +75,12 @@ export class StalenessTracker {
     return Math.max(0, this.order.length - (this.keepVersions as number));
   }
 
-  /** Records the versions of a completed group. Returns true when a new version appeared. */
+  /**
+   * Records the versions of a completed group. Returns true when a new version appeared. With the
+   * control off nothing is recorded (as the reference's tracker).
+   */
   observe(samples: readonly Sample[]): boolean {
+    if (!this.enabled) return false;
     let advanced = false;
     for (const { version } of trajectoryVersions(samples))
       advanced = this.observeVersion(version) || advanced;
@@ -85,9 +90,10 @@ export class StalenessTracker {
   /**
    * Records one version, e.g. the one the trainer holds now (a weight update makes every version
    * before it one step older even before any rollout ends on it). Returns true when it is new.
+   * With the control off nothing is recorded.
    */
   observeVersion(version: string): boolean {
-    if (!isRealVersion(version) || this.positions.has(version)) return false;
+    if (!this.enabled || !isRealVersion(version) || this.positions.has(version)) return false;
     this.positions.set(version, this.order.length);
     this.order.push(version);
     return true;
