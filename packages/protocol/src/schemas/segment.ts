@@ -95,8 +95,8 @@ const segmentFields = {
   full_versions: z
     .array(z.union([z.string(), z.number(), z.boolean(), z.null()]))
     .nullable()
-    .optional()
-    .transform(versionLabels),
+    .transform(versionLabels)
+    .optional(),
   routed_experts_chunks: z.array(routedExpertsChunkSchema).optional(),
   extra_info: segmentExtraInfoSchema,
 };
@@ -213,7 +213,7 @@ export const segmentShapeSchema = z
     tokens: arrayOf<number>('token ids').refine((tokens) => tokens.length > 0, 'must not be empty'),
     full_logprobs: arrayOf<number>('logprobs'),
     full_loss_mask: arrayOf<number>('mask values'),
-    full_versions: arrayOf<unknown>('version labels').nullable().optional().transform(versionLabels),
+    full_versions: arrayOf<unknown>('version labels').nullable().transform(versionLabels).optional(),
     // routed_experts_chunks keeps its full schema: a handful of chunks per segment, each one string.
   })
   .superRefine(checkSegment)
