@@ -14,6 +14,18 @@ import type { StoredBlock, StoredRecord, StoredTrajectory } from './trajectory-s
 /** The finalize response body (§1.10). */
 export type FinalizeResult = FinalizeResponse;
 
+/**
+ * A segment's `finish_reason` as the reference's segment format has it: `segment_boundary` on
+ * every segment but its trajectory's last, which keeps the engine's reason.
+ */
+function boundaryReason<T>(
+  segmentIndex: number,
+  segmentCount: number,
+  engineReason: T,
+): T | 'segment_boundary' {
+  return segmentIndex < segmentCount - 1 ? 'segment_boundary' : engineReason;
+}
+
 function freeze(buffer: TokenBuffer, end: number, maskNonlast: boolean): StoredBlock {
   const ids = buffer.ids.slice(0, end);
   const logprobs = buffer.logprobsUpTo(end);
@@ -145,6 +157,7 @@ export function buildTrajectory(
       meta: {
         uid: `${session.id}:lineage:${segmentIndex}`,
         ...common(last),
+        finish_reason: boundaryReason(segmentIndex, lineageSegments.length, last.finishReason),
         segment_index: segmentIndex,
         segment_count: lineageSegments.length,
         extra_info: extra,
@@ -194,6 +207,7 @@ export function buildTrajectory(
       meta: {
         uid: `${session.id}:timeline:${segmentIndex}`,
         ...common(step),
+        finish_reason: boundaryReason(segmentIndex, session.steps.length, step.finishReason),
         segment_index: segmentIndex,
         segment_count: session.steps.length,
         extra_info: extra,

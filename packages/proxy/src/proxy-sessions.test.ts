@@ -122,6 +122,10 @@ describe('sessions, lineages and finalize views (fake tokenizer)', () => {
         (segment: { extra_info: { segment_view: string } }) => segment.extra_info.segment_view,
       ),
     ).toEqual(['timeline', 'timeline']);
+    expect(read.body.data.map((segment: { finish_reason: string }) => segment.finish_reason)).toEqual([
+      'segment_boundary',
+      'stop',
+    ]);
     expect(decodeCharacters(read.body.data[1].tokens)).toBe(
       '<user>hi<assistant>hello<user>again<assistant>follow',
     );
@@ -190,6 +194,11 @@ describe('sessions, lineages and finalize views (fake tokenizer)', () => {
         (segment: { extra_info: Record<string, unknown> }) => segment.extra_info.segment_reason,
       ),
     ).toEqual(['initial', 'tools_changed']);
+    // Every segment but the last ends on the boundary; the last keeps the engine's reason.
+    expect(lineage.body.data.map((segment: { finish_reason: string }) => segment.finish_reason)).toEqual([
+      'segment_boundary',
+      'stop',
+    ]);
     expect(lineage.body.data[1].extra_info.lineage_id).toBe('lineage-000001');
     // The new segment is re-tokenized in full: it stands alone as a training sample.
     expect(decodeCharacters(lineage.body.data[1].tokens)).toBe('<user>a<assistant>ok<user>b<assistant>ok');
