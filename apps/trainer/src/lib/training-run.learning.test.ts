@@ -1,16 +1,19 @@
-// The shipped weather recipe, shortened to a 300-step warm-start and its first 32 RL steps in sync
-// and snapshot mode and its first 40 in fully-async mode: the reward must rise because RL teaches
-// the warm-started model to call its tool. This is the end-to-end learning check; it takes a few
-// minutes of CPU (the warm-start dominates, and the runs share it through the warm-start cache:
-// snapshot mode renders the same template as TITO, so its warm-start batches are the same token for
-// token). With the recipe's eight heads, 300 warm-start steps already repeat the tool's word 0.94-0.98
-// of the time on seeds 7, 11 and 13 (500, the recipe's, 0.98-1.00), and 200 steps less keep CI short.
-import { mkdtemp, rm } from 'node:fs/promises';
+// The end-to-end learning check, and what makes shipping the weather recipe's warm-start honest.
+// It trains the recipe's 500-step warm-start again exactly as `dressage warm-start` does and checks
+// that the result is the file shipped in recipes/weather/warm-start byte for byte (a change to the
+// model, the trainer or the data that changes the warm-start fails here until the file is written
+// anew). Every run below then starts from the regenerated file, not the shipped one: the demo as
+// `pnpm start` runs it (sync, TITO, 50 RL steps), fully-async for 40 steps and snapshot mode for 32.
+// The reward must rise because RL teaches the warm-started model to call its tool. It takes several
+// minutes of CPU; the warm-start dominates, and every run shares it through the warm-start cache
+// (snapshot mode renders the same template as TITO, so its batches are the same token for token).
+import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type MetricsRecord, readMetricsLog } from './metrics-log.js';
+import { Progress } from './progress.js';
 import { loadRecipe } from './recipe.js';
 import { runTraining, type TrainingSummary } from './training-run.js';
 
@@ -21,10 +24,25 @@ function mean(values: readonly number[]): number {
   return values.reduce((sum, value) => sum + value, 0) / values.length;
 }
 
+const regenerate = 'pnpm dressage warm-start --recipe apps/trainer/recipes/weather/recipe.yaml';
+// Progress goes nowhere: the figures are asserted, not read.
+const quiet = () => new Progress({ stream: { write: () => true }, live: false });
+
 let directory: string;
+let regenerated: TrainingSummary;
 beforeAll(async () => {
   directory = await mkdtemp(join(tmpdir(), 'dressage-learning-'));
-});
+  const loaded = await loadRecipe(join(recipes, 'recipe.yaml'));
+  loaded.recipe.output_dir = join(directory, 'warm-start-run');
+  loaded.recipe.warm_start.cache_dir = join(directory, 'warm-start');
+  // What `dressage warm-start --recipe recipe.yaml` runs.
+  regenerated = await runTraining(loaded, {
+    warmStartOnly: true,
+    freshWarmStart: true,
+    log: () => undefined,
+    progress: quiet(),
+  });
+}, 3_600_000);
 afterAll(async () => {
   await rm(directory, { recursive: true, force: true });
 });
@@ -38,13 +56,12 @@ async function train(
   const loaded = await loadRecipe(join(recipes, recipeFile));
   loaded.recipe.output_dir = join(directory, name);
   loaded.recipe.proxy.token_build_mode = tokenBuildMode;
-  // The two runs share one warm-start; DRESSAGE_WARM_START_CACHE keeps it across test runs (the
-  // cache key covers everything the warm-start depends on, so a stale entry is never read).
-  loaded.recipe.warm_start.cache_dir = process.env.DRESSAGE_WARM_START_CACHE ?? join(directory, 'warm-start');
-  loaded.recipe.warm_start.steps = 300;
+  // Every run starts from the regenerated warm-start (a miss would train it again: asserted below).
+  loaded.recipe.warm_start.cache_dir = join(directory, 'warm-start');
   loaded.recipe.training.steps = steps;
   loaded.recipe.training.checkpoint_interval = 100;
-  const summary = await runTraining(loaded, { log: () => undefined });
+  const summary = await runTraining(loaded, { log: () => undefined, progress: quiet() });
+  expect(summary.warmStart).toMatchObject({ source: 'cached', path: regenerated.warmStart.path });
   const rl = (await readMetricsLog(join(directory, name, 'metrics.jsonl'))).filter(
     (record) => record.phase === 'rl',
   );
@@ -79,18 +96,40 @@ function expectLearned(rl: readonly MetricsRecord[]): void {
   expect(lastSegments - firstSegments).toBeGreaterThan(0.3);
 }
 
+describe('the shipped weather warm-start', () => {
+  it('is what the recipe regenerates, byte for byte', async () => {
+    expect(regenerated.warmStart.source).toBe('trained');
+    expect(regenerated.stepsCompleted).toBe(0);
+    const entry = regenerated.warmStart.path as string;
+    const name = basename(entry);
+    const shipped = join(recipes, 'warm-start');
+    const shippedEntries = (await readdir(shipped)).filter((file) => file.startsWith('warm-start-'));
+    // One entry, under the key of the recipe as it is: a stale one would never be read.
+    expect(shippedEntries, `the shipped warm-start is stale: run ${regenerate}`).toEqual([name]);
+    const files = (await readdir(entry)).sort();
+    expect((await readdir(join(shipped, name))).sort()).toEqual(files);
+    for (const file of files) {
+      const [ours, theirs] = await Promise.all([
+        readFile(join(entry, file)),
+        readFile(join(shipped, name, file)),
+      ]);
+      expect(ours.equals(theirs), `${file} differs from the shipped one: run ${regenerate}`).toBe(true);
+    }
+  });
+});
+
 describe('the shipped weather recipe', () => {
-  it('raises the reward in its first RL steps, with logprob parity, as tool use grows', async () => {
-    // At the recipe's own learning rate (1e-3): 3e-3 rises twice as fast but can collapse right
-    // after it saturates (one CI run fell from 0.94 to 0 at step 15), which is why the recipe
-    // ships 1e-3. With the Qwen3 template the rise comes later (two runs: 0.58 and 0.68 over steps
-    // 22-24), hence 32 steps.
-    const { summary, rl } = await train('recipe.yaml', 'sync', 'tito', 32);
-    expect(summary.stepsCompleted).toBe(32);
-    expect(summary.maxLogprobDiff).toBeLessThanOrEqual(1e-4);
+  it('is the demo: from the regenerated warm-start, the reward rises as the README says', async () => {
+    // `pnpm start` as shipped: sync, TITO, 50 steps. Measured: 10-step means 0.42 0.92 0.96 0.96
+    // 0.94 (last ten 0.94) on a loaded machine; the README's claim is a last-ten mean of at least
+    // 0.9. Rollouts reach the engine in varying order, so CI allows a little below it.
+    const { summary, rl } = await train('recipe.yaml', 'sync', 'tito', 50);
+    expect(summary.stepsCompleted).toBe(50);
+    expect(summary.maxLogprobDiff).toBeLessThanOrEqual(1e-5);
     expect(summary.meanVersionGap).toBe(0);
     expectLearned(rl);
-  }, 1_200_000);
+    expect(mean(summary.rewards.slice(-10))).toBeGreaterThanOrEqual(0.85);
+  }, 1_800_000);
 
   it('learns as well in fully-async mode, losing no request to preemption', async () => {
     // Fully-async learns from feedback one update late and rises later than sync with the Qwen3
