@@ -17,7 +17,8 @@ export const initUsage = `dressage init DIR [--agent whitebox|opencode] [--force
                      shell tasks)
   --force            write into DIR even when it is not empty (replacing the scaffold's files)
 
-  Files: README.md, recipe.yaml, task.ts, prompts.jsonl (and system-prompt.txt for an agent CLI).
+  Files: package.json, README.md, recipe.yaml, task.ts, prompts.jsonl (and system-prompt.txt for an
+  agent CLI).
 `;
 
 /** Where the command writes (the CLI's stdout and stderr; tests pass their own). */

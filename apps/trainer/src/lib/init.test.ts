@@ -37,9 +37,13 @@ describe('dressage init', () => {
   it('writes the orders recipe as it ships, which loads and runs from outside the repository', async () => {
     const target = join(directory, 'my-agent');
     const result = await initProject({ directory: target });
-    expect(result.files).toEqual(['README.md', 'recipe.yaml', 'task.ts', 'prompts.jsonl']);
+    expect(result.files).toEqual(['package.json', 'README.md', 'recipe.yaml', 'task.ts', 'prompts.jsonl']);
     expect((await readdir(target)).sort()).toEqual([...result.files].sort());
-    for (const file of result.files) {
+    expect(JSON.parse(await readFile(join(target, 'package.json'), 'utf8'))).toEqual({
+      private: true,
+      type: 'module',
+    });
+    for (const file of result.files.filter((name) => name !== 'package.json')) {
       expect(await readFile(join(target, file), 'utf8')).toBe(
         await readFile(join(recipesDirectory(), 'orders', file), 'utf8'),
       );
@@ -85,6 +89,7 @@ describe('dressage init', () => {
     expect(code).toBe(0);
     expect((await readdir(target)).sort()).toEqual([
       'README.md',
+      'package.json',
       'prompts.jsonl',
       'recipe.yaml',
       'system-prompt.txt',
@@ -116,6 +121,7 @@ describe('dressage init', () => {
     expect((await readdir(target)).sort()).toEqual([
       'README.md',
       'notes.txt',
+      'package.json',
       'prompts.jsonl',
       'recipe.yaml',
       'task.ts',
@@ -157,6 +163,6 @@ describe('dressage init', () => {
       join(directory, 'cli-new'),
     ]);
     expect(stdout).toContain('recipe.yaml');
-    expect((await readdir(join(directory, 'cli-new'))).length).toBe(4);
+    expect((await readdir(join(directory, 'cli-new'))).length).toBe(5);
   }, 60_000);
 });

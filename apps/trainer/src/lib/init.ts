@@ -50,10 +50,17 @@ export function recipesDirectory(): string {
   });
 }
 
+/**
+ * The scaffold's `package.json`: it makes the directory an ES module package, so that its `.ts`
+ * modules load as the modules they are wherever the directory is (outside one, Node.js would take
+ * `task.ts` for CommonJS and refuse to load it).
+ */
+export const scaffoldPackageJson = `${JSON.stringify({ private: true, type: 'module' }, null, 2)}\n`;
+
 /** The files of a scaffold, by name: the text `dressage init` writes. */
 export async function scaffoldFiles(agent: InitAgent = 'whitebox'): Promise<Map<string, string>> {
   const recipes = recipesDirectory();
-  const files = new Map<string, string>();
+  const files = new Map<string, string>([['package.json', scaffoldPackageJson]]);
   if (agent === 'whitebox') {
     for (const name of whiteboxFiles) files.set(name, await readFile(join(recipes, 'orders', name), 'utf8'));
     return files;
