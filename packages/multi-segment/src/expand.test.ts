@@ -58,46 +58,7 @@ describe('expandSegmentsToSamples', () => {
   });
 
   it('expands a segment as the client reads it, the same as one checked token by token', () => {
-    const record = {
-      uid: 'u-1',
-      session_id: 'session-1',
-      trajectory_id: 'session-1',
-      turn_id: 't-1',
-      instance_id: 'instance-1',
-      segment_index: 0,
-      segment_count: 1,
-      messages: [{ role: 'assistant', content: 'hello' }],
-      tools: null,
-      tokens: [1, 2, 3],
-      full_logprobs: [0, -0.5, -0.25],
-      full_loss_mask: [0, 1, 1],
-      aligned_response_length: 2,
-      finish_reason: 'stop',
-      timestamp: 1,
-      full_versions: ['-1', '1', '1'],
-      extra_info: {
-        token_build_mode: 'snapshot',
-        context_token_count: 1,
-        output_token_count: 2,
-        num_steps: 1,
-        lineage_id: 'l-1',
-        lineage_index: 0,
-        segment_reason: 'initial',
-        segment_reasons: ['initial'],
-        finalization_complete: true,
-        finalization_id: 'f-1',
-        segment_view: 'timeline',
-        alignment_method: 'snapshot_step',
-        num_turns: 1,
-        turn_ids: ['t-1'],
-        step_id: 'step-1',
-        timestamp: '1',
-        history_rewritten: false,
-        trajectory_num_segments: 1,
-        route_type: 'create',
-        route_base_step_id: null,
-      },
-    };
+    const record = segmentToJsonRecord();
     // What ProxyClient.readTrajectory does: the shape check, token data into typed arrays.
     const typed = segmentShapeSchema.parse(record);
     expect(typed.tokens).toBeInstanceOf(Int32Array);
@@ -109,6 +70,28 @@ describe('expandSegmentsToSamples', () => {
     // The same record checked token by token gives the same sample.
     const [checked] = expandSegmentsToSamples(template(), [segmentFromRecord(segmentSchema.parse(record))]);
     expect(checked).toEqual(sample);
+  });
+
+  it('gives an empty response when the trajectory ends on a tool call and no message has text', () => {
+    const call = { id: 'c1', type: 'function', function: { name: 'weather', arguments: '{}' } };
+    const endings: unknown[][] = [
+      [
+        { role: 'user', content: 'weather?' },
+        { role: 'assistant', content: null, tool_calls: [call] },
+      ],
+      [
+        { role: 'user', content: 'weather?' },
+        { role: 'assistant', tool_calls: [call] },
+      ],
+      // Parts the shape check does not walk: only text parts count.
+      [{ role: 'assistant', content: [null, { type: 'text', text: 'a' }, 7] }],
+    ];
+    const responses = endings.map((messages) => {
+      const record = { ...segmentToJsonRecord(), messages };
+      const [sample] = expandSegmentsToSamples(template(), [segmentShapeSchema.parse(record)]);
+      return sample?.response;
+    });
+    expect(responses).toEqual(['', '', 'a']);
   });
 
   describe('errors name the session', () => {
@@ -131,3 +114,47 @@ describe('expandSegmentsToSamples', () => {
     });
   });
 });
+
+// One timeline segment record as `/trajectory/read` writes it in JSON.
+function segmentToJsonRecord() {
+  return {
+    uid: 'u-1',
+    session_id: 'session-1',
+    trajectory_id: 'session-1',
+    turn_id: 't-1',
+    instance_id: 'instance-1',
+    segment_index: 0,
+    segment_count: 1,
+    messages: [{ role: 'assistant', content: 'hello' }] as unknown[],
+    tools: null,
+    tokens: [1, 2, 3],
+    full_logprobs: [0, -0.5, -0.25],
+    full_loss_mask: [0, 1, 1],
+    aligned_response_length: 2,
+    finish_reason: 'stop',
+    timestamp: 1,
+    full_versions: ['-1', '1', '1'],
+    extra_info: {
+      token_build_mode: 'snapshot',
+      context_token_count: 1,
+      output_token_count: 2,
+      num_steps: 1,
+      lineage_id: 'l-1',
+      lineage_index: 0,
+      segment_reason: 'initial',
+      segment_reasons: ['initial'],
+      finalization_complete: true,
+      finalization_id: 'f-1',
+      segment_view: 'timeline',
+      alignment_method: 'snapshot_step',
+      num_turns: 1,
+      turn_ids: ['t-1'],
+      step_id: 'step-1',
+      timestamp: '1',
+      history_rewritten: false,
+      trajectory_num_segments: 1,
+      route_type: 'create',
+      route_base_step_id: null,
+    },
+  };
+}

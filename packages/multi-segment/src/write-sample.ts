@@ -95,11 +95,15 @@ function maskHead(mask: Uint8Array, length: number): (0 | 1)[] {
   return out;
 }
 
-// The text of a message's content: a string as is, the text parts of a list joined.
+// The text of a message's content: a string as is, the text parts of a list joined. The read
+// answer's shape check does not walk messages, so a part may be anything: only text parts count.
 function contentText(content: string | readonly ContentPart[]): string {
   if (typeof content === 'string') return content;
+  if (!Array.isArray(content)) return '';
   let text = '';
-  for (const part of content) if (typeof part.text === 'string') text += part.text;
+  for (const part of content as readonly (ContentPart | null)[]) {
+    if (typeof part?.text === 'string') text += part.text;
+  }
   return text;
 }
 
