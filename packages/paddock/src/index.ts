@@ -16,6 +16,8 @@ export {
   ensureAgentInstalled,
 } from './adapters/agent-install.js';
 export {
+  builtinAdapterExecutableVariables,
+  builtinAdapterOptionsSchemas,
   builtinAdapters,
   ClaudeCodeAdapter,
   CodexAdapter,
@@ -43,10 +45,11 @@ export {
 } from './blackbox/config.js';
 export { BlackboxHttpError } from './blackbox/http-error.js';
 export { blackboxServerVersion } from './blackbox/routes.js';
-export type {
-  BlackboxMessage,
-  ProxyOptions,
-  TurnUsage,
+export {
+  type BlackboxMessage,
+  type ProxyOptions,
+  proxyOptionsSchema,
+  type TurnUsage,
 } from './blackbox/schemas.js';
 export { BlackboxServer, type BlackboxServerOptions } from './blackbox/server.js';
 export {

@@ -1,16 +1,16 @@
 import { readFile } from 'node:fs/promises';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
 import {
-  type AgentPackage,
+  agentBinDirectories,
   agentInstallDir,
   agentPackages,
+  builtinAdapterExecutableVariables,
   createBlackboxGenerate,
   ensureAgentInstalled,
   LocalBwrapPool,
   LocalBwrapProvider,
   type TrajectoryProxy,
 } from '@dressage/paddock';
-import { DressageError } from '@dressage/protocol';
 import type { GenerateFunction } from '@dressage/schedulers';
 import { expansionOptionsOf } from './expansion-options.js';
 import type { LoadedRecipe } from './recipe.js';
@@ -33,12 +33,6 @@ export interface BlackboxAgentsOptions {
   outputDirectory: string;
 }
 
-// The executable variable each adapter reads, by backend name.
-const binaryVariables: Record<string, string> = {
-  opencode: 'DRESSAGE_OPENCODE_BIN',
-  qwen_code: 'DRESSAGE_QWEN_CODE_BIN',
-};
-
 /**
  * Installs the recipe's agent CLI (once, into the agent cache), starts a pool of network-isolated
  * bubblewrap slots whose only way out is the recording proxy, and returns the blackbox generate
@@ -48,15 +42,8 @@ export async function startBlackboxAgents(options: BlackboxAgentsOptions): Promi
   const { recipe } = options.loaded;
   const settings = recipe.blackbox;
   if (settings === undefined) throw new Error('startBlackboxAgents needs a blackbox section');
-  const agent = (agentPackages as Record<string, AgentPackage>)[settings.agent];
-  const variable = binaryVariables[settings.agent];
-  if (agent === undefined || variable === undefined) {
-    throw new DressageError({
-      code: 'invalid_argument',
-      message: `blackbox.agent: ${JSON.stringify(settings.agent)} has no adapter here (use ${Object.keys(binaryVariables).join(' or ')})`,
-      details: { field: 'blackbox.agent' },
-    });
-  }
+  const agent = agentPackages[settings.agent];
+  const variable = builtinAdapterExecutableVariables[settings.agent];
   const binary = await ensureAgentInstalled(agent);
   const systemPrompt =
     settings.system_prompt === undefined
@@ -69,7 +56,11 @@ export async function startBlackboxAgents(options: BlackboxAgentsOptions): Promi
     upstreamUrl: options.proxyUrl,
     ...(recipe.proxy.api_key === 'no-auth' ? {} : { upstreamApiKey: recipe.proxy.api_key }),
     extraReadOnlyMounts: [agentInstallDir(agent)],
-    env: { [variable]: binary, PATH: `${dirname(binary)}:/usr/local/bin:/usr/bin:/bin` },
+    // The CLI's own Node first (OpenClaw brings one), then its executables, then the system's.
+    env: {
+      [variable]: binary,
+      PATH: [...agentBinDirectories(agent), '/usr/local/bin:/usr/bin:/bin'].join(':'),
+    },
     healthIntervalSeconds: 0,
   });
   await pool.start();
@@ -79,7 +70,10 @@ export async function startBlackboxAgents(options: BlackboxAgentsOptions): Promi
     proxy: options.proxy,
     proxyUrl: options.proxyUrl,
     blackboxType: settings.agent,
-    backendOptions: { ...settings.backend_options, proxy: { max_steps: settings.max_steps } },
+    backendOptions: {
+      ...settings.backend_options,
+      proxy: { ...(settings.backend_options.proxy as object | undefined), max_steps: settings.max_steps },
+    },
     systemPrompt,
     serverConfig: { backend_timeout: settings.turn_timeout_seconds },
     ...expansionOptionsOf(recipe),

@@ -190,3 +190,38 @@ hooks:
     expect(issuePaths(() => parseRecipe(cluster))).toEqual(['trainer.worker']);
   });
 });
+
+describe('blackbox recipes', () => {
+  const withBlackbox = (section: string) => `${minimalRecipe}blackbox: ${section}\n`;
+
+  it("accepts each of paddock's five adapters with its own options", () => {
+    const cases = {
+      opencode: '{ model_limit: { context: 4096, output: 512 } }',
+      qwen_code: '{ max_session_turns: 7 }',
+      claude_code: '{ max_turns: 5, system_prompt_mode: replace }',
+      codex: '{ model_provider_id: local_proxy }',
+      openclaw: '{ context_window: 8192, timeout_seconds: 60, proxy: { default_temperature: 0.7 } }',
+    };
+    for (const [agent, options] of Object.entries(cases)) {
+      const recipe = parseRecipe(withBlackbox(`{ agent: ${agent}, backend_options: ${options} }`));
+      expect(recipe.blackbox?.agent).toBe(agent);
+      expect(Object.keys(recipe.blackbox?.backend_options ?? {}).length).toBeGreaterThan(0);
+    }
+  });
+
+  it('refuses an unknown adapter and options the adapter would refuse, naming the field', () => {
+    expect(issuePaths(() => parseRecipe(withBlackbox('{ agent: aider }')))).toEqual(['blackbox.agent']);
+    expect(
+      issuePaths(() => parseRecipe(withBlackbox('{ agent: claude_code, backend_options: { max_turns: 0 } }'))),
+    ).toEqual(['blackbox.backend_options.max_turns']);
+    // An option of another adapter: the adapter's strict schema refuses it at load time, not at register.
+    expect(
+      issuePaths(() => parseRecipe(withBlackbox('{ agent: codex, backend_options: { context_window: 1 } }'))),
+    ).toEqual(['blackbox.backend_options']);
+    expect(
+      issuePaths(() =>
+        parseRecipe(withBlackbox('{ agent: opencode, backend_options: { proxy: { max_steps: 3 } } }')),
+      ),
+    ).toEqual(['blackbox.backend_options.proxy.max_steps']);
+  });
+});

@@ -1,5 +1,6 @@
 import { readFile } from 'node:fs/promises';
 import { dirname, isAbsolute, resolve } from 'node:path';
+import { builtinAdapterOptionsSchemas, proxyOptionsSchema } from '@dressage/paddock';
 import { DressageError, parseWire } from '@dressage/protocol';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
@@ -201,20 +202,50 @@ export const proxySchema = z.strictObject({
  * turn with the prompt, the `after_agent` commands (their results reach the reward as
  * `metadata.execute_cmds`), then finalizes its trajectory.
  */
-export const blackboxSchema = z.strictObject({
-  /** The adapter (`blackbox_type`): `opencode` or `qwen_code`. */
-  agent: z.string().min(1).default('opencode'),
-  /** Sandboxes run at once (the pool's slots). */
-  slots: positiveInteger.default(2),
-  /** The adapter's `backend_options` (without `proxy`). */
-  backend_options: z.record(z.string(), z.unknown()).default({}),
-  /** A file (relative to the recipe) whose text replaces the agent's own system prompt. */
-  system_prompt: z.string().min(1).optional(),
-  /** Model requests per turn before the turn ends with `max_steps_exceeded`. */
-  max_steps: positiveInteger.default(8),
-  /** Seconds a turn may take. */
-  turn_timeout_seconds: positiveInteger.default(600),
-});
+export const blackboxSchema = z
+  .strictObject({
+    /** The adapter (`blackbox_type`): one of paddock's five built-in adapters. */
+    agent: z.enum(['opencode', 'qwen_code', 'claude_code', 'codex', 'openclaw']).default('opencode'),
+    /** Sandboxes run at once (the pool's slots). */
+    slots: positiveInteger.default(2),
+    /**
+     * The adapter's `backend_options`, checked here with the adapter's own schema. `proxy` holds the
+     * agent-side LLM proxy's settings except `max_steps` (that is `max_steps` below).
+     */
+    backend_options: z.record(z.string(), z.unknown()).default({}),
+    /** A file (relative to the recipe) whose text replaces the agent's own system prompt. */
+    system_prompt: z.string().min(1).optional(),
+    /** Model requests per turn before the turn ends with `max_steps_exceeded`. */
+    max_steps: positiveInteger.default(8),
+    /** Seconds a turn may take. */
+    turn_timeout_seconds: positiveInteger.default(600),
+  })
+  .superRefine((blackbox, context) => {
+    // The options the sandboxed BlackboxServer would refuse at register time, refused at load time.
+    const { proxy, ...options } = blackbox.backend_options;
+    const addIssues = (error: z.ZodError, prefix: readonly PropertyKey[]) => {
+      for (const issue of error.issues) {
+        context.addIssue({
+          code: 'custom',
+          path: [...prefix, ...issue.path],
+          message: `${blackbox.agent}: ${issue.message}`,
+        });
+      }
+    };
+    const parsed = builtinAdapterOptionsSchemas[blackbox.agent].safeParse(options);
+    if (!parsed.success) addIssues(parsed.error, ['backend_options']);
+    if (proxy === undefined) return;
+    if (typeof proxy === 'object' && proxy !== null && 'max_steps' in proxy) {
+      context.addIssue({
+        code: 'custom',
+        path: ['backend_options', 'proxy', 'max_steps'],
+        message: 'set blackbox.max_steps instead',
+      });
+      return;
+    }
+    const proxyParsed = proxyOptionsSchema.safeParse(proxy);
+    if (!proxyParsed.success) addIssues(proxyParsed.error, ['backend_options', 'proxy']);
+  });
 
 /** Every pluggable hook, by module path. */
 export const hooksSchema = z.strictObject({

@@ -1,41 +1,17 @@
 // `dressage train` scores with reward modules of all three styles (an exported `rewards` object, an
 // exported `register(registry)`, `registerReward` called on import), and every reward function
 // reads the run's settings, frozen, as `args`.
-import { spawn } from 'node:child_process';
 import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
+import { appDirectory, runCli } from './__fixtures__/cli.js';
 import type { ExportedSample } from './sample-export.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
-const appDirectory = join(here, '..', '..');
 const styles = join(here, '__fixtures__', 'reward-styles');
 const task = join(appDirectory, 'recipes', 'weather', 'task.ts');
-
-/** Runs `dressage train` as its operator would: a child process, no stdin, no terminal. */
-export function runCli(args: readonly string[]): Promise<{ code: number | null; output: string }> {
-  const child = spawn(
-    process.execPath,
-    [
-      '--conditions=@dressage/source',
-      '--import',
-      'tsx',
-      join(appDirectory, 'src', 'bin', 'dressage.ts'),
-      ...args,
-    ],
-    { cwd: appDirectory, stdio: ['ignore', 'pipe', 'pipe'] },
-  );
-  let output = '';
-  child.stdout.on('data', (chunk) => {
-    output += String(chunk);
-  });
-  child.stderr.on('data', (chunk) => {
-    output += String(chunk);
-  });
-  return new Promise((resolve) => child.on('exit', (code) => resolve({ code, output })));
-}
 
 describe('reward modules under dressage train', () => {
   it('finds rewards of every module style and passes them the run settings', async () => {
