@@ -28,6 +28,7 @@ export {
   startInspector,
 } from './start.js';
 export type {
+  ErrorPage,
   InspectorInfo,
   SegmentDetail,
   SessionDetail,

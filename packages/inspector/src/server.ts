@@ -10,7 +10,7 @@ import type { InspectedSession } from './model.js';
 import { resolveView, sessionDetail, sessionExport, type TokenDecoder, tokenPage } from './session-detail.js';
 import { maxPageSize, parseSessionQuery, SessionIndex } from './session-index.js';
 import type { InspectorSource } from './sources/source.js';
-import type { InspectorInfo } from './views/api-types.js';
+import type { ErrorPage, InspectorInfo } from './views/api-types.js';
 
 /**
  * The bundled front end. Both `src/server.ts` (tests, through the source condition) and the bundled
@@ -130,6 +130,9 @@ export function createInspectorHandler(options: InspectorHandlerOptions): {
     return session;
   };
 
+  const errorsOf = (sessionId: string) =>
+    (source.errors ?? []).filter((error) => error.session_id === sessionId);
+
   /** One API route: its path parameters, the query, and the response to answer on. */
   type ApiRoute = (parameters: RouteParameters, query: URLSearchParams, response: ServerResponse) => void;
   const sessionView = (id: string, query: URLSearchParams) => {
@@ -151,7 +154,14 @@ export function createInspectorHandler(options: InspectorHandlerOptions): {
     )
     .add(['GET', 'HEAD'], '/api/sessions/{id}', ({ id }, query, response) => {
       const { session, view } = sessionView(id!, query);
-      sendJson(response, 200, sessionDetail(session, view), jsonHeaders);
+      const errors = errorsOf(session.sessionId ?? session.id);
+      sendJson(response, 200, { ...sessionDetail(session, view), errors }, jsonHeaders);
+    })
+    .add(['GET', 'HEAD'], '/api/errors', (_, query, response) => {
+      const session = query.get('session');
+      const items = session === null ? [...(source.errors ?? [])] : errorsOf(session);
+      const page: ErrorPage = { total: items.length, items };
+      sendJson(response, 200, page, jsonHeaders);
     })
     .add(['GET', 'HEAD'], '/api/sessions/{id}/export.json', ({ id }, query, response) => {
       const { session } = sessionView(id!, query);

@@ -102,7 +102,16 @@ describe('run directory', () => {
     writeFileSync(join(directory, 'samples', 'step-000003.jsonl'), `${JSON.stringify(sample)}\n`);
     writeFileSync(join(directory, 'metrics.jsonl'), '{"step":3,"reward":0.5}\n');
     writeFileSync(join(directory, 'run-state.json'), '{"step":3}');
+    // Two failed attempts, the second line torn (a run killed mid-write).
+    writeFileSync(
+      join(directory, 'errors.jsonl'),
+      '{"step":3,"stage":"generate","session_id":"run-session","code":"unavailable","message":"down"}\n{"step":3,"sta',
+    );
     const source = loadRunDirectory(directory);
+    expect(source.errors).toEqual([
+      { step: 3, stage: 'generate', session_id: 'run-session', code: 'unavailable', message: 'down' },
+    ]);
+    expect(source.details.errors).toBe(1);
     expect(source.summaries).toHaveLength(1);
     expect(source.summaries[0]).toMatchObject({ id: 'run-session', reward: 0.5, aborted: true, step: 3 });
     expect(source.details).toMatchObject({ lastMetrics: { step: 3, reward: 0.5 }, runState: { step: 3 } });

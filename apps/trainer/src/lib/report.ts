@@ -1,3 +1,4 @@
+import type { RunErrorRecord } from './error-log.js';
 import type { MetricsRecord } from './metrics-log.js';
 
 /** One plot of the report: a metric over steps. */
@@ -145,11 +146,40 @@ export interface ReportSummary {
   facts: Record<string, string | number>;
 }
 
-/** A self-contained HTML report: summary table, one SVG plot per metric group, legends. */
+/** Rows of the report's error table: the most recent ones, the rest counted. */
+const reportedErrors = 50;
+
+/** The report's error section: counts by stage and code, then the most recent failures. */
+export function renderErrorsHtml(errors: readonly RunErrorRecord[]): string {
+  if (errors.length === 0) return '';
+  const counts = new Map<string, number>();
+  for (const error of errors) {
+    const key = `${error.stage} ${error.code}`;
+    counts.set(key, (counts.get(key) ?? 0) + 1);
+  }
+  const summary = [...counts.entries()]
+    .sort((a, b) => b[1] - a[1])
+    .map(([key, count]) => `${escapeHtml(key)}: ${count}`)
+    .join('; ');
+  const shown = errors.slice(-reportedErrors);
+  const cell = (value: unknown) => `<td>${escapeHtml(value === null ? '' : String(value))}</td>`;
+  const rows = shown
+    .map(
+      (error) =>
+        `<tr>${cell(error.step + 1)}${cell(error.stage)}${cell(error.where)}${cell(error.sample_index)}${cell(error.session_id)}${cell(error.retry)}${cell(error.code)}${cell(error.trained ? 'yes' : 'no')}${cell(error.message.slice(0, 300))}</tr>`,
+    )
+    .join('');
+  const more = errors.length > shown.length ? ` (the last ${shown.length} shown)` : '';
+  return `<section class="errors"><h2>Errors</h2><p>${errors.length} recorded in errors.jsonl${more}: ${summary}.</p>
+<table><tr><th>step</th><th>stage</th><th>where</th><th>sample</th><th>session</th><th>retry</th><th>code</th><th>trained</th><th>message</th></tr>${rows}</table></section>`;
+}
+
+/** A self-contained HTML report: summary table, one SVG plot per metric group, legends, errors. */
 export function renderReportHtml(
   summary: ReportSummary,
   records: readonly MetricsRecord[],
   plots: readonly ReportPlot[] = defaultReportPlots,
+  errors: readonly RunErrorRecord[] = [],
 ): string {
   const rows = Object.entries(summary.facts)
     .map(([key, value]) => `<tr><th>${escapeHtml(key)}</th><td>${escapeHtml(String(value))}</td></tr>`)
@@ -174,12 +204,14 @@ table{border-collapse:collapse;margin-bottom:16px}th,td{text-align:left;padding:
 main{display:grid;grid-template-columns:repeat(auto-fill,minmax(560px,1fr));gap:16px}
 section{border:1px solid #e5e7eb;border-radius:6px;padding:8px 12px}h2{font-size:16px;margin:4px 0}
 p{font-size:12px;color:#4b5563;margin:2px 0 6px}svg{width:100%;height:auto}
+.errors{margin-top:16px}.errors td{font-size:12px;vertical-align:top}
 .legend{font-size:12px;margin-right:12px}.legend i{display:inline-block;width:10px;height:10px;margin-right:4px}
 </style></head>
 <body><h1>${escapeHtml(summary.name)}</h1><p>Generated ${escapeHtml(summary.generatedAt)}; ${records.length} steps.</p>
 <table>${rows}</table>
 <main>
 ${sections}
-</main></body></html>
+</main>
+${renderErrorsHtml(errors)}</body></html>
 `;
 }

@@ -24,6 +24,7 @@ import { connectClusterStack } from './cluster-stack.js';
 import { CollapseAlarm, groupTrajectoryRewards } from './collapse-alarm.js';
 import { conversionOptionsOf } from './conversion-options.js';
 import { type EmbeddedStack, startEmbeddedStack } from './embedded-stack.js';
+import { ErrorLog, readErrorLog } from './error-log.js';
 import { whiteboxSettingsOf } from './expansion-options.js';
 import { loadHook, loadRunHooks, type RunDataSource } from './hooks.js';
 import { MetricsLog, type MetricsRecord, readMetricsLog } from './metrics-log.js';
@@ -179,6 +180,8 @@ export async function runTraining(
   const started = performance.now();
   let scheduler: RolloutScheduler | null = null;
   const metricsLog = new MetricsLog(join(outputDirectory, 'metrics.jsonl'));
+  // Every failed rollout attempt and reward call, with its sample and session.
+  const errorLog = new ErrorLog(join(outputDirectory, 'errors.jsonl'));
   const progress = options.progress ?? new Progress();
   const rewards: number[] = [];
   let warmStartSummary: WarmStartSummary = { source: 'none', path: null, seconds: 0 };
@@ -288,14 +291,21 @@ export async function runTraining(
         });
         log(`blackbox agents: ${blackbox.description}`);
       }
-      const generate =
+      const generate = errorLog.wrapGenerate(
         hooks.generate ??
-        blackbox?.generate ??
-        makeGenerate(AgentClass as WhiteboxAgentClass, {
-          proxy: proxyClient,
-          proxyUrl: stack.proxyUrl,
-          ...whiteboxSettingsOf(recipe),
-        });
+          blackbox?.generate ??
+          makeGenerate(AgentClass as WhiteboxAgentClass, {
+            proxy: proxyClient,
+            proxyUrl: stack.proxyUrl,
+            ...whiteboxSettingsOf(recipe),
+          }),
+        hooks.generate !== null
+          ? `generate hook ${recipe.hooks.generate}`
+          : blackbox !== null
+            ? `blackbox agent ${recipe.blackbox?.agent}`
+            : `whitebox agent ${(AgentClass as WhiteboxAgentClass).name}`,
+        () => step,
+      );
       scheduler = (hooks.rolloutScheduler ?? createRolloutScheduler)(
         recipe.rollout.mode,
         { dataSource, generate, sessionDiscarder: proxyClient },
@@ -321,7 +331,10 @@ export async function runTraining(
         const waitSeconds = (performance.now() - stepStarted) / 1000;
         rolloutWaitSeconds += waitSeconds;
         const samples = rollout.samples.flat();
-        await scoreSamples(samples, registry, rewardArgs);
+        await scoreSamples(samples, registry, rewardArgs).catch(async (error: unknown) => {
+          await errorLog.recordRewardFailure(error, samples, step);
+          throw error;
+        });
         // What the trainer receives, kept for `dressage inspect` and bug reports: cut to
         // `training.max_sequence_length` as the conversion cuts them.
         const maxSequenceLength = recipe.training.max_sequence_length;
@@ -442,7 +455,10 @@ export async function runTraining(
     await scheduler?.shutdown();
     await blackbox?.close();
     await stack.close();
+    await errorLog.flush();
   }
+  if (errorLog.count > 0)
+    log(`errors: ${errorLog.count} failed attempts recorded in ${join(outputDirectory, 'errors.jsonl')}`);
   const reportPath = await writeReport(outputDirectory, recipe);
   return {
     outputDirectory,
@@ -668,6 +684,7 @@ export async function writeReport(outputDirectory: string, recipe: Pick<Recipe, 
     .filter((value): value is number => Number.isFinite(value));
   const idle = rl.at(-1)?.metrics['perf/trainer_idle_fraction'];
   const alarms = rl.filter((record) => record.metrics['alarm/raised'] === 1).map((record) => record.step + 1);
+  const errors = await readErrorLog(join(outputDirectory, 'errors.jsonl'));
   const html = renderReportHtml(
     {
       name: recipe.name,
@@ -684,10 +701,12 @@ export async function writeReport(outputDirectory: string, recipe: Pick<Recipe, 
           offPolicy.length > 0 ? mean(offPolicy).toExponential(2) : 'n/a',
         'trainer idle': idle === undefined ? 'n/a' : `${Math.round(idle * 100)}%`,
         'collapse alarms (steps)': alarms.length === 0 ? 'none' : alarms.join(', '),
+        errors: errors.length === 0 ? 'none' : `${errors.length} (errors.jsonl)`,
       },
     },
     rl,
     defaultReportPlots,
+    errors,
   );
   const path = join(outputDirectory, 'report.html');
   await writeFile(path, html);

@@ -89,9 +89,24 @@ function readJson(path: string): unknown {
   }
 }
 
+/** Reads `errors.jsonl` (one failure per line); a torn last line of a killed run is skipped. */
+function readErrors(path: string): Record<string, unknown>[] {
+  const errors: Record<string, unknown>[] = [];
+  if (!existsSync(path)) return errors;
+  forEachLine(path, (line) => {
+    try {
+      errors.push(objectOrEmpty(JSON.parse(line)));
+    } catch {
+      // Each record is one append: only the last line can be torn.
+    }
+  });
+  return errors;
+}
+
 /**
  * Reads a training run's output directory: `samples/step-NNNNNN.jsonl` (every trained sample),
- * plus `run-state.json` and the last line of `metrics.jsonl` for the header.
+ * `errors.jsonl` (every failed attempt), plus `run-state.json` and the last line of
+ * `metrics.jsonl` for the header.
  */
 export function loadRunDirectory(directory: string): InspectorSource {
   const samplesDirectory = join(directory, 'samples');
@@ -120,11 +135,14 @@ export function loadRunDirectory(directory: string): InspectorSource {
     });
     lastMetrics = typeof lastMetrics === 'string' ? JSON.parse(lastMetrics) : null;
   }
+  const errors = readErrors(join(directory, 'errors.jsonl'));
   return {
     kind: 'run',
     path: directory,
     summaries: sessions.map(summarizeSession),
+    errors,
     details: {
+      errors: errors.length,
       stepFiles: files.length,
       samples: samples.length,
       runState: readJson(join(directory, 'run-state.json')),

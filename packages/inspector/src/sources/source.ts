@@ -12,6 +12,11 @@ export interface InspectorSource {
   /** Facts about the source shown in the header (run state, last metrics, files read). */
   details: Record<string, unknown>;
   load(id: string): InspectedSession | undefined;
+  /**
+   * The run's recorded failures (`errors.jsonl`: stage, where, sample, session, code, message), in
+   * order; absent for sources without one.
+   */
+  errors?: readonly Record<string, unknown>[];
 }
 
 /** Reads a field as a string, else null. */

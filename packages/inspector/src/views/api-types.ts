@@ -62,6 +62,14 @@ export interface SessionDetail {
   view: SegmentView;
   views: SegmentView[];
   segments: SegmentDetail[];
+  /** The run's recorded failures of this session (`errors.jsonl`); empty for other sources. */
+  errors?: Record<string, unknown>[];
+}
+
+/** What `/api/errors` answers: the run's recorded failures, optionally of one session. */
+export interface ErrorPage {
+  total: number;
+  items: Record<string, unknown>[];
 }
 
 /** A session exported as one self-contained JSON document: every view, every token decoded. */

@@ -143,6 +143,9 @@ export function SessionList({ api }: { api: InspectorApi }) {
         {info ? (
           <span>
             {info.kind} <code>{info.path}</code> · {info.sessionCount} sessions
+            {typeof info.details.errors === 'number' && info.details.errors > 0 ? (
+              <span class="error"> · {info.details.errors} errors (errors.jsonl)</span>
+            ) : null}
           </span>
         ) : (
           'loading…'

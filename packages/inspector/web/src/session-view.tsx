@@ -168,6 +168,19 @@ export function SessionView({ api, sessionId }: { api: InspectorApi; sessionId: 
           <dt>segments</dt>
           <dd>{detail.segments.length}</dd>
         </dl>
+        {detail.errors && detail.errors.length > 0 ? (
+          <div class="session-errors">
+            <h2>errors</h2>
+            <ul>
+              {detail.errors.map((failure, position) => (
+                <li key={position}>
+                  <code>{String(failure.code)}</code> in {String(failure.where)} (step{' '}
+                  {Number(failure.step) + 1}, retry {String(failure.retry)}): {String(failure.message)}
+                </li>
+              ))}
+            </ul>
+          </div>
+        ) : null}
         <div class="actions">
           {detail.views.length > 1
             ? detail.views.map((name) => (

@@ -222,28 +222,41 @@ export function makeGenerate(AgentClass: WhiteboxAgentClass, options: WhiteboxGe
       },
     };
     const agent = new AgentClass(options);
-    const aborted = async (reason: string) => {
+    // The failure's message and code stay on the placeholder, for the run's error log.
+    const aborted = async (reason: string, code = 'aborted') => {
       await options.proxy.discardSession(sessionId).catch(() => undefined);
       return [
         markAbortedNoGrad(
-          { ...sample, metadata: { ...sample.metadata, ...context.metadata, whitebox_error: reason } },
+          {
+            ...sample,
+            metadata: {
+              ...sample.metadata,
+              ...context.metadata,
+              whitebox_error: reason,
+              whitebox_error_code: code,
+            },
+          },
           { sessionId, instanceId },
         ),
       ];
+    };
+    const failure = (error: unknown) => {
+      const reason = DressageError.from(error);
+      return aborted(error instanceof Error ? error.message : String(error), reason.code);
     };
     let response: string | null;
     try {
       await agent.setup(sample, context);
       response = await agent.run(sample, context);
     } catch (error) {
-      return aborted(error instanceof Error ? error.message : String(error));
+      return failure(error);
     } finally {
       await agent.teardown();
     }
     try {
       await options.proxy.finalizeSession(sessionId, { instanceId, label: sample.label ?? undefined });
       const read = await options.proxy.readTrajectory({ trajectoryId: sessionId, drain: true });
-      if (read.data.length === 0) return aborted('no segments recorded');
+      if (read.data.length === 0) return aborted('no segments recorded', 'failed_precondition');
       return expandSegmentsToSamples(
         {
           ...sample,
@@ -261,7 +274,7 @@ export function makeGenerate(AgentClass: WhiteboxAgentClass, options: WhiteboxGe
         },
       );
     } catch (error) {
-      return aborted(error instanceof Error ? error.message : String(error));
+      return failure(error);
     }
   };
 }
