@@ -187,6 +187,29 @@ async function serveCommand(args: string[], io: CliIo): Promise<EngineServer> {
  */
 export async function runEngineCli(argv: string[], io: CliIo): Promise<EngineServer | null> {
   const [command, ...rest] = argv;
+  if (rest.includes('--help') || rest.includes('-h')) {
+    io.log(usage);
+    return null;
+  }
+  try {
+    return await runCommand(command, rest, io);
+  } catch (error) {
+    // node:util's parse errors (an unknown flag, a missing value) become usage errors naming it.
+    const code = (error as { code?: unknown }).code;
+    if (typeof code === 'string' && code.startsWith('ERR_PARSE_ARGS'))
+      throw new DressageError({
+        code: 'invalid_argument',
+        message: `${(error as Error).message}\n\n${usage}`,
+      });
+    throw error;
+  }
+}
+
+async function runCommand(
+  command: string | undefined,
+  rest: string[],
+  io: CliIo,
+): Promise<EngineServer | null> {
   if (command === 'init') {
     await initCommand(rest, io);
     return null;

@@ -141,6 +141,15 @@ function delegate(packageName: string, binName: string, args: string[]): Promise
 
 async function main(argv: string[]): Promise<number> {
   const [command, ...rest] = argv;
+  // `dressage train --help` and the like: the usage, not an unknown-option error. `proxy`, `engine`
+  // and `blackbox-server` pass it on to the command they start.
+  if (
+    ['train', 'warm-start', 'report', 'inspect'].includes(command ?? '') &&
+    (rest.includes('--help') || rest.includes('-h'))
+  ) {
+    process.stdout.write(usage);
+    return 0;
+  }
   switch (command) {
     case 'init':
       return runInitCommand(rest);
@@ -158,9 +167,15 @@ async function main(argv: string[]): Promise<number> {
       return delegate('@dressage/embedded', 'dressage-engine', rest);
     case 'blackbox-server':
       return delegate('@dressage/paddock', 'dressage-blackbox-server', rest);
-    default:
+    default: {
+      const help = command === undefined || command === '--help' || command === '-h' || command === 'help';
+      if (!help)
+        process.stderr.write(
+          `dressage: unknown ${command.startsWith('-') ? 'option' : 'command'} '${command}'\n`,
+        );
       process.stdout.write(usage);
-      return command === undefined || command === '--help' || command === 'help' ? 0 : 2;
+      return help ? 0 : 2;
+    }
   }
 }
 
@@ -169,6 +184,8 @@ main(process.argv.slice(2)).then(
   (error: unknown) => {
     const message = DressageError.isInstance(error) ? `${error.code}: ${error.message}` : String(error);
     process.stderr.write(`dressage: ${message}\n`);
-    process.exit(1);
+    // An unknown flag or a flag without its value is a usage error: exit 2, as every binary does.
+    const code = (error as { code?: unknown }).code;
+    process.exit(typeof code === 'string' && code.startsWith('ERR_PARSE_ARGS') ? 2 : 1);
   },
 );

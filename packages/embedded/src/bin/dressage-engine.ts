@@ -1,4 +1,5 @@
 #!/usr/bin/env node
+import { DressageError } from '@dressage/protocol';
 import { runEngineCli } from '../engine-cli.js';
 
 const io = { log: (line: string) => console.log(line), error: (line: string) => console.error(line) };
@@ -27,6 +28,7 @@ try {
   }
 } catch (error) {
   console.error(error instanceof Error ? error.message : String(error));
-  // Exit now: a watched stdin would keep the process alive.
-  process.exit(1);
+  // Exit now: a watched stdin would keep the process alive. A usage error (an unknown command or
+  // flag, a bad value) exits 2, as every dressage binary does.
+  process.exit(DressageError.isInstance(error) && error.code === 'invalid_argument' ? 2 : 1);
 }

@@ -32,9 +32,8 @@ function alive(pid: number): boolean {
   }
 }
 
-/** The `dressage-local-bwrap` command line; returns the exit code. */
-export async function runLocalBwrapCli(argv: readonly string[]): Promise<number> {
-  const { positionals, values } = parseArgs({
+function parseCommandLine(argv: readonly string[]) {
+  return parseArgs({
     args: [...argv],
     allowPositionals: true,
     options: {
@@ -49,6 +48,19 @@ export async function runLocalBwrapCli(argv: readonly string[]): Promise<number>
       help: { type: 'boolean' },
     },
   });
+}
+
+/** The `dressage-local-bwrap` command line; returns the exit code. */
+export async function runLocalBwrapCli(argv: readonly string[]): Promise<number> {
+  let parsed: ReturnType<typeof parseCommandLine>;
+  try {
+    parsed = parseCommandLine(argv);
+  } catch (error) {
+    // An unknown flag or a missing value: a usage error, named, exit 2.
+    console.error(`dressage-local-bwrap: ${(error as Error).message}\n\n${usage}`);
+    return 2;
+  }
+  const { positionals, values } = parsed;
   const command = positionals[0];
   const baseDir = values['base-dir'] ?? defaultBaseDir();
   if (values.help || command === undefined) {
