@@ -14,6 +14,9 @@ from .packed_batch import PackedBatch
 
 PER_SAMPLE_NUMBERS = ("rewards", "raw_rewards", "rollout_mask_sums")
 PER_TOKEN_NUMBERS = ("rollout_log_probs", "teacher_log_probs")
+# The smallest non-zero loss denominator (`MIN_ROLLOUT_MASK_SUM` of the TypeScript side): 1e-30
+# would scale a sample's loss and gradient by 1e30.
+MIN_ROLLOUT_MASK_SUM = 1e-6
 
 
 def check_batch_values(batch: PackedBatch) -> None:
@@ -29,6 +32,14 @@ def check_batch_values(batch: PackedBatch) -> None:
                 f"train batch: sample {sample} (rollout_id {int(batch.rollout_ids[sample])}) has {field} = "
                 f"{values[sample]}; rewards, advantages, loss denominators and logprobs must be finite"
             )
+    sums = batch.rollout_mask_sums
+    tiny = (sums != 0) & ~(sums >= MIN_ROLLOUT_MASK_SUM)
+    if np.any(tiny):
+        sample = int(np.argmax(tiny))
+        raise invalid(
+            f"train batch: sample {sample} (rollout_id {int(batch.rollout_ids[sample])}) has rollout_mask_sums = "
+            f"{sums[sample]}; a loss denominator is 0 or at least {MIN_ROLLOUT_MASK_SUM}"
+        )
     for field in PER_TOKEN_NUMBERS:
         values = getattr(batch, field)
         if values is None:

@@ -37,11 +37,17 @@ function reject(
   });
 }
 
+/** The smallest non-zero `rollout_mask_sums` entry a trainer accepts (a loss denominator). */
+export const MIN_ROLLOUT_MASK_SUM = 1e-6;
+
 /**
  * Rejects a batch carrying NaN or ±Infinity where training reads numbers: `rewards` (the advantage
  * for GRPO-style estimators), `raw_rewards`, `rollout_mask_sums`, and the `rollout_log_probs` and
  * `teacher_log_probs` of every response token (a masked-out token too: 0 × NaN is NaN). One such
  * value turns every weight into NaN after a single step.
+ *
+ * A non-zero `rollout_mask_sums` entry below {@link MIN_ROLLOUT_MASK_SUM} (or negative) is refused
+ * too: dividing by it scales a sample's loss beyond anything float32 weights survive.
  *
  * @throws DressageError `invalid_argument` naming the sample, its rollout id, the field and the value.
  */
@@ -52,6 +58,22 @@ export function checkTrainBatchValues(batch: PackedTrainBatch): void {
   }
   const sums = firstNonFinite64(batch.rollout_mask_sums);
   if (sums >= 0) reject(batch, sums, 'rollout_mask_sums', batch.rollout_mask_sums[sums] as number, null);
+  // A loss denominator is a count of response tokens: 0 for a sample that trains on nothing, else
+  // well above zero. 1e-30 would multiply that sample's loss (and gradient) by 1e30.
+  const tiny = batch.rollout_mask_sums.findIndex((value) => value !== 0 && !(value >= MIN_ROLLOUT_MASK_SUM));
+  if (tiny >= 0) {
+    const value = batch.rollout_mask_sums[tiny] as number;
+    throw new DressageError({
+      code: 'invalid_argument',
+      message: `train batch: sample ${tiny} (rollout_id ${batch.rollout_ids[tiny]}) has rollout_mask_sums = ${value}; a loss denominator is 0 or at least ${MIN_ROLLOUT_MASK_SUM}`,
+      details: {
+        sample: tiny,
+        rollout_id: batch.rollout_ids[tiny],
+        field: 'rollout_mask_sums',
+        value: String(value),
+      },
+    });
+  }
   for (const field of ['rollout_log_probs', 'teacher_log_probs'] as const) {
     const values = batch[field];
     if (values === null) continue;

@@ -196,6 +196,20 @@ class Reader {
     throw malformed('varint too long');
   }
 
+  /** A varint as a bigint: exact past 2^53. */
+  bigVarint(): bigint {
+    let value = 0n;
+    let shift = 0n;
+    for (let i = 0; i < 10; i++) {
+      if (this.offset >= this.end) throw malformed('truncated varint');
+      const byte = this.buffer[this.offset++] as number;
+      value |= BigInt(byte & 0x7f) << shift;
+      if (byte < 0x80) return value;
+      shift += 7n;
+    }
+    throw malformed('varint too long');
+  }
+
   bytes(): Buffer {
     const length = this.varint();
     const start = this.offset;
@@ -230,13 +244,45 @@ export function decodeTrainChunk(buffer: Buffer): TrainChunk {
     const field = Math.floor(tag / 8);
     const wireType = tag & 7;
     if (field === 1 && wireType === 2) {
-      chunk = { payload: { $case: 'header', value: TrainBatchHeader.decode(reader.bytes()) } };
+      const header = reader.bytes();
+      checkHeaderIntegers(header);
+      chunk = { payload: { $case: 'header', value: TrainBatchHeader.decode(header) } };
     } else if (field === 2 && wireType === 2) {
       const body = reader.bytes();
       chunk = { payload: { $case: 'samples', value: decodeBlock(body) } };
     } else reader.skip(wireType);
   }
   return chunk;
+}
+
+// TrainBatchHeader's uint64 fields, which the generated codec turns into numbers: one over 2^53 − 1
+// would throw there without a field name (and grpc-js would answer INTERNAL).
+const headerIntegerFields = new Map<number, string>([
+  [2, 'rollout_id'],
+  [4, 'token_count'],
+  [8, 'response_token_count'],
+]);
+
+function checkHeaderIntegers(header: Buffer): void {
+  const reader = new Reader(header, 0, header.length);
+  while (reader.offset < reader.end) {
+    const tag = reader.varint();
+    const field = Math.floor(tag / 8);
+    const wireType = tag & 7;
+    const name = headerIntegerFields.get(field);
+    if (name === undefined || wireType !== 0) {
+      reader.skip(wireType);
+      continue;
+    }
+    const value = reader.bigVarint();
+    if (value > BigInt(Number.MAX_SAFE_INTEGER)) {
+      throw new DressageError({
+        code: 'invalid_argument',
+        message: `train stream: TrainBatchHeader.${name} = ${value} is beyond 2^53 - 1`,
+        details: { field: `header.${name}`, value: String(value) },
+      });
+    }
+  }
 }
 
 function decodeBlock(body: Buffer): SampleBlock {
@@ -299,9 +345,29 @@ export const trainerServiceDefinition = {
   train: {
     ...TrainerServiceService.train,
     requestSerialize: encodeTrainChunk,
-    requestDeserialize: decodeTrainChunk,
+    requestDeserialize: decodeTrainChunkOrError,
   },
 } as const;
+
+const decodeErrors = new WeakMap<TrainChunk, unknown>();
+
+// grpc-js answers a deserializer that throws with INTERNAL ("Error deserializing request"): the
+// server's deserializer hands the error on in an empty chunk instead, and the Train handler answers
+// it with its own status (INVALID_ARGUMENT naming the field).
+function decodeTrainChunkOrError(buffer: Buffer): TrainChunk {
+  try {
+    return decodeTrainChunk(buffer);
+  } catch (error) {
+    const chunk: TrainChunk = { payload: undefined };
+    decodeErrors.set(chunk, error);
+    return chunk;
+  }
+}
+
+/** The error a received chunk could not be decoded with (see {@link trainerServiceDefinition}), or undefined. */
+export function trainChunkDecodeError(chunk: TrainChunk): unknown {
+  return decodeErrors.get(chunk);
+}
 
 /**
  * {@link trainerServiceDefinition} for clients whose channel does not compress messages: sample blocks

@@ -35,7 +35,7 @@ import {
   messageLimitOptions,
   widenServerFlowControlWindow,
 } from './grpc-limits.js';
-import { trainerServiceDefinition } from './train-chunk-codec.js';
+import { trainChunkDecodeError, trainerServiceDefinition } from './train-chunk-codec.js';
 
 type Awaitable<T> = T | Promise<T>;
 
@@ -190,6 +190,8 @@ export function createTrainerServiceHandlers(
       call.on('data', (chunk: TrainChunk) => {
         if (done) return;
         try {
+          const decodeError = trainChunkDecodeError(chunk);
+          if (decodeError !== undefined) throw decodeError;
           // The limits first: a batch over them is refused before any of it is buffered.
           if (chunk.payload?.$case === 'header') checkHeader(chunk.payload.value, maxTokens, maxSamples);
           assembler.push(chunk);

@@ -16,7 +16,13 @@ import {
   startEmbeddedTrainerServer,
   TokenVocabulary,
 } from '@dressage/embedded';
-import { createSample, type PackedTrainBatch } from '@dressage/protocol';
+import {
+  createSample,
+  type PackedTrainBatch,
+  TrainBatchHeader,
+  TrainerServiceService,
+  TrainResponse,
+} from '@dressage/protocol';
 import { ProxyClient } from '@dressage/proxy';
 import {
   convertSamplesToPackedTrainBatch,
@@ -24,6 +30,7 @@ import {
   type TrainerClient,
 } from '@dressage/trainer-bridge';
 import { createSyntheticTrainBatch } from '@dressage/trainer-bridge/internal';
+import { Client, credentials, type ServiceError, status } from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { EngineStub } from './engine-stub.js';
 import { chatBody, startQwenEngineStub, temporaryDirectory } from './fixtures.js';
@@ -217,6 +224,7 @@ describe('nothing poisoned: the embedded trainer over gRPC', () => {
       ...batch,
       rewards: batch.rewards.slice(),
       rollout_log_probs: batch.rollout_log_probs?.slice() ?? null,
+      rollout_mask_sums: batch.rollout_mask_sums.slice(),
     };
     edit(copy);
     return copy;
@@ -249,6 +257,15 @@ describe('nothing poisoned: the embedded trainer over gRPC', () => {
       { use_rollout_logprobs: true },
       'sample 0',
       'rollout_log_probs',
+    ],
+    [
+      'a loss denominator of 1e-30 (it would scale the loss by 1e30)',
+      (copy: PackedTrainBatch): void => {
+        copy.rollout_mask_sums.fill(1e-30, 1);
+      },
+      {},
+      'sample 1',
+      'rollout_mask_sums',
     ],
   ] as const)(
     'refuses %s with INVALID_ARGUMENT naming the sample and field',
@@ -283,6 +300,39 @@ describe('nothing poisoned: the embedded trainer over gRPC', () => {
     await client.updateWeights();
     for (const published of engine.model.getWeights().values())
       expect(published.every(Number.isFinite)).toBe(true);
+  });
+
+  it('refuses a Train header announcing 2^53 tokens with INVALID_ARGUMENT naming token_count', async () => {
+    // The header as a client that means harm writes it: token_count 2^53 (varint 80×7 10) after a
+    // well-formed header; protobuf takes the last value of a field.
+    const header = Buffer.concat([
+      TrainBatchHeader.encode(
+        TrainBatchHeader.fromPartial({
+          batch_id: 'huge',
+          sample_count: 2,
+          token_count: 8,
+          global_batch_size: 2,
+        }),
+      ).finish(),
+      Buffer.from([0x20, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x10]),
+    ]);
+    const chunk = Buffer.concat([Buffer.from([0x0a, header.length]), header]);
+    const raw = new Client(served.address, credentials.createInsecure());
+    const error = await new Promise<ServiceError | null>((resolve) => {
+      const stream = raw.makeClientStreamRequest(
+        TrainerServiceService.train.path,
+        (bytes: Buffer) => bytes,
+        (bytes: Buffer) => TrainResponse.decode(bytes),
+        (failure) => resolve(failure),
+      );
+      stream.write(chunk);
+      stream.end();
+    });
+    raw.close();
+    expect(error?.code).toBe(status.INVALID_ARGUMENT);
+    expect(error?.details).toContain('token_count');
+    // And it keeps training on good data.
+    expect((await client.train(batch)).samples_trained).toBe(2);
   });
 
   it('refuses a learning rate of 1e30 and a negative eps_clip with INVALID_ARGUMENT naming the field', async () => {
@@ -331,11 +381,13 @@ describe.runIf(existsSync(debianPython))('nothing poisoned: the Python worker ov
   it.each([
     ['a NaN reward', 'rewards', 3, 'sample 3 (rollout_id'],
     ['an infinite rollout logprob', 'rollout_log_probs', 5, 'rollout_log_probs['],
+    ['a loss denominator of 1e-30', 'rollout_mask_sums', 2, 'sample 2 (rollout_id'],
   ] as const)(
     'refuses %s with INVALID_ARGUMENT naming the sample and field',
     async (_, field, index, named) => {
       const batch = createSyntheticTrainBatch({ samples: 8, tokensPerSample: 32, responseTokens: 8 });
-      (batch[field] as Float32Array)[index] = field === 'rewards' ? Number.NaN : Number.POSITIVE_INFINITY;
+      (batch[field] as Float32Array | Float64Array)[index] =
+        field === 'rewards' ? Number.NaN : field === 'rollout_mask_sums' ? 1e-30 : Number.POSITIVE_INFINITY;
       await expect(client.train(batch)).rejects.toMatchObject({
         code: 'invalid_argument',
         message: expect.stringContaining(named),
