@@ -247,7 +247,32 @@ export const proxyConfigSchema = z
       kind: 'path-or-none',
       placeholder: 'DIR',
       help: 'trajectory log ("none" = memory only)',
-      cliDefault: './.dressage/proxy-store',
+      cliDefault: './.dressage/proxy-store/<run id>',
+    }),
+    /**
+     * The run this proxy records for. The store keeps the id of the run that wrote it and refuses
+     * another run's store unless {@link ProxyConfig.adoptStore}; null takes the store's own run (or
+     * starts a new one in an empty store).
+     */
+    runId: setting(
+      z
+        .string()
+        .regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/, 'letters, digits, ".", "_" and "-", at most 128')
+        .nullable()
+        .default(null),
+      {
+        flag: 'run-id',
+        env: 'DRESSAGE_RUN_ID',
+        kind: 'text',
+        placeholder: 'ID',
+        help: 'the run recorded for; a store another run wrote is refused (default: a new id per start)',
+      },
+    ),
+    /** Take over a store another run wrote: its trajectories are served to this run. */
+    adoptStore: setting(z.boolean().default(false), {
+      flag: 'adopt-store',
+      kind: 'switch',
+      help: "serve the trajectories of the store's earlier run to this one",
     }),
     /** Resident token bytes the store keeps before it evicts persisted trajectories to disk. */
     storeMemoryLimitBytes: setting(
@@ -450,7 +475,7 @@ export const usage = (() => {
   }
   const width = Math.max(...lines.map(([left]) => left.length)) + 2;
   const body = lines.map(([left, right]) => `  ${left.padEnd(width)}${right}`).join('\n');
-  return `Usage: dressage-proxy --tokenizer-path DIR [options]\n\nPrecedence: a flag beats its environment variable, which beats the default.\n\n${body}\n`;
+  return `Usage: dressage-proxy --tokenizer-path DIR [options]\n       dressage-proxy repair-store --store-dir DIR   moves a damaged log's bad lines to a quarantine file\n\nPrecedence: a flag beats its environment variable, which beats the default.\n\n${body}\n`;
 })();
 
 function invalid(where: string, message: string): DressageError {
@@ -503,6 +528,16 @@ function settingValue(
   }
 }
 
+// `proxy-20260103T120000Z-1234`: sorts by start time, and two proxies started in the same second
+// differ by pid.
+function defaultRunId(): string {
+  const stamp = new Date()
+    .toISOString()
+    .replace(/[-:]/g, '')
+    .replace(/\.\d+Z$/, 'Z');
+  return `proxy-${stamp}-${process.pid}`;
+}
+
 /** The result of parsing the command line: a configuration, or a request for help. */
 export type ParsedArguments = { help: true } | { help: false; config: ProxyConfig };
 
@@ -510,7 +545,7 @@ export type ParsedArguments = { help: true } | { help: false; config: ProxyConfi
  * Parses `dressage-proxy` arguments (§1.11 of the reference) and the environment variables of
  * {@link proxyConfigSchema}: a flag beats its variable, which beats the default. Beyond the library
  * defaults, the CLI derives the router address ({@link defaultRouterUrl}) and keeps the trajectory
- * log in `./.dressage/proxy-store`.
+ * log in `./.dressage/proxy-store/<run id>`, with a new run id per start unless `--run-id` names one.
  *
  * @throws DressageError `invalid_argument` naming the bad flag or variable.
  */
@@ -563,7 +598,12 @@ export function parseProxyArguments(
   if (apiKey === undefined) delete input.apiKey;
   else input.apiKey = apiKey;
   input.sglangRouterUrl ??= defaultRouterUrl(env);
-  if (!('storeDirectory' in input)) input.storeDirectory = join(process.cwd(), '.dressage', 'proxy-store');
+  // The default store is the run's own: a proxy started again in the same folder gets a new, empty
+  // one unless it names the run it continues (--run-id) or the store (--store-dir).
+  if (!('storeDirectory' in input)) {
+    input.runId ??= defaultRunId();
+    input.storeDirectory = join(process.cwd(), '.dressage', 'proxy-store', String(input.runId));
+  }
   const result = proxyConfigSchema.safeParse(input);
   if (!result.success) {
     const [issue] = result.error.issues;

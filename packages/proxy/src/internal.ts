@@ -53,6 +53,7 @@ export {
   type StoredTrajectory,
   type StoreFsyncPolicy,
   type StoreLogFile,
+  type StoreRecovery,
   type StoreStats,
   TrajectoryStore,
   type TrajectoryStoreOptions,

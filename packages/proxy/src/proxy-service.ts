@@ -188,6 +188,8 @@ export class ProxyService {
       directory: config.storeDirectory,
       memoryLimitBytes: config.storeMemoryLimitBytes,
       fsync: config.storeFsync,
+      runId: config.runId,
+      adopt: config.adoptStore,
     });
     return new ProxyService(config, tokenizer, store, runner);
   }

@@ -1,9 +1,17 @@
 import { closeSync, constants, openSync, readSync } from 'node:fs';
-import { mkdir, open, rename, rm, stat } from 'node:fs/promises';
+import { mkdir, open, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { DressageError, type Segment, type SegmentMeta, type TrajectoryStats } from '@dressage/protocol';
+import {
+  DressageError,
+  type Segment,
+  type SegmentMeta,
+  segmentExtraInfoSchema,
+  type TrajectoryStats,
+} from '@dressage/protocol';
 import { packTypedArray, unpackTypedArray } from '@dressage/protocol/internal';
+import { z } from 'zod';
 import { ProxyHttpError } from './http-error.js';
+import { lockStoreDirectory, type StoreLock } from './store-lock.js';
 import { expandVersionRuns, type RoutingRows, type VersionRun } from './token-buffer.js';
 
 /** Token data of one frozen lineage segment or snapshot step. */
@@ -80,6 +88,28 @@ export interface TrajectoryStoreOptions {
   fsync?: StoreFsyncPolicy;
   /** Opens the log for reading and writing; tests inject short writes and full disks here. */
   openLog?: (path: string) => Promise<StoreLogFile>;
+  /**
+   * The run this store records for. A store another run wrote (and still holding trajectories) is
+   * refused unless `adopt`; null continues the store's own run, or starts a new one.
+   */
+  runId?: string | null;
+  /** Take over the trajectories of a store another run wrote. Default false. */
+  adopt?: boolean;
+}
+
+/** What {@link TrajectoryStore.open} found in its directory. */
+export interface StoreRecovery {
+  /** The run the store records for now. */
+  runId: string;
+  /** The run that wrote the store before, when this run adopted it. */
+  adoptedFrom: string | null;
+  /** Trajectories replayed from the log. */
+  trajectories: number;
+  /** When the oldest and newest of them were finalized (ms since the epoch); null when none. */
+  oldestFinalizedAt: number | null;
+  newestFinalizedAt: number | null;
+  /** What the replay had to say (a dropped torn last line, for one). */
+  notes: string[];
 }
 
 function openLogFile(path: string): Promise<StoreLogFile> {
@@ -101,6 +131,25 @@ function storageError(error: unknown, what: string): ProxyHttpError {
 }
 
 const logName = 'trajectories.jsonl';
+const runName = 'RUN.json';
+const quarantineName = 'trajectories.quarantine.jsonl';
+
+async function readRunId(directory: string): Promise<string | null> {
+  try {
+    const run = JSON.parse(await readFile(join(directory, runName), 'utf8')) as { run_id?: unknown };
+    return typeof run.run_id === 'string' ? run.run_id : null;
+  } catch {
+    return null;
+  }
+}
+
+async function writeRunId(directory: string, runId: string, adoptedFrom: string | null): Promise<void> {
+  const path = join(directory, runName);
+  const record = { run_id: runId, since: new Date().toISOString(), adopted_from: adoptedFrom };
+  await writeFile(`${path}.tmp`, `${JSON.stringify(record)}\n`);
+  await rename(`${path}.tmp`, path);
+  await syncDirectory(directory);
+}
 
 function blockBytes(blocks: readonly StoredBlock[]): number {
   let bytes = 0;
@@ -147,7 +196,7 @@ function serialize(trajectory: StoredTrajectory): string {
       response_start: record.responseStart,
     };
   });
-  return `${JSON.stringify({
+  const line: StoreLine = {
     op: 'put',
     trajectory: {
       trajectory_id: trajectory.trajectoryId,
@@ -174,34 +223,111 @@ function serialize(trajectory: StoredTrajectory): string {
           : {}),
       })),
     },
-  })}\n`;
+  };
+  return `${JSON.stringify(line)}\n`;
 }
 
-interface SerializedTrajectory {
-  trajectory_id: string;
-  session_id: string;
-  instance_id: string;
-  finalized_at: number;
-  record_versions: boolean;
-  /** Distinct messages of the records (absent in lines written before records shared them). */
-  messages?: unknown[];
-  records: Array<{
-    view: 'lineage' | 'timeline';
-    segment_index: number;
-    meta: SegmentMeta;
-    /** The record's `messages`, as indices into the line's `messages`. */
-    message_refs?: number[];
-    block: number;
-    end: number;
-    response_start: number | null;
-  }>;
-  blocks: Array<{
-    ids: string;
-    logprobs: string;
-    mask_ranges: string;
-    versions: Array<[number, string]>;
-    routing?: { dtype: RoutingRows['dtype']; width: number; rows: number; data: string };
-  }>;
+const base64 = z.string().regex(/^[A-Za-z0-9+/]*={0,2}$/, 'base64');
+const count = z.int().nonnegative();
+
+// A record's segment fields without its token arrays: the identity and bookkeeping a read hands
+// out, checked as the segment schema checks them (other fields pass through as they were written).
+const storedMetaSchema = z.looseObject({
+  uid: z.string().min(1),
+  session_id: z.string().min(1),
+  trajectory_id: z.string().min(1),
+  instance_id: z.string().min(1),
+  turn_id: z.string().nullable(),
+  segment_index: count,
+  segment_count: z.int().positive(),
+  tools: z.array(z.unknown()).nullable(),
+  messages: z.array(z.unknown()).nullable(),
+  finish_reason: z.string().nullable(),
+  timestamp: z.number(),
+  extra_info: segmentExtraInfoSchema,
+});
+
+/**
+ * One line of the log. The writer's types come from it and replay checks every line against it: a
+ * line that does not parse is damage, never a record to skip.
+ */
+const storeLineSchema = z.discriminatedUnion('op', [
+  z.object({
+    op: z.literal('put'),
+    trajectory: z.object({
+      trajectory_id: z.string().min(1),
+      session_id: z.string().min(1),
+      instance_id: z.string().min(1),
+      finalized_at: z.number(),
+      record_versions: z.boolean(),
+      /** Distinct messages of the records (absent in lines written before records shared them). */
+      messages: z.array(z.unknown()).optional(),
+      records: z.array(
+        z.object({
+          view: z.enum(['lineage', 'timeline']),
+          segment_index: count,
+          meta: storedMetaSchema,
+          /** The record's `messages`, as indices into the line's `messages`. */
+          message_refs: z.array(count).optional(),
+          block: count,
+          end: count,
+          response_start: count.nullable(),
+        }),
+      ),
+      blocks: z.array(
+        z.object({
+          ids: base64,
+          logprobs: base64,
+          mask_ranges: base64,
+          versions: z.array(z.tuple([count, z.string()])),
+          routing: z
+            .object({
+              dtype: z.enum(['int32', 'uint16', 'uint8']),
+              width: count,
+              rows: count,
+              data: base64,
+            })
+            .optional(),
+        }),
+      ),
+    }),
+  }),
+  z.object({ op: z.literal('drop'), trajectory_id: z.string().min(1) }),
+]);
+
+type StoreLine = z.infer<typeof storeLineSchema>;
+type SerializedTrajectory = Extract<StoreLine, { op: 'put' }>['trajectory'];
+
+/** Why a log line is not a record, or null when it is one. */
+function lineProblem(text: string): { problem: string } | { line: StoreLine } {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    return { problem: 'not JSON (cut short or overwritten)' };
+  }
+  const result = storeLineSchema.safeParse(parsed);
+  if (!result.success) {
+    const [issue] = result.error.issues;
+    return { problem: `not a record: ${issue?.path.join('.') || '(line)'}: ${issue?.message ?? 'invalid'}` };
+  }
+  // The line as written, not zod's copy: that one orders each object's fields as the schema does.
+  const line = parsed as StoreLine;
+  // Every record's window lies inside a block of the line.
+  if (line.op === 'put') {
+    const { records, blocks } = line.trajectory;
+    for (const record of records)
+      if (record.block >= blocks.length) return { problem: `not a record: block ${record.block} is missing` };
+  }
+  return { line };
+}
+
+/** The log's damaged lines: where they are and why. */
+export interface DamagedLine {
+  /** 1-based line number. */
+  line: number;
+  offset: number;
+  problem: string;
 }
 
 function deserializeBlocks(value: SerializedTrajectory): StoredBlock[] {
@@ -242,11 +368,11 @@ function deserialize(value: SerializedTrajectory, withBlocks: boolean): StoredTr
       // Records share the message objects again, as they did before they were written.
       meta:
         record.message_refs === undefined
-          ? record.meta
+          ? (record.meta as unknown as SegmentMeta)
           : ({
               ...record.meta,
               messages: record.message_refs.map((index) => value.messages?.[index]),
-            } as SegmentMeta),
+            } as unknown as SegmentMeta),
       block: record.block,
       end: record.end,
       responseStart: record.response_start,
@@ -344,6 +470,10 @@ export class TrajectoryStore {
   #nextSync: Promise<void> | null = null;
   #runningSync: Promise<void> = Promise.resolve();
   #residentBytes = 0;
+  #lock: StoreLock | null = null;
+  #recovery: StoreRecovery | null = null;
+  /** Log lines for the operator, gathered while the log is replayed. */
+  readonly #notes: string[] = [];
 
   private constructor(options: TrajectoryStoreOptions) {
     this.directory = options.directory;
@@ -352,11 +482,68 @@ export class TrajectoryStore {
     this.#openLog = options.openLog ?? openLogFile;
   }
 
-  /** Opens (and replays) the store. */
+  /**
+   * Opens (and replays) the store. With a directory, this store holds it alone until
+   * {@link TrajectoryStore.close} (or until the process exits).
+   *
+   * @throws DressageError `failed_precondition` when another process or store holds the directory.
+   */
   static async open(options: TrajectoryStoreOptions): Promise<TrajectoryStore> {
     const store = new TrajectoryStore(options);
-    if (options.directory !== null) await store.#replay(options.directory);
+    if (options.directory !== null) {
+      await mkdir(options.directory, { recursive: true });
+      // One process per store, before anything of the log is read.
+      store.#lock = lockStoreDirectory(options.directory);
+      try {
+        await store.#replay(options.directory);
+        await store.#claim(options.directory, options.runId ?? null, options.adopt ?? false);
+      } catch (error) {
+        await store.#file?.close();
+        store.#lock.release();
+        throw error;
+      }
+    }
     return store;
+  }
+
+  /** What the store found when it opened (null for a memory-only store). */
+  get recovery(): StoreRecovery | null {
+    return this.#recovery;
+  }
+
+  // Records which run the store serves. Another run's trajectories are handed over only on request.
+  async #claim(directory: string, runId: string | null, adopt: boolean): Promise<void> {
+    const recorded = await readRunId(directory);
+    if (recorded !== null && runId !== null && recorded !== runId && this.#entries.size > 0 && !adopt) {
+      throw new DressageError({
+        code: 'failed_precondition',
+        message: `the trajectory store ${directory} holds ${this.#entries.size} trajectories of run ${recorded}, and this process records for run ${runId}: pass --adopt-store to serve them to this run, or give it its own --store-dir`,
+        details: { directory, store_run_id: recorded, run_id: runId, trajectories: this.#entries.size },
+      });
+    }
+    const effective =
+      runId ??
+      recorded ??
+      `store-${new Date()
+        .toISOString()
+        .replace(/[-:]/g, '')
+        .replace(/\.\d+Z$/, 'Z')}`;
+    const adoptedFrom = recorded !== null && recorded !== effective ? recorded : null;
+    if (effective !== recorded) await writeRunId(directory, effective, adoptedFrom);
+    let oldest: number | null = null;
+    let newest: number | null = null;
+    for (const { trajectory } of this.#entries.values()) {
+      oldest = Math.min(oldest ?? trajectory.finalizedAt, trajectory.finalizedAt);
+      newest = Math.max(newest ?? trajectory.finalizedAt, trajectory.finalizedAt);
+    }
+    this.#recovery = {
+      runId: effective,
+      adoptedFrom,
+      trajectories: this.#entries.size,
+      oldestFinalizedAt: oldest,
+      newestFinalizedAt: newest,
+      notes: this.#notes,
+    };
   }
 
   /** Resident bytes of token data. */
@@ -471,6 +658,8 @@ export class TrajectoryStore {
     await (this.#nextSync ?? this.#runningSync).catch(() => undefined);
     await this.#file?.close();
     this.#file = null;
+    this.#lock?.release();
+    this.#lock = null;
   }
 
   #readyGroups(minGroupSize: number, groupTimeoutMs: number): Entry[][] {
@@ -641,25 +830,31 @@ export class TrajectoryStore {
     }
     let dead = 0;
     let wholeEnd = 0;
+    let lineNumber = 0;
+    const damaged: DamagedLine[] = [];
     const puts = new Map<string, { offset: number; byteLength: number }>();
     if (fileSize > 0) {
       const descriptor = openSync(path, 'r');
       try {
         forEachLine(descriptor, fileSize, (offset, line, terminated) => {
+          lineNumber += 1;
           if (!terminated) {
-            // A line without its newline never fully landed, so it was never acknowledged.
+            // Only the last line can lack its newline: an append that never fully landed, so it
+            // was never acknowledged. It is the one line dropped, and said so.
             dead += 1;
+            this.#notes.push(
+              `dropped a torn last line of ${path} (line ${lineNumber}, ${line.length} bytes at byte ${offset}): an append that did not finish, never acknowledged`,
+            );
             return;
           }
           wholeEnd = offset + line.length + 1;
-          let parsed: { op?: string; trajectory?: SerializedTrajectory; trajectory_id?: string };
-          try {
-            parsed = JSON.parse(line.toString('utf8'));
-          } catch {
-            dead += 1; // A torn line: the trajectory was never acknowledged.
+          const checked = lineProblem(line.toString('utf8'));
+          if ('problem' in checked) {
+            damaged.push({ line: lineNumber, offset, problem: checked.problem });
             return;
           }
-          if (parsed.op === 'put' && parsed.trajectory) {
+          const parsed = checked.line;
+          if (parsed.op === 'put') {
             if (puts.has(parsed.trajectory.trajectory_id)) dead += 1;
             puts.set(parsed.trajectory.trajectory_id, { offset, byteLength: line.length + 1 });
             this.#entries.delete(parsed.trajectory.trajectory_id);
@@ -671,7 +866,7 @@ export class TrajectoryStore {
               byteLength: line.length + 1,
               residentBytes,
             });
-          } else if (parsed.op === 'drop' && parsed.trajectory_id) {
+          } else {
             dead += 2;
             puts.delete(parsed.trajectory_id);
             this.#entries.delete(parsed.trajectory_id);
@@ -680,6 +875,16 @@ export class TrajectoryStore {
       } finally {
         closeSync(descriptor);
       }
+    }
+    if (damaged.length > 0) {
+      // Nothing is rewritten: a damaged line may be the only copy of a confirmed trajectory.
+      this.#entries.clear();
+      const [first] = damaged as [DamagedLine];
+      throw new DressageError({
+        code: 'data_loss',
+        message: `the trajectory log ${path} is damaged: line ${first.line} is ${first.problem}${damaged.length > 1 ? ` (and ${damaged.length - 1} more lines)` : ''}. Nothing was changed. Run \`dressage-proxy repair-store --store-dir ${directory}\` to move the damaged lines to ${quarantineName} and start with the rest`,
+        details: { path, damaged },
+      });
     }
     if (dead > 0) {
       const compacted = await this.#compact(path);
@@ -787,4 +992,67 @@ function forEachLine(
     carry = Buffer.from(data);
   }
   if (carry.length > 0) onLine(carryOffset, carry, false);
+}
+
+/** What {@link repairStore} did. */
+export interface StoreRepair {
+  /** Lines moved to the quarantine file. */
+  moved: number;
+  /** Lines the log kept. */
+  kept: number;
+  /** The quarantine file (appended to, never overwritten). */
+  quarantine: string;
+}
+
+/**
+ * Moves every line of a store's log that is not a record (including a torn last line) to
+ * `trajectories.quarantine.jsonl` beside it, byte for byte, and keeps the rest: what an operator
+ * runs when a damaged log keeps the store from opening. The quarantine is on disk before the log
+ * is replaced, so no line is ever lost. Takes the store's lock: not while a proxy serves it.
+ */
+export async function repairStore(directory: string): Promise<StoreRepair> {
+  const lock = lockStoreDirectory(directory);
+  try {
+    const path = join(directory, logName);
+    const quarantine = join(directory, quarantineName);
+    let size = 0;
+    try {
+      size = (await stat(path)).size;
+    } catch {
+      return { moved: 0, kept: 0, quarantine };
+    }
+    const keep: Buffer[] = [];
+    const move: Buffer[] = [];
+    const descriptor = openSync(path, 'r');
+    try {
+      forEachLine(descriptor, size, (_offset, line, terminated) => {
+        const copy = Buffer.concat([line, Buffer.from('\n')]);
+        if (terminated && !('problem' in lineProblem(line.toString('utf8')))) keep.push(copy);
+        else move.push(copy);
+      });
+    } finally {
+      closeSync(descriptor);
+    }
+    if (move.length === 0) return { moved: 0, kept: keep.length, quarantine };
+    const out = await open(quarantine, 'a');
+    try {
+      await out.write(Buffer.concat(move));
+      await out.sync();
+    } finally {
+      await out.close();
+    }
+    const temporary = `${path}.repair`;
+    const log = await open(temporary, 'w');
+    try {
+      await log.write(Buffer.concat(keep));
+      await log.sync();
+    } finally {
+      await log.close();
+    }
+    await rename(temporary, path);
+    await syncDirectory(directory);
+    return { moved: move.length, kept: keep.length, quarantine };
+  } finally {
+    lock.release();
+  }
 }

@@ -1,12 +1,13 @@
 // Nothing lost: a trajectory the proxy answered 200 for is readable after the proxy dies, whatever
 // else was happening (drains, a full disk).
-import { writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { appendFileSync, readFileSync, writeFileSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { EngineStub } from './engine-stub.js';
 import { chatBody, startQwenEngineStub, temporaryDirectory } from './fixtures.js';
-import { call, type ProxyProcess, startProxyProcess } from './proxy-process.js';
+import { call, type ProxyProcess, proxyBin, startProxyProcess } from './proxy-process.js';
 import { mountTmpfs } from './tmpfs.js';
 
 let engine: EngineStub;
@@ -47,6 +48,204 @@ function expectTrajectoryOf(session: string, data: Json[], segments?: number): v
 }
 
 describe('nothing lost', () => {
+  it('a second proxy on the same store is refused with exit 2 naming the directory and the holder', async () => {
+    const store = temporaryDirectory();
+    try {
+      const first = await startProxyProcess(engine.url, ['--store-dir', store.path]);
+      try {
+        expect(await record(first, 'first')).toBe(200);
+        const refused = startProxyProcess(engine.url, ['--store-dir', store.path]);
+        await expect(refused).rejects.toThrow(/exited with 2/);
+        const message = await refused.catch((error: Error) => error.message);
+        expect(message).toContain(store.path);
+        expect(message).toContain(`process ${first.child.pid}`);
+        // The first one keeps serving, and what it confirmed is whole.
+        expect(await record(first, 'second')).toBe(200);
+      } finally {
+        await first.kill();
+      }
+      // SIGKILL leaves no stale lock: the kernel let go of it with the process.
+      const next = await startProxyProcess(engine.url, ['--store-dir', store.path]);
+      try {
+        for (const session of ['first', 'second']) {
+          const read = await call(next.url, '/trajectory/read', { trajectory_id: session });
+          expectTrajectoryOf(session, read.body.data as Json[]);
+        }
+      } finally {
+        await next.kill();
+      }
+    } finally {
+      store.remove();
+    }
+  });
+
+  it("a new run never sees an earlier run's trajectories unless it adopts them", async () => {
+    const folder = temporaryDirectory();
+    const store = temporaryDirectory();
+    try {
+      // Two proxies started in one folder with the default store: each has its own.
+      const [first, second] = await Promise.all([
+        startProxyProcess(engine.url, [], { cwd: folder.path }),
+        startProxyProcess(engine.url, [], { cwd: folder.path }),
+      ]);
+      try {
+        expect(await record(first, 'old-run')).toBe(200);
+        const read = await call(second.url, '/trajectory/read', { max_groups: 2, drain: true });
+        expect(read.status).toBe(200);
+        expect(read.body.data).toEqual([]);
+        expect(first.output()).toMatch(/store \S+ \(run proxy-\S+\): empty/);
+      } finally {
+        await Promise.all([first.kill(), second.kill()]);
+      }
+      // Started again in that folder: a new run, an empty store.
+      const again = await startProxyProcess(engine.url, [], { cwd: folder.path });
+      try {
+        expect((await call(again.url, '/trajectory/read', { max_groups: 2, drain: true })).body.data).toEqual(
+          [],
+        );
+        expect((await call(again.url, '/trajectory/read', { trajectory_id: 'old-run' })).body.data).toEqual(
+          [],
+        );
+      } finally {
+        await again.kill();
+      }
+      // The same run, restarted (after a crash): its own trajectories, with a line saying so.
+      const runA = await startProxyProcess(engine.url, ['--run-id', 'run-a'], { cwd: folder.path });
+      try {
+        expect(await record(runA, 'kept-a')).toBe(200);
+      } finally {
+        await runA.kill();
+      }
+      const resumed = await startProxyProcess(engine.url, ['--run-id', 'run-a'], { cwd: folder.path });
+      try {
+        expectTrajectoryOf(
+          'kept-a',
+          (await call(resumed.url, '/trajectory/read', { trajectory_id: 'kept-a' })).body.data as Json[],
+        );
+        expect(resumed.output()).toMatch(
+          /\(run run-a\): recovered 1 trajectories not yet read, finalized \d+ s to \d+ s ago/,
+        );
+      } finally {
+        await resumed.kill();
+      }
+      // A named store another run wrote is refused, unless adopted.
+      const writer = await startProxyProcess(engine.url, ['--store-dir', store.path, '--run-id', 'run-a']);
+      try {
+        expect(await record(writer, 'of-run-a')).toBe(200);
+      } finally {
+        await writer.kill();
+      }
+      const refused = await startProxyProcess(engine.url, [
+        '--store-dir',
+        store.path,
+        '--run-id',
+        'run-b',
+      ]).catch((error: Error) => error.message);
+      expect(refused).toMatch(/exited with 2/);
+      expect(refused).toContain('run run-a');
+      expect(refused).toContain('--adopt-store');
+      const adopter = await startProxyProcess(engine.url, [
+        '--store-dir',
+        store.path,
+        '--run-id',
+        'run-b',
+        '--adopt-store',
+      ]);
+      try {
+        expect(adopter.output()).toContain('adopted from run run-a): recovered 1 trajectories');
+        expectTrajectoryOf(
+          'of-run-a',
+          (await call(adopter.url, '/trajectory/read', { trajectory_id: 'of-run-a' })).body.data as Json[],
+        );
+      } finally {
+        await adopter.kill();
+      }
+    } finally {
+      folder.remove();
+      store.remove();
+    }
+  });
+
+  it.each([
+    ['a line cut short', (line: string) => line.slice(0, Math.floor(line.length / 2))],
+    ['valid JSON that is no record', () => '{"op":"put","hello":1}'],
+    ['a record with a renamed field', (line: string) => line.replace('"trajectory_id"', '"trajectoryId"')],
+  ])(
+    'a log damaged in the middle (%s) is refused, never rewritten; repair-store quarantines it',
+    async (_, damage) => {
+      const store = temporaryDirectory();
+      try {
+        const writer = await startProxyProcess(engine.url, ['--store-dir', store.path]);
+        try {
+          for (const session of ['one', 'two', 'three']) expect(await record(writer, session)).toBe(200);
+        } finally {
+          await writer.kill();
+        }
+        const log = join(store.path, 'trajectories.jsonl');
+        const lines = readFileSync(log, 'utf8').split('\n');
+        expect(lines).toHaveLength(4);
+        lines[1] = damage(lines[1] as string);
+        writeFileSync(log, lines.join('\n'));
+        const damaged = readFileSync(log);
+        const refused = await startProxyProcess(engine.url, ['--store-dir', store.path]).catch(
+          (error: Error) => error.message,
+        );
+        expect(refused).toMatch(/exited with 2/);
+        expect(refused).toContain('line 2');
+        expect(refused).toContain(`dressage-proxy repair-store --store-dir ${store.path}`);
+        expect(readFileSync(log).equals(damaged)).toBe(true); // nothing rewritten away
+        const repaired = execFileSync(
+          process.execPath,
+          [proxyBin, 'repair-store', '--store-dir', store.path],
+          {
+            encoding: 'utf8',
+          },
+        );
+        expect(repaired).toContain('moved 1 damaged line');
+        expect(readFileSync(join(store.path, 'trajectories.quarantine.jsonl'), 'utf8')).toBe(`${lines[1]}\n`);
+        const next = await startProxyProcess(engine.url, ['--store-dir', store.path]);
+        try {
+          for (const session of ['one', 'three'])
+            expectTrajectoryOf(
+              session,
+              (await call(next.url, '/trajectory/read', { trajectory_id: session })).body.data as Json[],
+            );
+        } finally {
+          await next.kill();
+        }
+      } finally {
+        store.remove();
+      }
+    },
+  );
+
+  it('a torn last line (an append that did not finish) is dropped with a log line', async () => {
+    const store = temporaryDirectory();
+    try {
+      const writer = await startProxyProcess(engine.url, ['--store-dir', store.path]);
+      try {
+        expect(await record(writer, 'whole')).toBe(200);
+      } finally {
+        await writer.kill();
+      }
+      const log = join(store.path, 'trajectories.jsonl');
+      const line = readFileSync(log, 'utf8');
+      appendFileSync(log, line.slice(0, 100)); // no newline: the append was cut
+      const next = await startProxyProcess(engine.url, ['--store-dir', store.path]);
+      try {
+        expect(next.output()).toContain('dropped a torn last line');
+        expectTrajectoryOf(
+          'whole',
+          (await call(next.url, '/trajectory/read', { trajectory_id: 'whole' })).body.data as Json[],
+        );
+      } finally {
+        await next.kill();
+      }
+    } finally {
+      store.remove();
+    }
+  });
+
   it('a finalized trajectory survives SIGKILL of the proxy and reads back after a restart', async () => {
     const store = temporaryDirectory();
     try {

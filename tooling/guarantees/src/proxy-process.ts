@@ -24,7 +24,11 @@ export interface ProxyProcess {
 }
 
 /** Starts the built proxy CLI in front of `engineUrl` and resolves once it listens. */
-export function startProxyProcess(engineUrl: string, flags: readonly string[] = []): Promise<ProxyProcess> {
+export function startProxyProcess(
+  engineUrl: string,
+  flags: readonly string[] = [],
+  options: { cwd?: string } = {},
+): Promise<ProxyProcess> {
   const child = spawn(
     process.execPath,
     [
@@ -46,7 +50,7 @@ export function startProxyProcess(engineUrl: string, flags: readonly string[] = 
       'local',
       ...flags,
     ],
-    { stdio: ['ignore', 'pipe', 'pipe'] },
+    { stdio: ['ignore', 'pipe', 'pipe'], cwd: options.cwd },
   );
   let text = '';
   const kill = () =>

@@ -4,12 +4,63 @@
 // objects (about 20% of the proxy's CPU per request at 512 sessions; 128 MiB semi-spaces take
 // another ~4% off 64 MiB ones). Embedders and other launchers pass the flag themselves
 // (`node --max-semi-space-size=128 …` or NODE_OPTIONS).
+import { parseArgs } from 'node:util';
 import { DressageError } from '@dressage/protocol';
 import { isLoopbackAddress } from '@dressage/protocol/internal';
 import { parseProxyArguments, usage } from '../config.js';
 import { startProxyServer } from '../server.js';
+import { repairStore, type StoreRecovery } from '../trajectory-store.js';
+
+function age(ms: number): string {
+  const seconds = Math.max(0, Math.round(ms / 1000));
+  if (seconds < 120) return `${seconds} s`;
+  if (seconds < 7200) return `${Math.round(seconds / 60)} min`;
+  if (seconds < 172_800) return `${Math.round(seconds / 3600)} h`;
+  return `${Math.round(seconds / 86_400)} days`;
+}
+
+// What the store replayed: a new run's store starts empty; anything else is named with its age.
+function describeRecovery(directory: string, recovery: StoreRecovery): string {
+  const adopted = recovery.adoptedFrom === null ? '' : `, adopted from run ${recovery.adoptedFrom}`;
+  const head = `store ${directory} (run ${recovery.runId}${adopted})`;
+  if (recovery.trajectories === 0 || recovery.oldestFinalizedAt === null) return `${head}: empty`;
+  const now = Date.now();
+  const newest = recovery.newestFinalizedAt ?? recovery.oldestFinalizedAt;
+  return `${head}: recovered ${recovery.trajectories} trajectories not yet read, finalized ${age(now - recovery.oldestFinalizedAt)} to ${age(now - newest)} ago`;
+}
+
+const repairUsage = `Usage: dressage-proxy repair-store --store-dir DIR
+
+Moves the lines of DIR/trajectories.jsonl that are not records (a damaged log keeps the proxy from
+starting) to DIR/trajectories.quarantine.jsonl, byte for byte, and keeps the rest.
+`;
+
+// `repair-store`: the way forward the proxy names when a damaged log keeps it from starting.
+async function repair(argv: string[]): Promise<void> {
+  const { values } = parseArgs({
+    args: argv,
+    options: { 'store-dir': { type: 'string' }, help: { type: 'boolean', short: 'h' } },
+  });
+  if (values.help) {
+    process.stdout.write(repairUsage);
+    return;
+  }
+  const directory = values['store-dir'];
+  if (directory === undefined)
+    throw new DressageError({
+      code: 'invalid_argument',
+      message: `--store-dir is required\n\n${repairUsage}`,
+    });
+  const result = await repairStore(directory);
+  process.stdout.write(
+    result.moved === 0
+      ? `dressage-proxy: ${directory}: every line of the log is a record (${result.kept}); nothing moved\n`
+      : `dressage-proxy: ${directory}: moved ${result.moved} damaged line${result.moved === 1 ? '' : 's'} to ${result.quarantine}; ${result.kept} kept\n`,
+  );
+}
 
 async function main(): Promise<void> {
+  if (process.argv[2] === 'repair-store') return repair(process.argv.slice(3));
   const parsed = parseProxyArguments(process.argv.slice(2));
   if (parsed.help) {
     process.stdout.write(usage);
@@ -17,6 +68,12 @@ async function main(): Promise<void> {
   }
   const config = parsed.config;
   const proxy = await startProxyServer(config);
+  // What the store recovered, before the listening line a launcher waits for.
+  const recovery = proxy.service.store.recovery;
+  if (recovery !== null) {
+    for (const note of recovery.notes) process.stdout.write(`dressage-proxy: ${note}\n`);
+    process.stdout.write(`dressage-proxy: ${describeRecovery(config.storeDirectory as string, recovery)}\n`);
+  }
   const reach = proxy.url.endsWith(proxy.boundAddress) ? '' : `reached here at ${proxy.url}; `;
   const auth = config.apiKey === 'no-auth' ? 'no auth' : 'bearer key required';
   process.stdout.write(
