@@ -61,6 +61,20 @@ export {
   type TrajectoryProxy,
 } from './paddock/blackbox-generate.js';
 export {
+  type AnyToolDefinition,
+  assistantText,
+  defineTool,
+  type ExecutedToolCall,
+  type ParsedToolCall,
+  parseToolCalls,
+  type SandboxToolContext,
+  sandboxTools,
+  Toolbox,
+  type ToolDefinition,
+  type ToolOutput,
+  type ToolTurn,
+} from './paddock/tools.js';
+export {
   httpTrajectoryProxy,
   makeGenerate,
   PaddockWhiteboxAgent,

@@ -13,6 +13,7 @@ import {
   warmStartExamples,
   weatherReward,
   weatherTool,
+  weatherTools,
 } from './task.js';
 
 const episode = { question: 'Weather today?', condition: 'rain' };
@@ -133,4 +134,80 @@ describe('warm-start examples', () => {
     const right = records.filter((record) => memoryAnswer(record.prompt) === record.label).length;
     expect(right / records.length).toBeCloseTo(0.1, 10);
   });
+});
+
+// What the model sees must not change with the agent's implementation: the warm-start and the shipped
+// warm-start cache were made with exactly these requests, and RL learns from them. The bodies below
+// were recorded from the agent before it was built on the Toolbox; the proxy renders the prompt from
+// the body, so identical bodies are identical prompts and tool lists.
+describe('what the model sees', () => {
+  const reply = (content: string | null, tool_calls?: unknown[]) => ({
+    choices: [{ message: { content, ...(tool_calls ? { tool_calls } : {}) } }],
+  });
+  const cases = [
+    {
+      name: 'tool',
+      replies: [
+        reply(null, [{ id: 'call_9', type: 'function', function: { name: 'weather', arguments: '{}' } }]),
+        reply(' rain '),
+      ],
+      bodies: [
+        '{"model":"proxy-model","messages":[{"role":"user","content":"Weather today?"}],"tools":[{"type":"function","function":{"name":"weather","parameters":{"type":"object","properties":{}}}}]}',
+        '{"model":"proxy-model","messages":[{"role":"user","content":"Weather today?"},{"role":"assistant","content":"","tool_calls":[{"id":"call_9","type":"function","function":{"name":"weather","arguments":"{}"}}]},{"role":"tool","tool_call_id":"call_9","content":"rain"}]}',
+      ],
+      outcome: { called_tool: true, tool_result: 'rain', final_answer: 'rain' },
+    },
+    {
+      name: 'toolWithText',
+      replies: [
+        reply('Let me look.', [
+          { id: 'call_3', type: 'function', function: { name: 'weather', arguments: '{}' } },
+        ]),
+        reply('rain'),
+      ],
+      bodies: [
+        '{"model":"proxy-model","messages":[{"role":"user","content":"Weather today?"}],"tools":[{"type":"function","function":{"name":"weather","parameters":{"type":"object","properties":{}}}}]}',
+        '{"model":"proxy-model","messages":[{"role":"user","content":"Weather today?"},{"role":"assistant","content":"Let me look.","tool_calls":[{"id":"call_3","type":"function","function":{"name":"weather","arguments":"{}"}}]},{"role":"tool","tool_call_id":"call_3","content":"rain"}]}',
+      ],
+      outcome: { called_tool: true, tool_result: 'rain', final_answer: 'rain' },
+    },
+    {
+      name: 'memory',
+      replies: [reply('snow')],
+      bodies: [
+        '{"model":"proxy-model","messages":[{"role":"user","content":"Weather today?"}],"tools":[{"type":"function","function":{"name":"weather","parameters":{"type":"object","properties":{}}}}]}',
+      ],
+      outcome: { called_tool: false, final_answer: 'snow' },
+    },
+    {
+      name: 'unknownTool',
+      replies: [reply('x', [{ id: 'c', type: 'function', function: { name: 'search', arguments: '{}' } }])],
+      bodies: [
+        '{"model":"proxy-model","messages":[{"role":"user","content":"Weather today?"}],"tools":[{"type":"function","function":{"name":"weather","parameters":{"type":"object","properties":{}}}}]}',
+      ],
+      outcome: { called_tool: false, final_answer: 'x' },
+    },
+  ];
+
+  it('offers the same tool, byte for byte', () => {
+    expect(JSON.stringify(weatherTool)).toBe(
+      '{"type":"function","function":{"name":"weather","parameters":{"type":"object","properties":{}}}}',
+    );
+    expect(JSON.stringify(weatherTools.getTools())).toBe(
+      '[{"type":"function","function":{"name":"weather","parameters":{"type":"object","properties":{}}}}]',
+    );
+  });
+
+  for (const { name, replies, bodies, outcome } of cases) {
+    it(`sends byte-identical requests: ${name}`, async () => {
+      const sent: string[] = [];
+      let turn = 0;
+      const result = await runWeatherConversation(async (body) => {
+        sent.push(JSON.stringify(body));
+        return replies[turn++] as Record<string, unknown>;
+      }, episode);
+      expect(sent).toEqual(bodies);
+      expect(result).toEqual(outcome);
+    });
+  }
 });

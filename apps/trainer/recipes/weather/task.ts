@@ -11,8 +11,9 @@
 // The answer turn is sent without tools, so the tools change between the two model turns and the
 // proxy starts a second segment: every trajectory that uses the tool exercises TITO (the tool result
 // is appended to the model's own ids), tool-result masking and multi-segment training.
-import { WhiteboxAgent, type WhiteboxRunContext } from '@dressage/paddock';
+import { defineTool, Toolbox, WhiteboxAgent, type WhiteboxRunContext } from '@dressage/paddock';
 import type { ChatMessage, Sample, Tool } from '@dressage/protocol';
+import { z } from 'zod';
 
 /** Name of the one tool the agent offers. */
 export const weatherToolName = 'weather';
@@ -34,19 +35,6 @@ export const conditions = [
   'dry',
 ] as const;
 
-/**
- * The one tool the agent offers. Deliberately terse: every prompt token is paid for in every
- * forward pass on a 2-core CPU, and the chat template's tool instructions already explain the call
- * format.
- */
-export const weatherTool: Tool = {
-  type: 'function',
-  function: {
-    name: weatherToolName,
-    parameters: { type: 'object', properties: {} },
-  },
-};
-
 /** One episode's world: today's weather (the label) where the question is asked. */
 export interface WeatherEpisode {
   question: string;
@@ -57,6 +45,22 @@ export interface WeatherEpisode {
 export function forecast(episode: WeatherEpisode): string {
   return episode.condition;
 }
+
+/**
+ * The agent's tools, declared once: `weather`, no arguments, answering the episode's condition.
+ * Deliberately terse (no description): every prompt token is paid for in every forward pass on a
+ * 2-core CPU, and the chat template's tool instructions already explain the call format.
+ */
+export const weatherTools = new Toolbox<WeatherEpisode>([
+  defineTool({
+    name: weatherToolName,
+    parameters: z.object({}),
+    run: (_args, episode: WeatherEpisode) => forecast(episode),
+  }),
+]);
+
+/** The one tool the agent offers, as the model sees it (the warm-start shows the same list). */
+export const weatherTool: Tool = weatherTools.getTools()[0] as Tool;
 
 /** What a finished weather trajectory records in the sample's metadata for the reward and the report. */
 export interface WeatherOutcome {
@@ -82,14 +86,9 @@ export const rewards = { weather: weatherReward };
 /** Posts one chat completion (through the proxy) and returns the parsed response. */
 export type ChatFunction = (body: Record<string, unknown>) => Promise<Record<string, unknown>>;
 
-interface CompletionMessage {
-  content?: string | null;
-  tool_calls?: { id: string; function: { name: string; arguments: string } }[] | null;
-}
-
-function firstMessage(response: Record<string, unknown>): CompletionMessage {
-  const choices = response.choices as { message?: CompletionMessage }[] | undefined;
-  return choices?.[0]?.message ?? {};
+function replyText(response: Record<string, unknown>): string {
+  const choices = response.choices as { message?: { content?: string | null } }[] | undefined;
+  return (choices?.[0]?.message?.content ?? '').trim();
 }
 
 /**
@@ -101,25 +100,14 @@ export async function runWeatherConversation(
   episode: WeatherEpisode,
 ): Promise<WeatherOutcome> {
   const messages: ChatMessage[] = [{ role: 'user', content: episode.question }];
-  const reply = firstMessage(await chat({ model: 'proxy-model', messages, tools: [weatherTool] }));
-  const call = reply.tool_calls?.find((candidate) => candidate.function.name === weatherToolName);
-  if (call === undefined) return { called_tool: false, final_answer: (reply.content ?? '').trim() };
-  const toolResult = forecast(episode);
-  messages.push(
-    {
-      role: 'assistant',
-      content: reply.content ?? '',
-      tool_calls: [{ id: call.id, type: 'function', function: call.function }],
-    },
-    { role: 'tool', tool_call_id: call.id, content: toolResult },
-  );
+  const reply = await chat({ model: 'proxy-model', messages, tools: weatherTools.getTools() });
+  const turn = await weatherTools.executeTools(reply, episode);
+  const call = turn.calls.find((candidate) => candidate.known);
+  if (call === undefined) return { called_tool: false, final_answer: replyText(reply) };
+  messages.push(...turn.messages);
   // No tools on the answer turn: the tools change, so the proxy starts a second segment here.
-  const answer = firstMessage(await chat({ model: 'proxy-model', messages }));
-  return {
-    called_tool: true,
-    tool_result: toolResult,
-    final_answer: (answer.content ?? '').trim(),
-  };
+  const answer = await chat({ model: 'proxy-model', messages });
+  return { called_tool: true, tool_result: call.content, final_answer: replyText(answer) };
 }
 
 /** The episode of a prompt record (`prompt` is the question, `label` today's condition). */
