@@ -212,7 +212,9 @@ describe('blackbox recipes', () => {
   it('refuses an unknown adapter and options the adapter would refuse, naming the field', () => {
     expect(issuePaths(() => parseRecipe(withBlackbox('{ agent: aider }')))).toEqual(['blackbox.agent']);
     expect(
-      issuePaths(() => parseRecipe(withBlackbox('{ agent: claude_code, backend_options: { max_turns: 0 } }'))),
+      issuePaths(() =>
+        parseRecipe(withBlackbox('{ agent: claude_code, backend_options: { max_turns: 0 } }')),
+      ),
     ).toEqual(['blackbox.backend_options.max_turns']);
     // An option of another adapter: the adapter's strict schema refuses it at load time, not at register.
     expect(
