@@ -296,7 +296,17 @@ export const recipeSchema = z
         update_weights_interval: positiveInteger.default(1),
       })
       .prefault({}),
-    agent: z.strictObject({ module: hookReferenceSchema }).optional(),
+    agent: z
+      .strictObject({
+        module: hookReferenceSchema,
+        /**
+         * Sandboxes at once for an agent that extends `PaddockWhiteboxAgent` (network-less bubblewrap
+         * slots where its shell and file tools run; one per sample in flight). Default 2; refused for
+         * an agent without a sandbox.
+         */
+        sandbox_slots: positiveInteger.optional(),
+      })
+      .optional(),
     blackbox: blackboxSchema.optional(),
     proxy: proxySchema.prefault({}),
     engine: engineSchema,

@@ -36,6 +36,7 @@ import { schedulerOptionsOf } from './scheduler-options.js';
 import { tokenVersionStatistics, VersionHistory } from './token-versions.js';
 import { type WarmStartExample, warmStartLearningRate } from './warm-start.js';
 import { pauseSettingsOf, publishWeights } from './weight-publish.js';
+import { needsSandbox, startWhiteboxSandboxes, type WhiteboxSandboxes } from './whitebox-sandboxes.js';
 
 /** Options of {@link runTraining}. */
 export interface RunTrainingOptions {
@@ -147,6 +148,13 @@ export async function runTraining(
   }
   const AgentClass =
     agentReference === undefined ? null : await loadHook<WhiteboxAgentClass>(agentReference, baseDirectory);
+  if (recipe.agent?.sandbox_slots !== undefined && !needsSandbox(AgentClass)) {
+    throw new DressageError({
+      code: 'invalid_argument',
+      message: `${loaded.path}: agent.sandbox_slots is set, but ${recipe.agent.module} does not extend PaddockWhiteboxAgent (it has no sandbox)`,
+      details: { field: 'agent.sandbox_slots' },
+    });
+  }
   const examplesFunction =
     recipe.warm_start.examples === undefined
       ? null
@@ -196,6 +204,7 @@ export async function runTraining(
   const history = new VersionHistory(weightVersion);
   let step = previous?.step ?? 0;
   let blackbox: BlackboxAgents | null = null;
+  let sandboxes: WhiteboxSandboxes | null = null;
   try {
     const trainer = stack.trainer;
     const proxyClient = new ProxyClient({
@@ -282,6 +291,13 @@ export async function runTraining(
     if (options.warmStartOnly !== true) {
       if (recipe.rollout.mode !== 'sync') await refuseFailingPreemption(proxyClient, recipe.rollout.mode);
       const totalSteps = options.steps ?? recipe.training.steps;
+      if (hooks.generate === null && recipe.blackbox === undefined && needsSandbox(AgentClass)) {
+        sandboxes = await startWhiteboxSandboxes({
+          slots: recipe.agent?.sandbox_slots ?? 2,
+          outputDirectory,
+        });
+        log(`whitebox sandboxes: ${sandboxes.description}`);
+      }
       if (hooks.generate === null && recipe.blackbox !== undefined) {
         blackbox = await startBlackboxAgents({
           loaded,
@@ -297,6 +313,7 @@ export async function runTraining(
           makeGenerate(AgentClass as WhiteboxAgentClass, {
             proxy: proxyClient,
             proxyUrl: stack.proxyUrl,
+            ...(sandboxes === null ? {} : { provider: sandboxes.provider }),
             ...whiteboxSettingsOf(recipe),
           }),
         hooks.generate !== null
@@ -454,6 +471,7 @@ export async function runTraining(
   } finally {
     await scheduler?.shutdown();
     await blackbox?.close();
+    await sandboxes?.close();
     await stack.close();
     await errorLog.flush();
   }
