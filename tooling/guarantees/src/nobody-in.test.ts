@@ -405,6 +405,74 @@ if (process.argv.includes('--version')) { console.log('0.0.0'); process.exit(0);
   );
 });
 
+describe.runIf(bwrapAvailable)('nobody in: command_only pool slots in real bubblewrap', () => {
+  let provider: LocalBwrapProvider;
+  let slot: SandboxLease;
+  beforeAll(async () => {
+    provider = new LocalBwrapProvider({
+      slots: 1,
+      mode: 'command_only',
+      baseDir: join(scratch.path, 'command-pool'),
+      healthIntervalSeconds: 0,
+      diskLimitBytes: 64 * 1024 * 1024,
+    });
+    await provider.pool.start();
+    slot = await provider.create({ trajectoryId: 'command-slot', metadata: { paddock_mode: 'whitebox' } });
+  }, 120_000);
+  afterAll(async () => {
+    await provider?.close();
+  });
+
+  it.runIf(asRoot)(
+    'a slot cannot write more than its quota: ENOSPC inside, the host keeps serving',
+    async () => {
+      expect(provider.pool.diskQuota).toEqual({ bytes: 64 * 1024 * 1024, reason: null });
+      const fill = await provider.runCommand(
+        slot,
+        'dd if=/dev/zero of=/workspace/big bs=1M count=200; echo "dd=$?"; dd if=/dev/zero of=/tmp/big bs=1M count=200; echo "dd=$?"; du -sm /workspace/big /tmp/big',
+        { timeoutSeconds: 120 },
+      );
+      expect(fill.stdout).toContain('dd=1');
+      expect(fill.stdout).not.toContain('dd=0');
+      expect(fill.stderr).toContain('No space left on device');
+      // Both together stay within the slot's 64 MiB.
+      const megabytes = fill.stdout
+        .split('\n')
+        .filter((line) => /^\d+\s/.test(line))
+        .map((line) => Number(line.split(/\s/)[0]));
+      expect(megabytes.reduce((sum, value) => sum + value, 0)).toBeLessThanOrEqual(65);
+      // The slot works again once it frees space, and the host still writes files for it.
+      const after = await provider.runCommand(
+        slot,
+        'rm /workspace/big /tmp/big && echo ok > small && cat small',
+      );
+      expect(after).toMatchObject({ returncode: 0, stdout: 'ok\n' });
+      await provider.writeFile(slot, 'from-host.txt', 'host\n');
+      expect((await provider.runCommand(slot, 'cat from-host.txt')).stdout).toBe('host\n');
+    },
+    180_000,
+  );
+
+  it('a sandbox cannot create a user namespace (no uid 0 of its own), and still runs processes and threads', async () => {
+    const probe = await provider.runCommand(slot, 'unshare -U -r id -u; echo "unshare=$?"');
+    expect(probe.stdout).toContain('unshare=1');
+    expect(probe.stdout).not.toMatch(/^0$/m);
+    expect(probe.stderr).toContain('Operation not permitted');
+    // Nested sandboxing tools fail the same way.
+    const nested = await provider.runCommand(
+      slot,
+      'bwrap --unshare-user --ro-bind / / true; echo "bwrap=$?"',
+    );
+    expect(nested.stdout).not.toContain('bwrap=0');
+    // What a coding agent does still works: child processes, pipes, and threads (clone without the flag).
+    const work = await provider.runCommand(
+      slot,
+      `sh -c 'echo child' | cat && node -e "const { Worker } = require('node:worker_threads'); new Worker('1', { eval: true }).on('exit', (code) => console.log('worker', code))"`,
+    );
+    expect(work).toMatchObject({ returncode: 0, stdout: 'child\nworker 0\n' });
+  });
+});
+
 describe('nobody in: the inspector', () => {
   it('answers loopback Host names only, so a rebound domain reads nothing', async () => {
     const file = join(scratch.path, 'empty.jsonl');

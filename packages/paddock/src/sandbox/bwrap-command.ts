@@ -50,6 +50,11 @@ export interface BwrapOptions {
   /** Working directory inside the sandbox. Default the work dir. */
   cwd?: string;
   extraArgs?: readonly string[];
+  /**
+   * A descriptor the bwrap process inherits holding a seccomp program (see
+   * {@link userNamespaceSeccompProgram}); bwrap installs it just before the command starts.
+   */
+  seccompFd?: number;
 }
 
 /** An unprivileged host identity a sandbox runs as (see {@link BwrapOptions.hostIdentity}). */
@@ -158,6 +163,7 @@ export function buildBwrapArgs(options: BwrapOptions, command: readonly string[]
   for (const [key, value] of Object.entries(options.env)) args.push('--setenv', key, value);
   args.push('--chdir', options.cwd ?? sandboxPaths.work);
   if (options.extraArgs) args.push(...options.extraArgs);
+  if (options.seccompFd !== undefined) args.push('--seccomp', String(options.seccompFd));
   args.push('--');
   if (identity) {
     args.push(
@@ -190,4 +196,60 @@ export function sandboxBaseEnv(extra: Record<string, string> = {}): Record<strin
     NVIDIA_VISIBLE_DEVICES: 'void',
     ...extra,
   };
+}
+
+// Classic BPF over `struct seccomp_data` (nr at 0, arch at 4, args[0] at 16, little-endian).
+const BPF_LD_W_ABS = 0x20;
+const BPF_JEQ_K = 0x15;
+const BPF_JGE_K = 0x35;
+const BPF_JSET_K = 0x45;
+const BPF_RET_K = 0x06;
+const SECCOMP_RET_ALLOW = 0x7fff0000;
+const SECCOMP_RET_ERRNO = 0x00050000;
+const EPERM = 1;
+const ENOSYS = 38;
+const CLONE_NEWUSER = 0x10000000;
+const X32_SYSCALL_BIT = 0x40000000;
+
+const syscallTables: Partial<
+  Record<string, { audit: number; unshare: number; clone: number; clone3: number }>
+> = {
+  x64: { audit: 0xc000003e, unshare: 272, clone: 56, clone3: 435 },
+  arm64: { audit: 0xc00000b7, unshare: 97, clone: 220, clone3: 435 },
+};
+
+/**
+ * A seccomp program (the bytes of a `struct sock_filter` array, for bwrap's `--seccomp`) that keeps
+ * a sandbox from creating user namespaces: `unshare` and `clone` with `CLONE_NEWUSER` fail with
+ * EPERM. A sandbox has no use for one, and inside one it would hold every capability over its own
+ * namespaces, the first step of most container escapes. `clone3`, whose flags a classic filter
+ * cannot read, fails with ENOSYS, and the C library falls back to `clone`; system calls of another
+ * ABI (32-bit, x32) fail with ENOSYS too, as they would bypass the checks. Null on an architecture
+ * this table does not know.
+ */
+export function userNamespaceSeccompProgram(arch: string = process.arch): Buffer | null {
+  const table = syscallTables[arch];
+  if (table === undefined) return null;
+  const program: Array<[number, number, number, number]> = [
+    /* 0 */ [BPF_LD_W_ABS, 0, 0, 4],
+    /* 1 */ [BPF_JEQ_K, 0, 9, table.audit], // another ABI: ENOSYS
+    /* 2 */ [BPF_LD_W_ABS, 0, 0, 0],
+    /* 3 */ [BPF_JGE_K, 7, 0, X32_SYSCALL_BIT], // x32: ENOSYS
+    /* 4 */ [BPF_JEQ_K, 6, 0, table.clone3], // ENOSYS
+    /* 5 */ [BPF_JEQ_K, 1, 0, table.unshare],
+    /* 6 */ [BPF_JEQ_K, 0, 2, table.clone],
+    /* 7 */ [BPF_LD_W_ABS, 0, 0, 16], // flags: args[0], low word
+    /* 8 */ [BPF_JSET_K, 1, 0, CLONE_NEWUSER],
+    /* 9 */ [BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW],
+    /* 10 */ [BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | EPERM],
+    /* 11 */ [BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | ENOSYS],
+  ];
+  const bytes = Buffer.alloc(program.length * 8);
+  program.forEach(([code, jt, jf, k], index) => {
+    bytes.writeUInt16LE(code, index * 8);
+    bytes.writeUInt8(jt, index * 8 + 2);
+    bytes.writeUInt8(jf, index * 8 + 3);
+    bytes.writeUInt32LE(k >>> 0, index * 8 + 4);
+  });
+  return bytes;
 }

@@ -8,6 +8,7 @@ const usage = `Usage: dressage-local-bwrap <start|status|stop> [options]
           [--upstream http://HOST:PORT]  the recording proxy blackbox slots may reach
           [--upstream-api-key-file FILE] its key (or DRESSAGE_LOCAL_BWRAP_UPSTREAM_API_KEY)
           [--unshare-net | --host-net]   own network namespace per slot (default in blackbox mode)
+          [--disk-limit-mb N]            what a slot may write, enforced by a tmpfs as root (default 4096; 0 = none)
   status  --base-dir DIR      prints the pool's pool.json (exit 1 when no live pool)
   stop    --base-dir DIR      stops the pool started there (SIGTERM, then waits)`;
 
@@ -45,6 +46,7 @@ function parseCommandLine(argv: readonly string[]) {
       'host-net': { type: 'boolean' },
       upstream: { type: 'string' },
       'upstream-api-key-file': { type: 'string' },
+      'disk-limit-mb': { type: 'string' },
       help: { type: 'boolean' },
     },
   });
@@ -89,6 +91,12 @@ export async function runLocalBwrapCli(argv: readonly string[]): Promise<number>
     return alive(state.pid) ? 1 : 0;
   }
   if (command === 'start') {
+    const diskText = values['disk-limit-mb'] ?? process.env.DRESSAGE_LOCAL_BWRAP_DISK_LIMIT_MB;
+    const diskMb = diskText === undefined ? undefined : Number(diskText);
+    if (diskMb !== undefined && !(Number.isInteger(diskMb) && diskMb >= 0)) {
+      console.error(`dressage-local-bwrap: --disk-limit-mb must be a whole number of MiB, got ${diskText}`);
+      return 2;
+    }
     const mode = (values.mode ?? process.env.DRESSAGE_LOCAL_BWRAP_POOL_MODE ?? 'blackbox') as PoolMode;
     const keyFile = values['upstream-api-key-file'];
     const upstreamApiKey =
@@ -103,6 +111,7 @@ export async function runLocalBwrapCli(argv: readonly string[]): Promise<number>
       unshareNet: values['host-net'] ? false : values['unshare-net'],
       upstreamUrl: values.upstream ?? process.env.DRESSAGE_LOCAL_BWRAP_UPSTREAM_URL,
       upstreamApiKey,
+      ...(diskMb === undefined ? {} : { diskLimitBytes: diskMb * 1024 * 1024 }),
     });
     await pool.start();
     console.log(JSON.stringify(pool.status()));

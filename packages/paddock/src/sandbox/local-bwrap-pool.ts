@@ -1,10 +1,11 @@
 import type { ChildProcess } from 'node:child_process';
-import { spawn } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync } from 'node:fs';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { chown, mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import { DressageError } from '@dressage/protocol';
 import { isLoopbackAddress } from '@dressage/protocol/internal';
 import {
@@ -14,11 +15,19 @@ import {
   type SlotDirectories,
   sandboxBaseEnv,
   sandboxPaths,
+  userNamespaceSeccompProgram,
 } from './bwrap-command.js';
 import { killProcessGroup, type ProcessGroupResult, runProcessGroup } from './process-group.js';
 import { type LimitSupport, type ResourceLimits, SlotCgroups } from './resource-limits.js';
 import { startSocketPipe } from './socket-pipe.js';
 import { startUpstreamGate } from './upstream-gate.js';
+
+// What a coding task writes: a repository, its dependencies and build output.
+const DEFAULT_DISK_LIMIT_BYTES = 4 * 1024 ** 3;
+const execFileAsync = promisify(execFile);
+
+// The descriptor bwrap reads the slot's seccomp program from.
+const SECCOMP_FD = 9;
 
 /** Lifecycle states of a pool slot. */
 export type SlotState =
@@ -94,6 +103,14 @@ export interface LocalBwrapPoolOptions {
   /** Server startup budget (blackbox mode). Default 60 s. */
   startupTimeoutSeconds?: number;
   limits?: ResourceLimits;
+  /**
+   * Bytes a slot may write in all (its workspace, home, /tmp and runtime together). When the pool
+   * runs as root, each slot's directory is a tmpfs of this size, so the kernel enforces it: a write
+   * past it fails with ENOSPC inside the slot, and the host's disk never fills. tmpfs pages are
+   * memory, charged to the slot's memory cgroup where {@link ResourceLimits.memoryBytes} is set.
+   * Default 4 GiB; 0 disables. Without root no quota applies ({@link LocalBwrapPool.diskQuota} says so).
+   */
+  diskLimitBytes?: number;
   bwrapPath?: string;
   /**
    * When the pool runs as root, slot `i` runs as the unprivileged host uid and gid
@@ -162,6 +179,8 @@ interface Slot {
   /** The host ends of a network-isolated slot: the server's port and the upstream socket. */
   pipes: { close(): Promise<void> }[];
   running: Set<ChildProcess>;
+  /** The slot's directory is a size-limited tmpfs mounted by the pool. */
+  quotaMounted: boolean;
   error: string | null;
   failures: number;
 }
@@ -289,6 +308,7 @@ export class LocalBwrapPool {
         token: null,
         pipes: [],
         running: new Set(),
+        quotaMounted: false,
         error: null,
         failures: 0,
       });
@@ -486,6 +506,25 @@ export class LocalBwrapPool {
     return (this.options.basePort ?? 31000) + slot.id;
   }
 
+  /** The seccomp program every sandbox starts under (null where none is known for this machine). */
+  private seccompProgramFile: string | null | undefined;
+
+  // No user namespaces inside a slot: the filter bwrap installs before the command starts, written
+  // once into the pool's directory.
+  private get seccompProgramPath(): string | null {
+    if (this.seccompProgramFile === undefined) {
+      const program = userNamespaceSeccompProgram();
+      if (program === null) this.seccompProgramFile = null;
+      else {
+        const path = join(this.baseDir, 'no-user-namespaces.bpf');
+        mkdirSync(this.baseDir, { recursive: true });
+        writeFileSync(path, program, { mode: 0o644 });
+        this.seccompProgramFile = path;
+      }
+    }
+    return this.seccompProgramFile;
+  }
+
   private bwrapArgv(
     slot: Slot,
     command: readonly string[],
@@ -511,10 +550,16 @@ export class LocalBwrapPool {
           ...env,
         }),
         cwd,
+        seccompFd: this.seccompProgramPath === null ? undefined : SECCOMP_FD,
       },
       command,
     );
-    return this.cgroups.wrap(slot.id, argv);
+    // bwrap reads the filter from a descriptor: a shell opens the file as that descriptor for it.
+    const withFilter =
+      this.seccompProgramPath === null
+        ? argv
+        : ['/bin/sh', '-c', `exec "$@" ${SECCOMP_FD}<"$0"`, this.seccompProgramPath, ...argv];
+    return this.cgroups.wrap(slot.id, withFilter);
   }
 
   /**
@@ -559,7 +604,39 @@ export class LocalBwrapPool {
     }
   }
 
+  /** The per-slot write quota in force (bytes), or null with the reason none applies. */
+  get diskQuota(): { bytes: number | null; reason: string | null } {
+    const bytes = this.options.diskLimitBytes ?? DEFAULT_DISK_LIMIT_BYTES;
+    if (bytes === 0) return { bytes: null, reason: 'diskLimitBytes is 0' };
+    if (process.getuid?.() !== 0) return { bytes: null, reason: 'mounting a slot quota needs root' };
+    return { bytes, reason: null };
+  }
+
+  // The slot's directory as a tmpfs of the quota's size: the kernel refuses writes past it.
+  private async mountQuota(slot: Slot): Promise<void> {
+    const { bytes } = this.diskQuota;
+    if (bytes === null || slot.quotaMounted) return;
+    await mkdir(slot.directories.root, { recursive: true, mode: 0o755 });
+    await execFileAsync('mount', [
+      '-t',
+      'tmpfs',
+      '-o',
+      `size=${bytes},mode=0755`,
+      'tmpfs',
+      slot.directories.root,
+    ]);
+    slot.quotaMounted = true;
+  }
+
+  private async unmountQuota(slot: Slot): Promise<void> {
+    if (!slot.quotaMounted) return;
+    // Lazy: a process that has not died yet cannot keep the mount (and the slot) busy.
+    await execFileAsync('umount', ['--lazy', slot.directories.root]).catch(() => undefined);
+    slot.quotaMounted = false;
+  }
+
   private async createDirectories(slot: Slot): Promise<void> {
+    await this.mountQuota(slot);
     const { home, work, runtime, tmp } = slot.directories;
     const writable = [home, work, runtime, tmp];
     await Promise.all(writable.map((dir) => mkdir(dir, { recursive: true, mode: 0o755 })));
@@ -725,6 +802,8 @@ export class LocalBwrapPool {
       // Move aside first so a new lease never sees a half-deleted tree, then delete.
       const trash = join(this.baseDir, 'trash', `${slot.id}-${generation}-${randomBytes(4).toString('hex')}`);
       await mkdir(dirname(trash), { recursive: true });
+      // A quota tmpfs goes with its contents; the next lease gets a fresh one.
+      await this.unmountQuota(slot);
       await rename(slot.directories.root, trash).catch(() => undefined);
       this.track(rm(trash, { recursive: true, force: true, maxRetries: 3 }).catch(() => undefined));
       if (slot.generation !== generation || this.stopped) return;
@@ -817,6 +896,7 @@ export class LocalBwrapPool {
       slot.lease = null;
     }
     this.cgroups.remove(this.slots.length);
+    await Promise.all(this.slots.map((slot) => this.unmountQuota(slot)));
     await this.stateWrite;
     while (this.removals.size > 0) await Promise.all([...this.removals]);
     if (!options.keepDirectories) await rm(this.baseDir, { recursive: true, force: true, maxRetries: 3 });
