@@ -38,8 +38,21 @@ beforeAll(async () => {
   const fixture = await writeFixtureStore();
   segments = fixture.segments;
   artifacts = mkdtempSync(join(tmpdir(), 'inspector-e2e-'));
+  // A failure recorded for session-a, as a run's errors.jsonl holds it.
+  const store = loadStoreDirectory(fixture.directory);
+  const errors = [
+    {
+      step: 0,
+      stage: 'generate',
+      where: 'whitebox agent FlakyAgent',
+      session_id: 'session-a',
+      retry: 0,
+      code: 'unavailable',
+      message: 'the weather station is offline',
+    },
+  ];
   inspector = await listenInspector({
-    source: loadStoreDirectory(fixture.directory),
+    source: { ...store, errors, details: { ...store.details, errors: errors.length } },
     decoder: new TokenDecoder(await qwenTokenizer()),
     port: 0,
   });
@@ -67,8 +80,14 @@ describe('dressage inspect in Chromium', () => {
       // Search narrows the virtualised list through the server.
       await page.fill('input[name="search"]', 'instance-2');
       await expect.poll(() => page.locator('.session-row').count()).toBe(1);
+      expect(await page.locator('.source-line').textContent()).toContain('1 errors (errors.jsonl)');
       await page.fill('input[name="search"]', '');
       await page.locator('.session-row[data-session-id="session-a"]').click();
+      // The session's recorded failure is shown with it.
+      await page.locator('.session-errors li').waitFor();
+      expect(await page.locator('.session-errors li').textContent()).toBe(
+        'unavailable in whitebox agent FlakyAgent (step 1, retry 0): the weather station is offline',
+      );
 
       await page.locator('.segment-boundary').first().waitFor();
       const boundaries = await page
