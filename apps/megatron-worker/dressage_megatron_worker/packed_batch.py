@@ -16,6 +16,8 @@ INT32 = np.dtype("<i4")
 UINT8 = np.dtype("u1")
 FLOAT32 = np.dtype("<f4")
 FLOAT64 = np.dtype("<f8")
+# Routed expert ids travel in the width the inference engine recorded them in.
+ROUTED_DTYPES = {"uint8": np.dtype("u1"), "uint16": np.dtype("<u2"), "int32": np.dtype("<i4")}
 
 
 @dataclass
@@ -35,6 +37,8 @@ class PackedBatch:
     rollout_mask_sums: np.ndarray
     truncated: np.ndarray
     sample_indices: np.ndarray
+    # Per sample, (len(tokens) - 1, num_layers, topk) expert ids in their wire dtype (routing replay).
+    routed_experts: list[np.ndarray] | None = None
 
 
 PER_SAMPLE = {
@@ -61,6 +65,7 @@ class BatchAssembler:
 
     def __init__(self, max_batch_tokens: int = 2**31 - 1, max_batch_samples: int = 2**31 - 1) -> None:
         self.header: Any = None
+        self._routed: tuple[np.dtype, int, int] | None = None
         self._blocks: list[dict[str, np.ndarray | None]] = []
         self._samples = 0
         self._tokens = 0
@@ -75,6 +80,7 @@ class BatchAssembler:
             if self.header is not None:
                 raise invalid("train stream: a second header arrived")
             self.header = chunk.header
+            self._routed = _routed_layout(self.header)
             if self.header.token_count > self._max_tokens or self.header.sample_count > self._max_samples:
                 raise WorkerError(
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -121,6 +127,15 @@ class BatchAssembler:
             )
         for field, dtype in PER_SAMPLE.items():
             decoded[field] = _array(getattr(block, field), dtype, count, f"{name}: {field}")
+        routed = getattr(block, "routed_experts", b"")
+        if self._routed is None:
+            if len(routed):
+                raise invalid(f"{name}: routed_experts without a routed_experts layout in the header")
+            decoded["routed_experts"] = None
+        else:
+            dtype, layers, topk = self._routed
+            rows = int((total - 1).sum(dtype=np.int64))
+            decoded["routed_experts"] = _array(routed, dtype, rows * layers * topk, f"{name}: routed_experts")
         return decoded
 
     def finish(self) -> tuple[Any, PackedBatch]:
@@ -157,4 +172,26 @@ class BatchAssembler:
             teacher_log_probs=optional("teacher_log_probs"),
             **{field: join(field, dtype) for field, dtype in PER_SAMPLE.items()},
         )
+        if self._routed is not None:
+            dtype, layers, topk = self._routed
+            ids = join("routed_experts", dtype)
+            rows = batch.total_lengths.astype(np.int64) - 1
+            bounds = np.cumsum(rows * layers * topk)[:-1]
+            batch.routed_experts = [
+                part.reshape(int(count), layers, topk) for part, count in zip(np.split(ids, bounds), rows)
+            ]
         return self.header, batch
+
+
+def _routed_layout(header: Any) -> tuple[np.dtype, int, int] | None:
+    """The header's routed-experts layout (dtype, num_layers, topk), or None when it has none."""
+    if not header.HasField("routed_experts"):
+        return None
+    layout = header.routed_experts
+    dtype = ROUTED_DTYPES.get(layout.dtype)
+    if dtype is None or layout.num_layers <= 0 or layout.topk <= 0:
+        raise invalid(
+            f"routed_experts layout (dtype {layout.dtype!r}, num_layers {layout.num_layers}, topk {layout.topk}) "
+            "needs dtype uint8, uint16 or int32 and a positive num_layers and topk"
+        )
+    return dtype, int(layout.num_layers), int(layout.topk)

@@ -23,6 +23,7 @@ SLICED_KEYS = (
     "rollout_mask_sums",
     "rollout_log_probs",
     "teacher_log_probs",
+    "rollout_routed_experts",
 )
 # Keys every rank receives whole (slime splits them on the train side).
 WHOLE_KEYS = ("raw_reward", "total_lengths")
@@ -74,6 +75,9 @@ def rank_payloads(
                 payload[key] = _tensor(torch, np.asarray(values)[partition], dtypes[key])
             elif key in dtypes:
                 payload[key] = [_tensor(torch, values[index], dtypes[key]) for index in partition]
+            elif key == "rollout_routed_experts":
+                # Tensors in the dtype they come in (slime's dtype None for this key).
+                payload[key] = [_tensor(torch, values[index], None) for index in partition]
             else:
                 payload[key] = [values[index] for index in partition]
         for key in WHOLE_KEYS:

@@ -80,4 +80,8 @@ def to_rollout_data(batch: PackedBatch) -> dict[str, Any]:
         data["rollout_log_probs"] = split_per_sample(batch.rollout_log_probs, batch.response_lengths)
     if batch.teacher_log_probs is not None:
         data["teacher_log_probs"] = split_per_sample(batch.teacher_log_probs, batch.response_lengths)
+    if batch.routed_experts is not None:
+        # (len(tokens) - 1, num_layers, topk) per sample in int32: what slime decodes SGLang's routed
+        # experts to (slime/utils/types.py:352) and keeps (no dtype in _ROLLOUT_DATA_TENSOR_DTYPES).
+        data["rollout_routed_experts"] = [part.astype(np.int32) for part in batch.routed_experts]
     return data

@@ -207,8 +207,37 @@ class SlimeMegatronActor:
             ) from error
         return rank_payloads(rollout_data, schedule, self.data_parallel_size, self._torch)
 
+    def _check_routed_experts(self, batch: PackedBatch) -> None:
+        """Routing replay (R3) as slime's actor takes it: under --use-rollout-routing-replay every
+        sample's routed experts, len(tokens) - 1 rows of --num-layers x --moe-router-topk ids
+        (actor.py:309, cp_utils.py:266, rollout_data_utils.py:73); without the flag none."""
+        replay = bool(getattr(self.args, "use_rollout_routing_replay", False))
+        if not replay:
+            if batch.routed_experts is not None:
+                raise _refuse(
+                    "the batch carries routed experts (routing replay) but the worker was started without "
+                    "--use-rollout-routing-replay: restart it with the flag, or turn routing replay off in the recipe"
+                )
+            return
+        if batch.routed_experts is None:
+            raise WorkerError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "routed_experts: the worker runs with --use-rollout-routing-replay and slime's actor needs "
+                "rollout_routed_experts, but the batch carries none; turn routing replay on in the recipe "
+                "(training.use_rollout_routing_replay) with a proxy started with --use-rollout-routing-replay",
+            )
+        shape = (int(self.args.num_layers), int(self.args.moe_router_topk))
+        for index, experts in enumerate(batch.routed_experts):
+            if tuple(experts.shape[1:]) != shape:
+                raise WorkerError(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"routed_experts: sample {index} has {experts.shape[1]} layers x {experts.shape[2]} experts, "
+                    f"the worker's --num-layers {shape[0]} x --moe-router-topk {shape[1]}",
+                )
+
     def train(self, rollout_id: int, header: Any, batch: PackedBatch, loss: dict[str, Any]) -> TrainResult:
         actor_model = self._require_started()
+        self._check_routed_experts(batch)
         rollout_data = to_rollout_data(batch)
         scale = float(rollout_data.pop("dressage_denominator_scale"))
         if getattr(self.args, "calculate_per_token_loss", False):

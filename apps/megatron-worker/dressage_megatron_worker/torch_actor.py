@@ -565,6 +565,14 @@ class TorchActor:
         return trainable
 
     def train(self, rollout_id: int, header: Any, batch: PackedBatch, loss: dict[str, Any]) -> TrainResult:
+        if batch.routed_experts is not None:
+            # Training without replaying them would silently drop them: the model has no experts.
+            raise WorkerError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "routed_experts: the batch carries routed experts (routing replay, R3), which the torch actor "
+                "cannot replay: its models have no experts. Turn routing replay off, or train with the slime "
+                "actor and --use-rollout-routing-replay",
+            )
         job = self._job(header)
         trainable = self._check_tokens(batch)
         if job["loss_type"] == "policy_loss" and job["options"].use_kl_loss and self.rank.reference is None:

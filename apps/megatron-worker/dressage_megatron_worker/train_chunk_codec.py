@@ -27,6 +27,7 @@ BLOCK_FIELDS = {
     11: "truncated",
     12: "sample_indices",
     13: "teacher_log_probs",
+    14: "routed_experts",
 }
 
 _EMPTY = memoryview(b"")

@@ -97,14 +97,15 @@ def check_rank_data(data: Any, dp_rank: int) -> dict[str, Any]:
         spec = keys[key]
         kind = spec["type"]
         if kind in ("list[tensor]", "tensor"):
-            dtype = getattr(torch, spec["dtype"])
+            # A key without a recorded dtype keeps the one it arrives in (slime: dtype None).
+            dtype = getattr(torch, spec["dtype"]) if "dtype" in spec else None
             items = value if kind == "list[tensor]" else [value]
             if kind == "list[tensor]" and not isinstance(value, list):
                 raise TypeError(f"rank {dp_rank}: {key} is {type(value).__name__}, not a list of tensors")
             for item in items:
-                if not isinstance(item, torch.Tensor) or item.dtype != dtype or item.device.type != "cpu":
+                if not isinstance(item, torch.Tensor) or (dtype is not None and item.dtype != dtype) or item.device.type != "cpu":
                     raise TypeError(f"rank {dp_rank}: {key} holds {type(item).__name__} {getattr(item, 'dtype', '')}, not a CPU {dtype} tensor")
-            moved_items = [item.to(device="cpu", dtype=dtype, non_blocking=True) for item in items]
+            moved_items = [item.to(device="cpu", dtype=dtype or item.dtype, non_blocking=True) for item in items]
             moved[key] = moved_items if kind == "list[tensor]" else moved_items[0]
         else:
             inner = kind[len("list[") : -1]
@@ -541,8 +542,29 @@ class Slime:
                 if not isinstance(box, Box):
                     raise TypeError(f"rollout_data_ref holds {type(box).__name__}, not slime.utils.misc.Box")
                 data = check_rank_data(resolve(box.inner), self.dp_rank)
+                if vars(self.args).get("use_rollout_routing_replay"):
+                    self._fill_routing_replay(data)
                 self.received.append((rollout_id, data, copy.deepcopy(self.args)))
                 self._train_steps(len(data["global_batch_sizes"]))
+
+            def _fill_routing_replay(self, data: dict[str, Any]) -> None:
+                """What train() does first under --use-rollout-routing-replay (actor.py:430):
+                fill_routing_replay raises without the key (actor.py:309), and the rows must match
+                the tokens (cp_utils.py:266) in slime's (rows, num_layers, topk) shape
+                (rollout_data_utils.py:73), read per layer as `experts[:, layer_id]`."""
+                if "rollout_routed_experts" not in data:
+                    raise ValueError(
+                        "rollout_routed_experts is required in rollout_data when use_rollout_routing_replay is set."
+                    )
+                shape = (int(self.args.num_layers), int(self.args.moe_router_topk))
+                for experts, token_ids in zip(data["rollout_routed_experts"], data["tokens"], strict=True):
+                    assert experts.shape[0] == token_ids.shape[0] - 1, f"{experts.shape}, {token_ids.shape}"
+                    if experts.ndim != 3 or tuple(experts.shape[1:]) != shape:
+                        raise ValueError(
+                            f"Invalid rollout routed-experts shape for R3: got={tuple(experts.shape)}, expected=(*, {shape[0]}, {shape[1]})."
+                        )
+                    for layer_id in range(shape[0]):
+                        experts[:, layer_id]
 
             def update_weights(self) -> None:
                 # Every rank counts (update_weight_from_distributed.py:108); rank 0 sends the
@@ -778,6 +800,10 @@ def launch_args(**overrides: Any) -> StrictArgs:
         "rollout_top_p": 1.0,
         "release_train": False,
         "use_fault_tolerance": False,
+        "use_rollout_routing_replay": False,
+        # The model's shape (a MoE model's, for routing replay): --num-layers, --moe-router-topk.
+        "num_layers": 3,
+        "moe_router_topk": 2,
         # Read by the stand-ins only (the worker may not: StrictArgs refuses them).
         "use_wandb": False,
         "use_dynamic_batch_size": False,

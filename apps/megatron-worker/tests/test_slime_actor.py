@@ -563,3 +563,64 @@ class StandInTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class RoutingReplayTest(unittest.TestCase):
+    """--use-rollout-routing-replay: the batch's routed experts reach the actor's rollout_data as
+    slime's actor reads them, (len(tokens) - 1, num_layers, topk) int32 per sample."""
+
+    stand_in_options: dict[str, Any] = {}
+
+    def started(self, **args: Any) -> Started:
+        started = Started(self, **{"global_batch_size": 2, **args})
+        started.actor.start()
+        return started
+
+    def routed(self, packed: Any, layers: int = 3, topk: int = 2, dtype: str = "<u2") -> list[np.ndarray]:
+        rows = packed.total_lengths.astype(np.int64) - 1
+        return [
+            (np.arange(int(count) * layers * topk) % 300 + index).astype(dtype).reshape(int(count), layers, topk)
+            for index, count in enumerate(rows)
+        ]
+
+    def test_the_actor_receives_each_samples_routed_experts(self) -> None:
+        started = self.started(use_rollout_routing_replay=True)
+        packed = batch(MASKS, [2.0, 2.0, 1.0, 0.0])
+        packed.routed_experts = self.routed(packed)
+        started.actor.train(7, header(global_batch_size=2, rollout_id=7), packed, {})
+        for actor in started.slime.group.actors:
+            _, data, _ = actor.received[-1]
+            partition = data["partition"]
+            self.assertEqual(len(data["rollout_routed_experts"]), len(partition))
+            for index, experts in zip(partition, data["rollout_routed_experts"]):
+                self.assertEqual(experts.dtype, torch.int32)
+                self.assertEqual(tuple(experts.shape), tuple(packed.routed_experts[index].shape))
+                np.testing.assert_array_equal(experts.numpy(), packed.routed_experts[index].astype(np.int32))
+
+    def test_replay_without_routed_experts_or_of_another_shape_is_refused(self) -> None:
+        started = self.started(use_rollout_routing_replay=True)
+        packed = batch(MASKS, [2.0, 2.0, 1.0, 0.0])
+        with self.assertRaises(WorkerError) as missing:
+            started.actor.train(7, header(global_batch_size=2, rollout_id=7), packed, {})
+        self.assertIn("routed_experts", missing.exception.message)
+        packed.routed_experts = self.routed(packed, layers=4)
+        with self.assertRaises(WorkerError) as shape:
+            started.actor.train(7, header(global_batch_size=2, rollout_id=7), packed, {})
+        self.assertIn("--num-layers 3", shape.exception.message)
+        # Nothing reached the actors.
+        self.assertEqual(started.slime.group.actors[0].received, [])
+
+    def test_the_stand_in_fails_as_slime_does_without_them(self) -> None:
+        # slime's fill_routing_replay (actor.py:309), reached when the worker let a batch through.
+        started = self.started(use_rollout_routing_replay=True)
+        with mock.patch.object(SlimeMegatronActor, "_check_routed_experts", lambda self, batch: None):
+            with self.assertRaisesRegex(ValueError, "rollout_routed_experts is required"):
+                started.actor.train(7, header(global_batch_size=2, rollout_id=7), batch(MASKS, [2.0, 2.0, 1.0, 0.0]), {})
+
+    def test_routed_experts_without_the_flag_are_refused(self) -> None:
+        started = self.started()
+        packed = batch(MASKS, [2.0, 2.0, 1.0, 0.0])
+        packed.routed_experts = self.routed(packed)
+        with self.assertRaises(WorkerError) as refused:
+            started.actor.train(7, header(global_batch_size=2, rollout_id=7), packed, {})
+        self.assertIn("--use-rollout-routing-replay", refused.exception.message)

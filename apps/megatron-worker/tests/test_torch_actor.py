@@ -226,6 +226,17 @@ class TorchActorTest(ActorTestCase):
             actor.train(1, header(learning_rate=3.0), policy_batch(), {})
         self.assertIn("loss.learning_rate", caught.exception.message)
 
+    def test_a_batch_with_routed_experts_is_refused(self) -> None:
+        actor = self.actor()
+        batch = policy_batch()
+        batch.routed_experts = [
+            np.zeros((int(length) - 1, 2, 1), dtype=np.uint8) for length in batch.total_lengths
+        ]
+        with self.assertRaises(WorkerError) as caught:
+            actor.train(1, header(), batch, {})
+        self.assertIn("routed experts (routing replay, R3)", caught.exception.message)
+        self.assertEqual(caught.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+
     def test_update_weights_publishes_a_checkpoint_the_engine_loads(self) -> None:
         EngineRecorder.received = []
         engine = http.server.ThreadingHTTPServer(("127.0.0.1", 0), EngineRecorder)

@@ -11,6 +11,8 @@ export interface RoutedExperts {
   topk: number;
   /** `rows × numLayers × topk` ids, widened to int32 whatever the wire dtype. */
   ids: Int32Array;
+  /** The width the engine recorded them in (the widest of the chunks'); the trainer wire keeps it. */
+  dtype?: RoutedExpertsChunk['dtype'];
 }
 
 /** The model shape routed experts are decoded to (slime's `--num-layers`, `--moe-router-topk`). */
@@ -139,8 +141,10 @@ export function decodeRoutedExperts(
   const rowWidth = shape.numLayers * shape.moeRouterTopk;
   const decoded: Int32Array[] = [];
   let total = 0;
+  let dtype: RoutedExpertsChunk['dtype'] = 'uint8';
   chunks.forEach((chunk, index) => {
     const ids = decodeChunk(chunk, index, rowWidth, where);
+    if (bytesPerId[chunk.dtype] > bytesPerId[dtype]) dtype = chunk.dtype;
     decoded.push(ids);
     total += ids.length / rowWidth;
   });
@@ -166,5 +170,5 @@ export function decodeRoutedExperts(
       offset += take.length;
     }
   }
-  return { rows: expected, numLayers: shape.numLayers, topk: shape.moeRouterTopk, ids };
+  return { rows: expected, numLayers: shape.numLayers, topk: shape.moeRouterTopk, ids, dtype };
 }

@@ -133,7 +133,13 @@ export {
   streamErrorFrameSchema,
   toStreamErrorFrame,
 } from './schemas/wire-errors.js';
-export { type PackedTrainBatch, packTrainBatch, unpackTrainBatch } from './train-batch-packing.js';
+export {
+  type PackedRoutedExperts,
+  type PackedTrainBatch,
+  packTrainBatch,
+  type RoutedExpertsDtype,
+  unpackTrainBatch,
+} from './train-batch-packing.js';
 export * from './trainer.js';
 export {
   formatIssuePath,

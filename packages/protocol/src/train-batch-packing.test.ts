@@ -165,6 +165,64 @@ describe('Train stream chunks', () => {
   });
 });
 
+describe('routed experts (MoE routing replay)', () => {
+  // len(tokens) - 1 rows of 3 layers × 2 experts per sample, recorded as uint16 by the engine.
+  function withRouted(batch: TrainBatch, dtype: 'uint8' | 'uint16' | 'int32' = 'uint16'): TrainBatch {
+    const next = random(3);
+    return {
+      ...batch,
+      rollout_routed_experts: batch.tokens.map((tokens) => {
+        const rows = tokens.length - 1;
+        return {
+          rows,
+          numLayers: 3,
+          topk: 2,
+          ids: Int32Array.from({ length: rows * 6 }, () => Math.floor(next() * 300)),
+          dtype,
+        };
+      }),
+    };
+  }
+
+  it('travel packed in the recorded dtype through the stream, block by block, and unpack exactly', () => {
+    const batch = withRouted(randomBatch(40, 300, 12));
+    const packed = packTrainBatch(batch);
+    expect(packed.routed_experts?.dtype).toBe('uint16');
+    expect(packed.routed_experts?.ids).toBeInstanceOf(Uint16Array);
+    const chunks = trainBatchToChunks(packed, header, { maxChunkBytes: 2048 });
+    expect(chunks.length).toBeGreaterThan(3);
+    const decoded = chunks.map((chunk) => TrainChunk.decode(TrainChunk.encode(chunk).finish()));
+    const { header: received, batch: assembled } = trainBatchFromChunks(decoded);
+    expect(received.routed_experts).toEqual({ dtype: 'uint16', num_layers: 3, topk: 2 });
+    expect(assembled.routed_experts?.ids).toEqual(packed.routed_experts?.ids);
+    const unpacked = unpackTrainBatch(assembled).rollout_routed_experts as {
+      rows: number;
+      ids: Int32Array;
+    }[];
+    expect(unpacked.map((value) => value.rows)).toEqual(batch.tokens.map((tokens) => tokens.length - 1));
+    expect(unpacked.map((value) => Array.from(value.ids))).toEqual(
+      (batch.rollout_routed_experts as { ids: Int32Array }[]).map((value) => Array.from(value.ids)),
+    );
+  });
+
+  it('refuse rows that do not match the tokens, mixed shapes and a block that disagrees with the header', () => {
+    const batch = withRouted(randomBatch(4, 20, 2));
+    const short = { ...batch, rollout_routed_experts: [...(batch.rollout_routed_experts as object[])] };
+    const first = short.rollout_routed_experts[0] as { rows: number; ids: Int32Array };
+    short.rollout_routed_experts[0] = { ...first, rows: first.rows - 1, ids: first.ids.subarray(6) };
+    expect(catchError(() => packTrainBatch(short)).message).toMatch(
+      /rollout_routed_experts\[0\] has \d+ rows but sample 0 needs \d+ \(len\(tokens\) - 1\)/,
+    );
+    const wide = withRouted(randomBatch(2, 20, 2), 'uint8');
+    (wide.rollout_routed_experts![1] as { ids: Int32Array }).ids[0] = 256;
+    expect(catchError(() => packTrainBatch(wide)).message).toContain('outside uint8');
+    const chunks = trainBatchToChunks(packTrainBatch(batch), header);
+    const block = chunks[1]!.payload as { $case: 'samples'; value: { routed_experts: Buffer } };
+    block.value.routed_experts = block.value.routed_experts.subarray(2);
+    expect(catchError(() => trainBatchFromChunks(chunks)).message).toContain('routed_experts');
+  });
+});
+
 describe('TrainBatchAssembler', () => {
   it('reassembles from views into one shared buffer, and owns its copy', () => {
     const packed = packTrainBatch(randomBatch(37, 101, 11));

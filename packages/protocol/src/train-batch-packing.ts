@@ -28,6 +28,108 @@ export interface PackedTrainBatch {
   rollout_mask_sums: Float64Array;
   truncated: Uint8Array;
   sample_indices: Int32Array;
+  /** Routed experts of every sample (MoE routing replay), when the batch carries them. */
+  routed_experts?: PackedRoutedExperts | null;
+}
+
+/** The width routed expert ids travel in: the one the inference engine recorded them in. */
+export type RoutedExpertsDtype = 'uint8' | 'uint16' | 'int32';
+
+/**
+ * Routed experts of a packed batch: for every sample, `len(tokens) − 1` rows of `num_layers × topk`
+ * expert ids, row-major, concatenated in sample order.
+ */
+export interface PackedRoutedExperts {
+  dtype: RoutedExpertsDtype;
+  num_layers: number;
+  topk: number;
+  ids: Uint8Array | Uint16Array | Int32Array;
+}
+
+const routedDtypes: readonly RoutedExpertsDtype[] = ['uint8', 'uint16', 'int32'];
+const routedLimits: Record<RoutedExpertsDtype, number> = { uint8: 0xff, uint16: 0xffff, int32: 0x7fffffff };
+
+interface RoutedExpertsValue {
+  rows: number;
+  numLayers: number;
+  topk: number;
+  ids: Int32Array;
+  dtype?: RoutedExpertsDtype;
+}
+
+function isRoutedExpertsValue(value: unknown): value is RoutedExpertsValue {
+  const routed = value as RoutedExpertsValue | null;
+  return (
+    typeof routed === 'object' &&
+    routed !== null &&
+    routed.ids instanceof Int32Array &&
+    Number.isInteger(routed.rows) &&
+    Number.isInteger(routed.numLayers) &&
+    Number.isInteger(routed.topk) &&
+    routed.numLayers > 0 &&
+    routed.topk > 0 &&
+    routed.ids.length === routed.rows * routed.numLayers * routed.topk
+  );
+}
+
+// Packs `rollout_routed_experts` (one decoded RoutedExperts per sample) in the widest dtype any
+// sample was recorded in, checking each sample's rows (len(tokens) − 1) and one shape for all.
+function packRoutedExperts(batch: TrainBatch): PackedRoutedExperts | null {
+  const values = batch.rollout_routed_experts;
+  if (values === undefined) return null;
+  let layout: { numLayers: number; topk: number } | null = null;
+  let dtype: RoutedExpertsDtype = 'uint8';
+  let total = 0;
+  values.forEach((value, i) => {
+    const field = `rollout_routed_experts[${i}]`;
+    if (!isRoutedExpertsValue(value)) {
+      throw invalid(`train batch: ${field} is not decoded routed experts (rows, numLayers, topk, ids)`, {
+        field,
+      });
+    }
+    const rows = (batch.tokens[i] as number[]).length - 1;
+    if (value.rows !== rows) {
+      throw invalid(
+        `train batch: ${field} has ${value.rows} rows but sample ${i} needs ${rows} (len(tokens) - 1)`,
+        {
+          field,
+        },
+      );
+    }
+    layout ??= { numLayers: value.numLayers, topk: value.topk };
+    if (value.numLayers !== layout.numLayers || value.topk !== layout.topk) {
+      throw invalid(
+        `train batch: ${field} is ${value.numLayers} × ${value.topk} but sample 0 is ${layout.numLayers} × ${layout.topk}`,
+        { field },
+      );
+    }
+    const recorded = value.dtype ?? 'int32';
+    if (routedDtypes.indexOf(recorded) > routedDtypes.indexOf(dtype)) dtype = recorded;
+    total += value.ids.length;
+  });
+  if (layout === null) return null;
+  const { numLayers, topk } = layout as { numLayers: number; topk: number };
+  const ids =
+    dtype === 'uint8'
+      ? new Uint8Array(total)
+      : dtype === 'uint16'
+        ? new Uint16Array(total)
+        : new Int32Array(total);
+  let offset = 0;
+  values.forEach((value, i) => {
+    const source = (value as RoutedExpertsValue).ids;
+    for (let j = 0; j < source.length; j++) {
+      const id = source[j] as number;
+      if (id < 0 || id > routedLimits[dtype]) {
+        throw invalid(`train batch: rollout_routed_experts[${i}] holds expert id ${id}, outside ${dtype}`, {
+          field: `rollout_routed_experts[${i}]`,
+        });
+      }
+    }
+    ids.set(source, offset);
+    offset += source.length;
+  });
+  return { dtype, num_layers: numLayers, topk, ids };
 }
 
 function invalid(message: string, details: Record<string, unknown> = {}): DressageError {
@@ -94,6 +196,8 @@ export function packTrainBatch(batch: TrainBatch): PackedTrainBatch {
     truncated: Uint8Array.from(batch.truncated),
     sample_indices: Int32Array.from(batch.sample_indices),
   };
+  const routed = packRoutedExperts(batch);
+  if (routed !== null) packed.routed_experts = routed;
   let tokenOffset = 0;
   let responseOffset = 0;
   for (let i = 0; i < count; i++) {
@@ -152,6 +256,9 @@ export function unpackTrainBatch(packed: PackedTrainBatch): TrainBatch {
   const lossMasks: number[][] = [];
   const logprobs: number[][] | undefined = packed.rollout_log_probs ? [] : undefined;
   const teacher: number[][] | undefined = packed.teacher_log_probs ? [] : undefined;
+  const routed = packed.routed_experts ?? null;
+  const routedExperts: RoutedExpertsValue[] | undefined = routed ? [] : undefined;
+  let routedOffset = 0;
   let tokenOffset = 0;
   let responseOffset = 0;
   for (let i = 0; i < packed.sample_count; i++) {
@@ -161,6 +268,17 @@ export function unpackTrainBatch(packed: PackedTrainBatch): TrainBatch {
     lossMasks.push(Array.from(packed.loss_masks.subarray(responseOffset, responseOffset + response)));
     logprobs?.push(Array.from(packed.rollout_log_probs!.subarray(responseOffset, responseOffset + response)));
     teacher?.push(Array.from(packed.teacher_log_probs!.subarray(responseOffset, responseOffset + response)));
+    if (routed && routedExperts) {
+      const count = (length - 1) * routed.num_layers * routed.topk;
+      routedExperts.push({
+        rows: length - 1,
+        numLayers: routed.num_layers,
+        topk: routed.topk,
+        ids: Int32Array.from(routed.ids.subarray(routedOffset, routedOffset + count)),
+        dtype: routed.dtype,
+      });
+      routedOffset += count;
+    }
     tokenOffset += length;
     responseOffset += response;
   }
@@ -177,6 +295,7 @@ export function unpackTrainBatch(packed: PackedTrainBatch): TrainBatch {
     total_lengths: Array.from(packed.total_lengths),
     ...(logprobs ? { rollout_log_probs: logprobs } : {}),
     ...(teacher ? { teacher_log_probs: teacher } : {}),
+    ...(routedExperts ? { rollout_routed_experts: routedExperts } : {}),
   };
 }
 
@@ -196,7 +315,11 @@ function sampleBytes(packed: PackedTrainBatch, index: number): number {
   const length = packed.total_lengths[index] as number;
   const response = packed.response_lengths[index] as number;
   const perResponseToken = 1 + (packed.rollout_log_probs ? 4 : 0) + (packed.teacher_log_probs ? 4 : 0);
-  return length * 4 + response * perResponseToken + 38;
+  const routed = packed.routed_experts;
+  const routedBytes = routed
+    ? (length - 1) * routed.num_layers * routed.topk * routed.ids.BYTES_PER_ELEMENT
+    : 0;
+  return length * 4 + response * perResponseToken + routedBytes + 38;
 }
 
 /**
@@ -218,6 +341,15 @@ export function trainBatchToChunks(
           sample_count: packed.sample_count,
           token_count: packed.tokens.length,
           response_token_count: packed.loss_masks.length,
+          ...(packed.routed_experts
+            ? {
+                routed_experts: {
+                  dtype: packed.routed_experts.dtype,
+                  num_layers: packed.routed_experts.num_layers,
+                  topk: packed.routed_experts.topk,
+                },
+              }
+            : {}),
         },
       },
     },
@@ -251,7 +383,7 @@ export function trainBatchToChunks(
   return chunks;
 }
 
-function bytesOf(array: Int32Array | Uint8Array | Float32Array | Float64Array): Buffer {
+function bytesOf(array: Int32Array | Uint16Array | Uint8Array | Float32Array | Float64Array): Buffer {
   const view = packTypedArray(array);
   return Buffer.from(view.buffer, view.byteOffset, view.byteLength);
 }
@@ -266,6 +398,15 @@ function sampleBlock(
   responseEnd: number,
 ): SampleBlock {
   const empty = Buffer.alloc(0);
+  const routed = packed.routed_experts;
+  let routedBytes: Buffer = empty;
+  if (routed) {
+    // Rows before this block: len(tokens) − 1 per earlier sample.
+    const width = routed.num_layers * routed.topk;
+    const first = (tokenStart - start) * width;
+    const last = (tokenEnd - end) * width;
+    routedBytes = bytesOf(routed.ids.subarray(first, last));
+  }
   return {
     sample_count: end - start,
     tokens: bytesOf(packed.tokens.subarray(tokenStart, tokenEnd)),
@@ -284,11 +425,12 @@ function sampleBlock(
     rollout_mask_sums: bytesOf(packed.rollout_mask_sums.subarray(start, end)),
     truncated: bytesOf(packed.truncated.subarray(start, end)),
     sample_indices: bytesOf(packed.sample_indices.subarray(start, end)),
+    routed_experts: routedBytes,
     padding: empty,
   };
 }
 
-type ColumnName = Exclude<keyof PackedTrainBatch, 'sample_count'>;
+type ColumnName = Exclude<keyof PackedTrainBatch, 'sample_count' | 'routed_experts'>;
 
 const columnTypes = {
   tokens: 'int32',
@@ -429,6 +571,7 @@ export class TrainBatchAssembler {
     rollout_log_probs: undefined,
     teacher_log_probs: undefined,
   };
+  private readonly routedParts: Uint8Array[] = [];
   private blockCount = 0;
   private samples = 0;
   private tokens = 0;
@@ -449,6 +592,7 @@ export class TrainBatchAssembler {
     const header = this.header;
     if (header === null) throw invalid('train stream: sample block before the header');
     const block = receiveBlock(payload.value, this.blockCount);
+    const routed = receiveRoutedExperts(payload.value, header, this.blockCount);
     this.blockCount += 1;
     // Everything is checked before anything is copied: a rejected block writes nothing.
     if (this.samples + block.sampleCount > header.sample_count) {
@@ -489,6 +633,8 @@ export class TrainBatchAssembler {
     if (block.responseTokens > 0) {
       for (const name of optionalColumns) this.optional[name]?.append(block[name] as Uint8Array);
     }
+    // Routed experts are a small column next to the tokens: kept as received parts, joined once.
+    if (routed !== null) this.routedParts.push(Uint8Array.from(routed));
     this.samples += block.sampleCount;
     this.tokens += block.tokenCount;
     this.responseTokens += block.responseTokens;
@@ -527,6 +673,24 @@ export class TrainBatchAssembler {
       truncated: columns.truncated.finish('truncated'),
       sample_indices: columns.sample_indices.finish('sample_indices'),
     };
+    const layout = header.routed_experts;
+    if (layout !== undefined) {
+      let length = 0;
+      for (const part of this.routedParts) length += part.byteLength;
+      const bytes = new Uint8Array(length);
+      let offset = 0;
+      for (const part of this.routedParts) {
+        bytes.set(part, offset);
+        offset += part.byteLength;
+      }
+      this.routedParts.length = 0;
+      batch.routed_experts = {
+        dtype: layout.dtype as RoutedExpertsDtype,
+        num_layers: layout.num_layers,
+        topk: layout.topk,
+        ids: unpackTypedArray(bytes, layout.dtype as RoutedExpertsDtype),
+      };
+    }
     this.columns = null;
     checkTrainBatchValues(batch);
     this.result = { header, batch };
@@ -559,8 +723,44 @@ export class TrainBatchAssembler {
   }
 }
 
+// A block's routed experts, checked against the header's layout: len(tokens) − 1 rows per sample.
+function receiveRoutedExperts(
+  block: SampleBlock,
+  header: TrainBatchHeader,
+  index: number,
+): Uint8Array | null {
+  const layout = header.routed_experts;
+  const bytes = block.routed_experts ?? new Uint8Array(0);
+  if (layout === undefined) {
+    if (bytes.byteLength > 0) {
+      throw invalid(`samples block ${index}: routed_experts without a routed_experts layout in the header`, {
+        field: 'routed_experts',
+      });
+    }
+    return null;
+  }
+  const totals = unpackTypedArray(block.total_lengths, 'int32');
+  let rows = 0;
+  for (let i = 0; i < totals.length; i++) rows += (totals[i] as number) - 1;
+  checkPackedLength(bytes, layout.dtype as RoutedExpertsDtype, {
+    expectedLength: rows * layout.num_layers * layout.topk,
+    field: `samples block ${index}: routed_experts`,
+  });
+  return bytes;
+}
+
 // The header's counts, checked before anything is allocated from them.
 function checkedHeader(header: TrainBatchHeader): TrainBatchHeader {
+  const layout = header.routed_experts;
+  if (
+    layout !== undefined &&
+    (!routedDtypes.includes(layout.dtype as RoutedExpertsDtype) || layout.num_layers <= 0 || layout.topk <= 0)
+  ) {
+    throw invalid(
+      `train stream: routed_experts layout ${JSON.stringify(layout)} needs dtype uint8, uint16 or int32 and a positive num_layers and topk`,
+      { field: 'routed_experts' },
+    );
+  }
   const tokens = header.token_count;
   const responses = header.response_token_count;
   if (!Number.isSafeInteger(tokens) || (responses !== undefined && !Number.isSafeInteger(responses))) {

@@ -30,6 +30,7 @@ const sampleBlock: fc.Arbitrary<SampleBlock> = fc.record({
   truncated: column,
   sample_indices: column,
   teacher_log_probs: column,
+  routed_experts: column,
   padding: fc.constant(Buffer.alloc(0)),
 });
 

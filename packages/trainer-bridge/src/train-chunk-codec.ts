@@ -20,6 +20,7 @@ const blockFields = [
   [11, 'truncated'],
   [12, 'sample_indices'],
   [13, 'teacher_log_probs'],
+  [14, 'routed_experts'],
 ] as const;
 
 type BytesField = (typeof blockFields)[number][1];

@@ -57,6 +57,7 @@ export async function connectClusterStack(
         maskNonlastVersionTokens: recipe.proxy.mask_nonlast_version_tokens,
         partialRollout: recipe.proxy.partial_rollout,
         maxPartialRolloutPreempts: recipe.proxy.max_partial_rollout_preempts ?? null,
+        useRolloutRoutingReplay: recipe.training.routing_replay !== undefined,
       }),
     );
     proxyUrl = proxy.url;

@@ -331,6 +331,14 @@ export const recipeSchema = z
       max_tokens_per_gpu: positiveInteger.optional(),
       /** slime's `--context-parallel-size`: the token cap's factor. */
       context_parallel_size: positiveInteger.default(1),
+      /**
+       * MoE routing replay (R3, slime's `--use-rollout-routing-replay`): the proxy records the
+       * experts the engine routed every token to and the trainer replays them. The model's shape,
+       * as the worker's `--num-layers` and `--moe-router-topk`. Unset: off.
+       */
+      routing_replay: z
+        .strictObject({ num_layers: positiveInteger, moe_router_topk: positiveInteger })
+        .optional(),
     }),
     hooks: hooksSchema.prefault({}),
   })
@@ -355,6 +363,15 @@ export const recipeSchema = z
         code: 'custom',
         path: ['trainer', 'worker'],
         message: "trainer.worker trains the embedded engine's model: it needs engine.kind embedded",
+      });
+    }
+    if (recipe.training.routing_replay !== undefined && recipe.engine.kind !== 'sglang') {
+      context.addIssue({
+        code: 'custom',
+        path: ['training', 'routing_replay'],
+        message:
+          'routing replay needs a mixture-of-experts model served by SGLang (engine.kind sglang) and the ' +
+          'Megatron worker with --use-rollout-routing-replay; the embedded engine has no experts',
       });
     }
     if (recipe.loss.use_tis === true && recipe.loss.use_rollout_logprobs) {

@@ -118,6 +118,20 @@ describe('EmbeddedTrainer over gRPC', () => {
     expect((await client.getInfo()).train_steps).toBe(5);
   });
 
+  it('refuses a batch that carries routed experts, naming the field', async () => {
+    const batch = packSequences(null, [{ tokens: prompt.slice(0, 6), responseLength: 2 }]);
+    const routed: PackedTrainBatch = {
+      ...batch,
+      routed_experts: { dtype: 'uint8', num_layers: 2, topk: 1, ids: new Uint8Array(5 * 2) },
+    };
+    const steps = (await client.getInfo()).train_steps;
+    await expect(client.train(routed)).rejects.toMatchObject({
+      code: 'invalid_argument',
+      message: expect.stringContaining('routed experts (routing replay, R3)'),
+    });
+    expect((await client.getInfo()).train_steps).toBe(steps);
+  });
+
   it('rejects a sample longer than the context with invalid_argument', async () => {
     const long = Array.from(
       { length: (smallConfig.contextLength ?? 0) + 2 },

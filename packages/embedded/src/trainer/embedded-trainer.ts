@@ -288,7 +288,7 @@ export class EmbeddedTrainer implements TrainerImplementation {
    * reducer's step size.
    * A step whose loss or gradient norm is not finite is not applied: the weights and Adam's moments
    * stay as they were, and the response has `optimizer_steps` 0 and `metrics.nonfinite_step_skipped` 1.
-   * @throws DressageError `invalid_argument` for a sample longer than the context, an unknown loss
+   * @throws DressageError `invalid_argument` for a batch carrying routed experts, a sample longer than the context, an unknown loss
    * type, a trainable token outside the vocabulary, a NaN or infinite reward, loss denominator or
    * logprob (naming the sample and field), a learning rate outside (0, `maxLearningRate`] or an
    * invalid loss setting; `failed_precondition` when `use_kl_loss` would capture a reference from
@@ -370,6 +370,14 @@ export class EmbeddedTrainer implements TrainerImplementation {
     signal: AbortSignal | undefined,
   ): Promise<Partial<TrainResponse>> {
     const started = performance.now();
+    if (batch.routed_experts) {
+      // Replaying them needs a mixture-of-experts model; training without would silently drop them.
+      throw invalid(
+        'The batch carries routed experts (routing replay, R3), which the embedded trainer cannot replay: ' +
+          'its model has no experts. Turn routing replay off, or train on the Megatron worker with --use-rollout-routing-replay',
+        { field: 'routed_experts' },
+      );
+    }
     const lossType = (header.loss?.loss_type ?? 'policy_loss') as EmbeddedLossType;
     if (lossType !== 'policy_loss' && lossType !== 'sft_loss') {
       throw invalid(`Unknown loss_type "${lossType}"; expected policy_loss or sft_loss`, {

@@ -242,6 +242,8 @@ export interface BlackboxGenerateOptions {
   contextParallelSize?: number | null;
   /** Mask trainable tokens of older weight versions (`expandSegmentsToSamples`). */
   maskNonlastVersionTokens?: boolean;
+  /** Routing replay (R3): decode each segment's routed experts to this model shape. */
+  routingReplay?: { numLayers: number; moeRouterTopk: number } | null;
 }
 
 const semanticErrors = new Set(['backend_timeout', 'context_overflow', 'max_steps_exceeded']);
@@ -359,6 +361,7 @@ export function createBlackboxGenerate(options: BlackboxGenerateOptions) {
         maxTokensPerGpu: options.maxTokensPerGpu ?? null,
         contextParallelSize: options.contextParallelSize ?? null,
         maskNonlastVersionTokens: options.maskNonlastVersionTokens ?? false,
+        ...(options.routingReplay ? { useRolloutRoutingReplay: true, ...options.routingReplay } : {}),
       });
     } catch (error) {
       return await abort(error instanceof Error ? error.message : String(error), {

@@ -108,6 +108,8 @@ export interface WhiteboxGenerateOptions {
   maskNonlastVersionTokens?: boolean;
   /** Model requests per sample; `context.chat` refuses the next one. Unset or null: no limit. */
   maxTurns?: number | null;
+  /** Routing replay (R3): decode each segment's routed experts to this model shape. */
+  routingReplay?: { numLayers: number; moeRouterTopk: number } | null;
 }
 
 /**
@@ -271,6 +273,7 @@ export function makeGenerate(AgentClass: WhiteboxAgentClass, options: WhiteboxGe
           maxTokensPerGpu: options.maxTokensPerGpu ?? null,
           contextParallelSize: options.contextParallelSize ?? null,
           maskNonlastVersionTokens: options.maskNonlastVersionTokens ?? false,
+          ...(options.routingReplay ? { useRolloutRoutingReplay: true, ...options.routingReplay } : {}),
         },
       );
     } catch (error) {
