@@ -224,7 +224,7 @@ class SlimeMegatronActor:
                 grpc.StatusCode.INVALID_ARGUMENT,
                 "routed_experts: the worker runs with --use-rollout-routing-replay and slime's actor needs "
                 "rollout_routed_experts, but the batch carries none; turn routing replay on in the recipe "
-                "(training.use_rollout_routing_replay) with a proxy started with --use-rollout-routing-replay",
+                "(training.routing_replay) with a proxy started with --use-rollout-routing-replay",
             )
         shape = (int(self.args.num_layers), int(self.args.moe_router_topk))
         for index, experts in enumerate(batch.routed_experts):

@@ -1,6 +1,6 @@
 // The cluster dry run against real services on loopback: the embedded engine stands in for an SGLang
 // router (it serves `/workers`), the embedded trainer for the Megatron worker (same TrainerService).
-import { mkdtemp, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -84,6 +84,21 @@ training: { steps: 1 }
       expect(checks.find((item) => item.name === 'tokenizer')?.detail).toBe(
         `${tokenizerPath}: qwen3 renders the chat template of the model directory ${tokenizerPath}`,
       );
+
+      // Routing replay needs a proxy that records routed experts; this one does not.
+      const replayPath = join(directory, 'replay.yaml');
+      await writeFile(
+        replayPath,
+        (await readFile(recipePath, 'utf8')).replace(
+          'training: { steps: 1 }',
+          'training: { steps: 1, routing_replay: { num_layers: 2, moe_router_topk: 1 } }',
+        ),
+      );
+      const replay = await dryRun(await loadRecipe(replayPath), { timeoutMs: 5_000 });
+      expect(replay.find((item) => item.name === 'proxy: health')).toMatchObject({
+        ok: false,
+        detail: expect.stringContaining('without --use-rollout-routing-replay'),
+      });
 
       await trainerServer.close();
       const afterStop = await dryRun(loaded, { timeoutMs: 2_000 });

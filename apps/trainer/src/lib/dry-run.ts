@@ -90,6 +90,12 @@ export async function dryRun(
       const health = await getJson(`${proxyUrl}/health`, timeoutMs);
       if (health.status !== 'ok') throw new Error(`status ${String(health.status)}`);
       const config = (health.config ?? {}) as Json;
+      if (recipe.training.routing_replay !== undefined && config.use_rollout_routing_replay !== true) {
+        throw new Error(
+          'training.routing_replay needs the routed experts the proxy records, and this proxy was started ' +
+            'without --use-rollout-routing-replay',
+        );
+      }
       return `ok, router ${String(config.sglang_router_url)}, ${String(health.active_sessions)} active sessions`;
     });
     await check('proxy: integration capabilities', checks, async () => {
