@@ -3,7 +3,7 @@
 // SIGKILL and resumed: the metrics log, checkpoints and data-source position continue where they were.
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -52,6 +52,10 @@ describe('dressage train on the embedded stack', () => {
     const recipePath = await writeRecipe(directory, 2);
     const output = join(directory, 'run');
     const lines: string[] = [];
+    // An earlier run left its proxy store in this output directory: a new run starts without it
+    // (replayed, this line would keep the proxy from starting).
+    await mkdir(join(output, 'proxy-store'), { recursive: true });
+    await writeFile(join(output, 'proxy-store', 'trajectories.jsonl'), '{"op":"put","earlier_run":true}\n');
 
     const first = await runTraining(await loadRecipe(recipePath), { log: (line) => lines.push(line) });
     expect(first.stepsCompleted).toBe(2);
@@ -59,6 +63,9 @@ describe('dressage train on the embedded stack', () => {
     // Logprob parity: the trainer recomputed every trainable token's logprob as the engine reported it.
     expect(first.maxLogprobDiff).toBeLessThanOrEqual(1e-4);
     expect(lines.some((line) => line.startsWith('embedded stack: backend'))).toBe(true);
+    expect(lines.some((line) => line.startsWith("new run: removed the earlier run's proxy store"))).toBe(
+      true,
+    );
     let records = await readMetricsLog(join(output, 'metrics.jsonl'));
     expect(records.filter((record) => record.phase === 'warm_start')).toHaveLength(3);
     const rl = records.filter((record) => record.phase === 'rl');

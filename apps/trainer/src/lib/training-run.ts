@@ -173,6 +173,14 @@ export async function runTraining(
   }
 
   const dataPath = loaded.resolvePath(recipe.data.path);
+  // The run's proxy store lives in its output directory: a new run starts with an empty one (an
+  // earlier run's undrained trajectories would otherwise be trained on as this run's), and --resume
+  // replays its own.
+  const proxyStore = join(outputDirectory, 'proxy-store');
+  if (embedded && previous === null && existsSync(proxyStore)) {
+    await rm(proxyStore, { recursive: true, force: true });
+    log(`new run: removed the earlier run's proxy store ${proxyStore}`);
+  }
   const stack: EmbeddedStack = embedded
     ? await startEmbeddedStack({
         recipe,
