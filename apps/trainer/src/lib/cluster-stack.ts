@@ -2,6 +2,7 @@ import { DressageError } from '@dressage/protocol';
 import { createProxyConfig, startProxyServer } from '@dressage/proxy';
 import { createTrainerClient } from '@dressage/trainer-bridge';
 import type { EmbeddedStack } from './embedded-stack.js';
+import { proxySettingsOf } from './proxy-settings.js';
 import type { LoadedRecipe } from './recipe.js';
 
 /**
@@ -45,18 +46,7 @@ export async function connectClusterStack(
         chatTemplate:
           recipe.proxy.chat_template === undefined ? null : loaded.resolvePath(recipe.proxy.chat_template),
         sglangRouterUrl: recipe.engine.router_url,
-        host: recipe.proxy.host,
-        port: recipe.proxy.port === 0 ? 8800 : recipe.proxy.port,
-        apiKey: recipe.proxy.api_key,
-        tokenBuildMode: recipe.proxy.token_build_mode,
-        tokenBuildModel: recipe.proxy.token_build_model,
-        contextWindow: recipe.proxy.context_window ?? null,
-        maxOutputTokens: recipe.proxy.max_output_tokens ?? null,
-        rolloutTemperature: recipe.rollout.temperature,
-        recordTokenVersions: recipe.proxy.record_token_versions,
-        maskNonlastVersionTokens: recipe.proxy.mask_nonlast_version_tokens,
-        partialRollout: recipe.proxy.partial_rollout,
-        maxPartialRolloutPreempts: recipe.proxy.max_partial_rollout_preempts ?? null,
+        ...proxySettingsOf(recipe, { contextWindow: null, maxOutputTokens: null, port: 8800 }),
         useRolloutRoutingReplay: recipe.training.routing_replay !== undefined,
       }),
     );

@@ -24,8 +24,10 @@ import {
 import { seededPermutation } from '@dressage/schedulers/internal';
 import { TitoEncoder } from '@dressage/tito';
 import { createTrainerClient, type TrainerClient } from '@dressage/trainer-bridge';
+import type { z } from 'zod';
 import { startEngineProcess } from './engine-process.js';
-import type { Recipe } from './recipe.js';
+import { proxySettingsOf } from './proxy-settings.js';
+import type { embeddedModelSchema, Recipe } from './recipe.js';
 import { startTrainerWorker } from './trainer-worker.js';
 import {
   buildSupervisedBatch,
@@ -92,6 +94,22 @@ async function readRecords(path: string): Promise<Record<string, unknown>[]> {
   return records;
 }
 
+type EmbeddedModelSettings = z.output<typeof embeddedModelSchema>;
+
+/** The embedded model's shape from the recipe's `engine.model`, as `CausalLanguageModel.create` takes it. */
+export function modelConfigOf(model: EmbeddedModelSettings) {
+  return {
+    layerCount: model.layers,
+    modelDimension: model.d_model,
+    headCount: model.heads,
+    contextLength: model.context,
+    seed: model.seed,
+    positionEncoding: model.positions,
+    initialization: model.initialization,
+    ...(model.ffn === undefined ? {} : { feedForwardDimension: model.ffn }),
+  };
+}
+
 /**
  * Starts the embedded deployment: the tiny model over a vocabulary of the recipe's real token ids,
  * its engine (SGLang HTTP subset), the embedded trainer (TrainerService over gRPC) and the proxy in
@@ -106,19 +124,12 @@ export async function startEmbeddedStack(options: EmbeddedStackOptions): Promise
   const proxyConfig = createProxyConfig({
     tokenizerPath,
     chatTemplate: options.chatTemplatePath,
-    // Loopback unless the recipe opens it (agents on other machines).
-    host: recipe.proxy.host,
-    port: recipe.proxy.port,
-    apiKey: recipe.proxy.api_key,
-    tokenBuildMode: recipe.proxy.token_build_mode,
-    tokenBuildModel: recipe.proxy.token_build_model,
-    contextWindow: recipe.proxy.context_window ?? modelSettings.context,
-    maxOutputTokens: recipe.proxy.max_output_tokens ?? recipe.rollout.max_new_tokens,
-    rolloutTemperature: recipe.rollout.temperature,
-    recordTokenVersions: recipe.proxy.record_token_versions,
-    maskNonlastVersionTokens: recipe.proxy.mask_nonlast_version_tokens,
-    partialRollout: recipe.proxy.partial_rollout,
-    maxPartialRolloutPreempts: recipe.proxy.max_partial_rollout_preempts ?? null,
+    // Loopback unless the recipe opens it (agents on other machines); any free port for 0.
+    ...proxySettingsOf(recipe, {
+      contextWindow: modelSettings.context,
+      maxOutputTokens: recipe.rollout.max_new_tokens,
+      port: 0,
+    }),
     toolCallParseBackend: 'local',
     reasoningParseBackend: 'local',
     storeDirectory: join(options.outputDirectory, 'proxy-store'),
@@ -144,16 +155,7 @@ export async function startEmbeddedStack(options: EmbeddedStackOptions): Promise
     ...recipe.engine.vocabulary_texts,
   ];
   const vocabulary = buildVocabulary({ tokenizer, texts, tokenIds: addedTokenIds(tokenizer) });
-  const modelConfig = {
-    layerCount: modelSettings.layers,
-    modelDimension: modelSettings.d_model,
-    headCount: modelSettings.heads,
-    contextLength: modelSettings.context,
-    seed: modelSettings.seed,
-    positionEncoding: modelSettings.positions,
-    initialization: modelSettings.initialization,
-    ...(modelSettings.ffn === undefined ? {} : { feedForwardDimension: modelSettings.ffn }),
-  };
+  const modelConfig = modelConfigOf(modelSettings);
   // The engine serves this model; the trainer trains its own copy and publishes it on UpdateWeights.
   const servingModel = CausalLanguageModel.create(vocabulary, modelConfig);
   const weightVersion = '0';

@@ -23,10 +23,12 @@ import { type BlackboxAgents, startBlackboxAgents } from './blackbox-agents.js';
 import { connectClusterStack } from './cluster-stack.js';
 import { CollapseAlarm, groupTrajectoryRewards } from './collapse-alarm.js';
 import { conversionOptionsOf } from './conversion-options.js';
+import { dataSourceOptionsOf } from './data-source-options.js';
 import { type EmbeddedStack, startEmbeddedStack } from './embedded-stack.js';
 import { ErrorLog, readErrorLog } from './error-log.js';
 import { whiteboxSettingsOf } from './expansion-options.js';
 import { loadHook, loadRunHooks, type RunDataSource } from './hooks.js';
+import { lossConfigOf } from './loss-config.js';
 import { MetricsLog, type MetricsRecord, readMetricsLog } from './metrics-log.js';
 import { formatDuration, Progress, sparkline } from './progress.js';
 import type { LoadedRecipe, Recipe } from './recipe.js';
@@ -223,14 +225,7 @@ export async function runTraining(
     const dataSource: RunDataSource =
       hooks.dataSource !== null
         ? await hooks.dataSource({ recipe, dataPath })
-        : await PromptDataSource.fromJsonl(dataPath, {
-            nSamplesPerPrompt: recipe.data.n_samples_per_prompt,
-            shuffle: recipe.data.shuffle,
-            seed: recipe.seed,
-            inputKey: recipe.data.input_key,
-            labelKey: recipe.data.label_key,
-            metadataKey: recipe.data.metadata_key,
-          });
+        : await PromptDataSource.fromJsonl(dataPath, dataSourceOptionsOf(recipe));
 
     if (previous !== null) {
       const loadedCheckpoint = await trainer.loadCheckpoint({ path: previous.checkpoint });
@@ -623,27 +618,6 @@ function seconds(since: number): number {
 
 function prefixed(prefix: string, metrics: Record<string, number>): Record<string, number> {
   return Object.fromEntries(Object.entries(metrics).map(([key, value]) => [`${prefix}${key}`, value]));
-}
-
-function lossConfigOf(recipe: Recipe) {
-  const loss = recipe.loss;
-  return {
-    loss_type: 'policy_loss',
-    advantage_estimator: loss.advantage_estimator,
-    eps_clip: loss.eps_clip,
-    ...(loss.eps_clip_high === undefined ? {} : { eps_clip_high: loss.eps_clip_high }),
-    ...(loss.eps_clip_c === undefined ? {} : { eps_clip_c: loss.eps_clip_c }),
-    use_tis: loss.use_tis,
-    use_rollout_logprobs: loss.use_rollout_logprobs,
-    tis_clip: loss.tis_clip,
-    tis_clip_low: loss.tis_clip_low,
-    use_kl_loss: loss.use_kl_loss,
-    kl_loss_coef: loss.kl_loss_coef,
-    kl_loss_type: loss.kl_loss_type,
-    entropy_coef: loss.entropy_coef,
-    calculate_per_token_loss: loss.calculate_per_token_loss,
-    learning_rate: loss.learning_rate,
-  };
 }
 
 /** Rewards every anchor whose reward is unset (segments before the anchor already hold 0). */
