@@ -1,3 +1,4 @@
+import { resolve } from 'node:path';
 import { DressageError } from '@dressage/protocol';
 import { resolveSchedulerOptions } from '@dressage/schedulers';
 import { describe, expect, it } from 'vitest';
@@ -34,6 +35,16 @@ describe('recipe settings and the environment', () => {
     ).toBe('opencode');
   });
 
+  it('loads the reward modules of DRESSAGE_REWARD_MODULES unless the recipe lists its own', () => {
+    const env = { DRESSAGE_REWARD_MODULES: './rewards.ts, @scope/rewards#more' };
+    expect(parseRecipe(minimalRecipe, 'recipe', env).hooks.reward_modules).toEqual([
+      resolve('rewards.ts'),
+      '@scope/rewards#more',
+    ]);
+    const own = `${minimalRecipe}hooks: { reward_modules: [./mine.ts] }\n`;
+    expect(parseRecipe(own, 'recipe', env).hooks.reward_modules).toEqual(['./mine.ts']);
+  });
+
   it('names a variable that does not parse, and the key it would set', () => {
     let error: unknown;
     try {
@@ -50,10 +61,18 @@ describe('recipe settings and the environment', () => {
     // Each variable's key is a recipe key: a default set by the schema, then overridden by it.
     for (const entry of recipeEnvironmentVariables) {
       const [section, key] = entry.path as [string, string];
-      const value = entry.kind === 'integer' ? '3' : entry.kind === 'boolean' ? 'true' : 'codex';
+      const value =
+        entry.kind === 'integer'
+          ? '3'
+          : entry.kind === 'boolean'
+            ? 'true'
+            : entry.kind === 'modules'
+              ? '@a/b'
+              : 'codex';
       const recipe = parseRecipe(`${minimalRecipe}${section}: {}\n`, 'recipe', { [entry.variable]: value });
       const read = (recipe as unknown as Record<string, Record<string, unknown>>)[section]?.[key];
       expect(String(read)).toBe(value);
+      if (entry.kind === 'modules') expect(read).toEqual([value]);
     }
   });
 });

@@ -1,3 +1,4 @@
+import { isAbsolute, resolve } from 'node:path';
 import { DressageError } from '@dressage/protocol';
 
 /** The environment a recipe is read against. */
@@ -9,8 +10,11 @@ export interface RecipeEnvironmentVariable {
   path: readonly string[];
   /** The variable's name. */
   variable: string;
-  /** What the variable's text must be. */
-  kind: 'integer' | 'boolean' | 'string';
+  /**
+   * What the variable's text must be. `modules`: a comma-separated list of module specifiers; a
+   * relative path (`./rewards.ts`) is taken from the working directory, where the variable was set.
+   */
+  kind: 'integer' | 'boolean' | 'string' | 'modules';
   /** Only where the recipe has the key's section (the variable never creates one, e.g. `blackbox`). */
   sectionRequired?: boolean;
 }
@@ -41,6 +45,7 @@ export const recipeEnvironmentVariables: readonly RecipeEnvironmentVariable[] = 
   },
   { path: ['proxy', 'pause_required'], variable: 'DRESSAGE_PROXY_PAUSE_REQUIRED', kind: 'boolean' },
   { path: ['proxy', 'pause_timeout_seconds'], variable: 'DRESSAGE_PROXY_PAUSE_TIMEOUT_SEC', kind: 'integer' },
+  { path: ['hooks', 'reward_modules'], variable: 'DRESSAGE_REWARD_MODULES', kind: 'modules' },
 ];
 
 const trueWords = new Set(['1', 'true', 'yes', 'on']);
@@ -57,6 +62,13 @@ function parseVariable(entry: RecipeEnvironmentVariable, raw: string): unknown {
   if (entry.kind === 'integer') {
     if (!/^[+-]?\d+$/.test(text)) throw fail('an integer');
     return Number.parseInt(text, 10);
+  }
+  if (entry.kind === 'modules') {
+    return text
+      .split(',')
+      .map((item) => item.trim())
+      .filter((item) => item !== '')
+      .map((item) => (item.startsWith('.') && !isAbsolute(item) ? resolve(item) : item));
   }
   if (entry.kind === 'boolean') {
     const word = text.toLowerCase();
