@@ -239,6 +239,12 @@ hooks: { reward_modules: [${join(weatherDirectory, 'task.ts')}] }
       expect(records.filter((record) => record.phase === 'rl').map((record) => record.step)).toEqual([
         0, 1, 2, 3,
       ]);
+      // Every published update was paused and quiesced first; nothing was preempted behind the proxy's back.
+      for (const record of records.filter((item) => item.phase === 'rl')) {
+        if (record.metrics['weight_update/published'] === 1)
+          expect(record.metrics['weight_update/quiesced']).toBe(1);
+        expect(record.metrics['proxy/unrequested_preemptions']).toBe(0);
+      }
       // The prompt position continues: step k trained the k-th prompt (no shuffle, one per step).
       for (const step of [0, 1, 2, 3]) {
         const exported = (await readFile(join(output, 'samples', `step-00000${step}.jsonl`), 'utf8'))

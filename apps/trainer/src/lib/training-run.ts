@@ -426,6 +426,14 @@ export async function runTraining(
           groupTrajectoryRewards(rollout.samples),
           reward,
         );
+        // The proxy's preemption counters (since it started): those it did not request are the
+        // engines' own aborts, e.g. slime pausing them around its weight update.
+        const pauseState = await proxyClient.pauseState().catch(() => null);
+        const preemptions: Record<string, number> = {};
+        if (typeof pauseState?.preempted_chunks === 'number')
+          preemptions['proxy/preempted_chunks'] = pauseState.preempted_chunks;
+        if (typeof pauseState?.unrequested_preemptions === 'number')
+          preemptions['proxy/unrequested_preemptions'] = pauseState.unrequested_preemptions;
         const metrics: Record<string, number> = {
           ...rolloutMetrics,
           ...(typeof logged === 'object' ? logged : {}),
@@ -444,6 +452,7 @@ export async function runTraining(
           'perf/tokens_per_second': packed.tokens.length / stepSeconds,
           'perf/trainer_idle_fraction': Math.max(0, 1 - trainerBusySeconds / seconds(rlStarted)),
           ...reading.metrics,
+          ...preemptions,
         };
         await metricsLog.append({ step, time: seconds(started), phase: 'rl', metrics });
         if ((step + 1) % recipe.training.report_interval === 0) await writeReport(outputDirectory, recipe);
