@@ -62,7 +62,7 @@ describe('the blackbox recipe', () => {
       }).finally(() => spy.mockRestore());
       expect(summary.stepsCompleted).toBe(1);
       expect(lines.some((line) => line.startsWith('blackbox agents: opencode-ai@1.18.33'))).toBe(true);
-      expect(written.join('')).toMatch(/step 1\/1 rl \| reward \d/);
+      expect(written.join('')).toMatch(/RL \[#+\] 1\/1 .* \| reward \d/);
       expect(summary.maxLogprobDiff).toBeLessThanOrEqual(1e-4);
 
       const output = join(directory, 'run');
