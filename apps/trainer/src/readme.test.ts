@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { readmeExample } from '@dressage/vitest-config/readme';
 import { afterAll, describe, expect, it } from 'vitest';
+import { runCli } from './lib/__fixtures__/cli.js';
 
 const appDirectory = fileURLToPath(new URL('../', import.meta.url));
 // Inside the app (ignored by git), so the copied task module resolves the workspace packages.
@@ -25,23 +26,11 @@ describe('README', () => {
     });
     await writeFile(join(weather, 'short.yaml'), readmeExample(join(appDirectory, 'README.md'), 'recipe'));
 
-    const child = spawn(
-      process.execPath,
-      [
-        '--conditions=@dressage/source',
-        '--import',
-        'tsx',
-        join(appDirectory, 'src', 'bin', 'dressage.ts'),
-        'train',
-        '--recipe',
-        'recipes/weather/short.yaml',
-      ],
-      { cwd: directory, stdio: ['ignore', 'pipe', 'pipe'] },
+    const { code, output } = await runCli(
+      ['train', '--recipe', 'recipes/weather/short.yaml'],
+      process.env,
+      directory,
     );
-    let output = '';
-    child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
-    child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
-    const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
     expect(code, output).toBe(0);
 
     const run = join(directory, 'runs', 'weather-short');

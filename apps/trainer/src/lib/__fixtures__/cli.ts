@@ -6,10 +6,14 @@ import { fileURLToPath } from 'node:url';
 /** The trainer app's folder (the CLI's working directory). */
 export const appDirectory = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 
-/** Runs `dressage ARGS...` to its end: its exit code and everything it wrote. */
+/**
+ * Runs `dressage ARGS...` to its end, in `cwd` (default the app's folder): its exit code and
+ * everything it wrote.
+ */
 export function runCli(
   args: readonly string[],
   env: NodeJS.ProcessEnv = process.env,
+  cwd: string = appDirectory,
 ): Promise<{ code: number | null; output: string }> {
   const child = spawn(
     process.execPath,
@@ -20,7 +24,7 @@ export function runCli(
       join(appDirectory, 'src', 'bin', 'dressage.ts'),
       ...args,
     ],
-    { cwd: appDirectory, stdio: ['ignore', 'pipe', 'pipe'], env },
+    { cwd, stdio: ['ignore', 'pipe', 'pipe'], env },
   );
   let output = '';
   child.stdout.on('data', (chunk) => {
