@@ -1,9 +1,13 @@
-// Benchmark: the three rollout schedulers driving one simulated training run each. A trainer takes
-// a fixed time per step (proportional to its batch); every agent rollout takes a lognormal time
-// (p99/p50 = 10, like agent episodes with a long tail). Time is simulated: a virtual clock jumps from
-// one pending timer to the next once all promise work has settled, so the real schedulers run
-// unchanged and a run of hours takes a second. Prints samples/s, trainer idle fraction and weight
-// staleness per mode, and speedups relative to sync. Last output line: one JSON object of headline figures.
+// Benchmark: the rollout schedulers driving one simulated training run each, all on the same
+// simulated inference engine. A trainer takes a fixed time per step (proportional to its batch); every
+// agent rollout decodes a lognormal number of tokens (p99/p50 = 10, like agent episodes with a long
+// tail) on an engine of 256 slots whose decode step slows down as its batch grows (continuous
+// batching, as SGLang's; see engine-model.ts). Time is simulated: a virtual clock jumps from one
+// pending timer to the next once all promise work has settled, so the real schedulers run unchanged
+// and a run of hours takes seconds. Prints samples/s, trainer idle fraction, staleness and wasted
+// generation per mode, and speedups relative to sync on the same engine in the same run. Rows on an
+// engine without contention (the earlier model, generation free of it) are labelled as such. Last
+// output line: one JSON object of headline figures.
 import { createWriteStream } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -18,115 +22,42 @@ import {
   type SchedulerOptionsInput,
 } from '../src/index.js';
 import { createSeededRandom } from '../src/internal.js';
+import { type EngineOptions, SimulatedEngine, VirtualClock } from './engine-model.js';
 
 const STEPS = 50;
 const ROLLOUT_BATCH_SIZE = 32; // prompt groups per step
 const SAMPLES_PER_PROMPT = 8;
-const MEDIAN_ROLLOUT_SECONDS = 60;
 const P99_OVER_P50 = 10;
 const TRAIN_SECONDS_PER_FULL_BATCH = 300; // one optimizer step over 32 × 8 samples
 const SIGMA = Math.log(P99_OVER_P50) / 2.326_347_874; // z of the 99th percentile
-// Partial-async settings: half-size steps, proxy rejects rollouts spanning > 1 weight update,
-// the batch keeps the newest 2 versions.
+// The engine every mode shares: 256 slots (sync's peak: one batch of 32 × 8 calls), 20 ms per decode
+// step alone, each running request adding 0.2 ms (its KV cache read): 71 ms per step with 256
+// running, 3.6× slower per token than alone, and at most 5,000 tokens/s in all.
+const ENGINE: EngineOptions = { slots: 256, stepSeconds: 0.02, perRequestSeconds: 0.0002 };
+// The earlier model, labelled wherever it is printed: every call decodes as if alone, unlimited calls.
+const FREE_GENERATION: EngineOptions = { slots: 1e9, stepSeconds: 0.02, perRequestSeconds: 0 };
+// A median rollout decodes 3,000 tokens: 60 s alone on the engine, as the earlier 60 s median latency.
+const MEDIAN_TOKENS = 60 / ENGINE.stepSeconds;
+// How much the figures owe to the engine's cost per running request: half and twice the above.
+const LIGHT_ENGINE: EngineOptions = { ...ENGINE, perRequestSeconds: ENGINE.perRequestSeconds / 2 };
+const HEAVY_ENGINE: EngineOptions = { ...ENGINE, perRequestSeconds: ENGINE.perRequestSeconds * 2 };
+// Partial-async settings: half-size steps; the proxy rejects rollouts spanning more weight updates
+// than the bound, and the batch keeps the newest bound + 1 versions.
 const PARTIAL_GLOBAL_BATCH = (ROLLOUT_BATCH_SIZE * SAMPLES_PER_PROMPT) / 2;
-const PARTIAL_MAX_VERSION_SPAN = 1;
-const PARTIAL_KEEP_VERSIONS = 2;
-
-/** A clock that only moves when every task is waiting on it. */
-class VirtualClock {
-  now = 0;
-  private heap: { at: number; order: number; fire: () => void }[] = [];
-  private order = 0;
-
-  sleep(seconds: number, signal?: AbortSignal): Promise<void> {
-    return new Promise((resolve, reject) => {
-      if (signal?.aborted) {
-        reject(signal.reason);
-        return;
-      }
-      const entry = {
-        at: this.now + seconds,
-        order: this.order++,
-        fire: () => {
-          signal?.removeEventListener('abort', onAbort);
-          resolve();
-        },
-      };
-      const onAbort = () => {
-        entry.fire = () => {};
-        reject(signal?.reason);
-      };
-      signal?.addEventListener('abort', onAbort, { once: true });
-      this.push(entry);
-    });
-  }
-
-  /** Runs `main` to completion, advancing time whenever nothing else can happen. */
-  async run<T>(main: Promise<T>): Promise<T> {
-    let settled = false;
-    const result = main.finally(() => {
-      settled = true;
-    });
-    while (!settled) {
-      await new Promise((resolve) => setImmediate(resolve));
-      if (settled) break;
-      const next = this.pop();
-      if (next === undefined)
-        throw new Error('simulation stalled: nothing scheduled and the run is not done');
-      this.now = next.at;
-      next.fire();
-    }
-    return result;
-  }
-
-  private push(entry: { at: number; order: number; fire: () => void }): void {
-    const heap = this.heap;
-    heap.push(entry);
-    let i = heap.length - 1;
-    while (i > 0) {
-      const parent = (i - 1) >> 1;
-      if (!this.before(heap[i]!, heap[parent]!)) break;
-      [heap[i], heap[parent]] = [heap[parent]!, heap[i]!];
-      i = parent;
-    }
-  }
-
-  private pop(): { at: number; order: number; fire: () => void } | undefined {
-    const heap = this.heap;
-    const top = heap[0];
-    const last = heap.pop();
-    if (heap.length > 0 && last !== undefined) {
-      heap[0] = last;
-      let i = 0;
-      for (;;) {
-        const left = 2 * i + 1;
-        const right = left + 1;
-        let smallest = i;
-        if (left < heap.length && this.before(heap[left]!, heap[smallest]!)) smallest = left;
-        if (right < heap.length && this.before(heap[right]!, heap[smallest]!)) smallest = right;
-        if (smallest === i) break;
-        [heap[i], heap[smallest]] = [heap[smallest]!, heap[i]!];
-        i = smallest;
-      }
-    }
-    return top;
-  }
-
-  private before(a: { at: number; order: number }, b: { at: number; order: number }): boolean {
-    return a.at < b.at || (a.at === b.at && a.order < b.order);
-  }
-}
 
 /**
- * One simulated configuration: a mode and, for fully-async, an optional staleness bound. A version
+ * One simulated configuration: a mode and, for the async modes, an optional staleness bound. A version
  * bound of N is the keep-(N+1)-versions filter: a group is dropped when a trajectory of it ended more
- * than N weight versions before the version the trainer trains it with. `maxActiveGroups` is the
- * rollout capacity (groups in flight); by default it is one batch, as for sync.
+ * than N weight versions before the version the trainer trains it with; for partial-async the proxy
+ * also rejects a rollout spanning more than N updates. `maxActiveGroups` is the scheduler's rollout
+ * capacity (groups in flight); by default it is one batch, as for sync. The engine's capacity is
+ * `engine`'s, whatever the scheduler sends it.
  */
 interface Configuration {
   label: string;
   mode: RolloutMode;
-  keepVersions?: number;
+  engine: EngineOptions;
+  bound?: number;
   maxActiveGroups?: number;
   extra?: Partial<SchedulerOptionsInput>;
 }
@@ -143,44 +74,37 @@ interface ModeResult {
   droppedStaleGroups: number;
   retriedGroups: number;
   recalledGroups: number;
-  refreshedSamples: number;
-  /** Generation time (sample-seconds) spent on samples never trained, as a share of all of it. */
+  /** Tokens decoded for samples never trained (dropped, recalled, rejected, left over), as a share of all. */
   wastedGenerationFraction: number;
-  peakConcurrentSamples: number;
-  meanConcurrentSamples: number;
+  generatedTokens: number;
+  peakRunning: number;
+  meanRunning: number;
+  /** Decode rate per running request, tokens/s: 50 alone, lower as the batch grows. */
+  tokensPerSecondPerRequest: number;
   wallSeconds: number;
 }
 
 async function simulate(configuration: Configuration): Promise<ModeResult> {
-  const { mode } = configuration;
+  const { mode, bound } = configuration;
   const clock = new VirtualClock();
+  const engine = new SimulatedEngine(clock, configuration.engine);
   const random = createSeededRandom(2024);
-  const lognormal = () => {
+  const lognormalTokens = () => {
     const u = Math.max(random(), Number.EPSILON);
     const normal = Math.sqrt(-2 * Math.log(u)) * Math.cos(2 * Math.PI * random());
-    return MEDIAN_ROLLOUT_SECONDS * Math.exp(SIGMA * normal);
+    return Math.max(1, Math.round(MEDIAN_TOKENS * Math.exp(SIGMA * normal)));
   };
+  const maxVersionSpan = bound ?? 1;
   let version = 0;
   let session = 0;
-  let running = 0;
-  let peakRunning = 0;
-  let generationSeconds = 0;
-  const durations = new Map<string, number>();
+  const tokensOf = new Map<string, number>();
   const generate: GenerateFunction = async (sample, _params, { signal }) => {
     const id = `sim-${session++}`;
     const start = version;
-    const startedAt = clock.now;
-    running++;
-    peakRunning = Math.max(peakRunning, running);
-    try {
-      await clock.sleep(lognormal(), signal);
-    } finally {
-      running--;
-      generationSeconds += clock.now - startedAt;
-    }
-    durations.set(id, clock.now - startedAt);
+    const { generatedTokens } = await engine.generate(lognormalTokens(), signal);
+    tokensOf.set(id, generatedTokens);
     const end = version;
-    if (mode === 'partial-async' && end - start > PARTIAL_MAX_VERSION_SPAN) {
+    if (mode === 'partial-async' && end - start > maxVersionSpan) {
       throw new Error(`partial_rollout_staleness_exceeded: ${id} spans versions ${start}..${end}`);
     }
     const versions = Array.from({ length: end - start + 1 }, (_, i) => String(start + i));
@@ -202,17 +126,15 @@ async function simulate(configuration: Configuration): Promise<ModeResult> {
   };
   const records = Array.from({ length: 4096 }, (_, i) => ({ prompt: `task ${i}`, label: 'done' }));
   const dataSource = PromptDataSource.fromRecords(records, { nSamplesPerPrompt: SAMPLES_PER_PROMPT });
+  const keepVersions =
+    bound !== undefined ? bound + 1 : mode === 'partial-async' ? maxVersionSpan + 1 : undefined;
   const options: SchedulerOptionsInput = {
     rolloutBatchSize: ROLLOUT_BATCH_SIZE,
     nSamplesPerPrompt: SAMPLES_PER_PROMPT,
     numRollout: STEPS,
     maxRetries: 1_000,
-    ...(mode === 'partial-async'
-      ? { globalBatchSize: PARTIAL_GLOBAL_BATCH, stalenessKeepVersions: PARTIAL_KEEP_VERSIONS }
-      : {}),
-    ...(configuration.keepVersions !== undefined
-      ? { stalenessKeepVersions: configuration.keepVersions }
-      : {}),
+    ...(mode === 'partial-async' ? { globalBatchSize: PARTIAL_GLOBAL_BATCH } : {}),
+    ...(keepVersions !== undefined ? { stalenessKeepVersions: keepVersions } : {}),
     ...(configuration.maxActiveGroups !== undefined
       ? { asyncMaxActiveGroups: configuration.maxActiveGroups }
       : {}),
@@ -230,8 +152,7 @@ async function simulate(configuration: Configuration): Promise<ModeResult> {
   let dropped = 0;
   let retried = 0;
   let recalled = 0;
-  let refreshed = 0;
-  let trainedGenerationSeconds = 0;
+  let trainedTokens = 0;
   const staleness: number[] = [];
   await clock.run(
     (async () => {
@@ -243,7 +164,6 @@ async function simulate(configuration: Configuration): Promise<ModeResult> {
         idle += clock.now - waitFrom;
         dropped += metrics['staleness/dropped_groups'] ?? 0;
         recalled += metrics['staleness/recalled_groups'] ?? 0;
-        refreshed += metrics['staleness/refreshed_samples'] ?? 0;
         retried +=
           metrics['dressage/partial_rollout_retried_groups'] ??
           metrics['dressage/fully_async_retried_groups'] ??
@@ -252,7 +172,7 @@ async function simulate(configuration: Configuration): Promise<ModeResult> {
         // Weight versions behind: the policy being trained minus the version that wrote the first token.
         for (const sample of batch) {
           staleness.push(version - Number(sample.metadata.dressage_start_token_version));
-          trainedGenerationSeconds += durations.get(sample.session_id ?? '') ?? 0;
+          trainedTokens += tokensOf.get(sample.session_id ?? '') ?? 0;
         }
         trained += batch.length;
         await clock.sleep(
@@ -275,10 +195,11 @@ async function simulate(configuration: Configuration): Promise<ModeResult> {
     droppedStaleGroups: dropped,
     retriedGroups: retried,
     recalledGroups: recalled,
-    refreshedSamples: refreshed,
-    wastedGenerationFraction: 1 - trainedGenerationSeconds / generationSeconds,
-    peakConcurrentSamples: peakRunning,
-    meanConcurrentSamples: generationSeconds / clock.now,
+    wastedGenerationFraction: 1 - trainedTokens / engine.generatedTokens,
+    generatedTokens: engine.generatedTokens,
+    peakRunning: engine.peakRunning,
+    meanRunning: engine.busyRequestSeconds / clock.now,
+    tokensPerSecondPerRequest: engine.generatedTokens / engine.busyRequestSeconds,
     wallSeconds: (performance.now() - started) / 1000,
   };
 }
@@ -316,14 +237,15 @@ async function largeFile(
 }
 
 console.log(
-  `Simulated run: ${STEPS} steps, ${ROLLOUT_BATCH_SIZE} groups × ${SAMPLES_PER_PROMPT} samples, rollout latency ` +
-    `lognormal (median ${MEDIAN_ROLLOUT_SECONDS} s, p99/p50 ${P99_OVER_P50}), trainer ${TRAIN_SECONDS_PER_FULL_BATCH} s per ` +
-    `${ROLLOUT_BATCH_SIZE * SAMPLES_PER_PROMPT} samples. Partial-async: global batch ${PARTIAL_GLOBAL_BATCH}, ` +
-    `max version span ${PARTIAL_MAX_VERSION_SPAN}, keep ${PARTIAL_KEEP_VERSIONS} versions.`,
+  `Simulated run: ${STEPS} steps, ${ROLLOUT_BATCH_SIZE} groups × ${SAMPLES_PER_PROMPT} samples, rollout length ` +
+    `lognormal (median ${MEDIAN_TOKENS} tokens, p99/p50 ${P99_OVER_P50}), trainer ${TRAIN_SECONDS_PER_FULL_BATCH} s per ` +
+    `${ROLLOUT_BATCH_SIZE * SAMPLES_PER_PROMPT} samples. Engine, the same for every mode: ${ENGINE.slots} slots, decode step ` +
+    `${ENGINE.stepSeconds * 1000} ms + ${ENGINE.perRequestSeconds * 1000} ms per running request. Partial-async: global ` +
+    `batch ${PARTIAL_GLOBAL_BATCH}, rollouts spanning more updates than the bound rejected and retried.`,
 );
-const results: ModeResult[] = [];
-// The fast bounded mode: the same 256 concurrent generate calls as sync, counted per sample, at most
-// 1.5 batches generated ahead of the trainer, and groups a finished sample rules out stopped early.
+// The bounded mode the package recommends: the same 256 concurrent generate calls as sync, counted
+// per sample, at most 1.5 batches generated ahead of the trainer, and groups a finished sample rules
+// out stopped early.
 const BUDGET_SAMPLES = ROLLOUT_BATCH_SIZE * SAMPLES_PER_PROMPT;
 const BUDGET_OUTSTANDING_GROUPS = (3 * ROLLOUT_BATCH_SIZE) / 2;
 const recall = { stalenessRecallInFlight: true };
@@ -332,95 +254,111 @@ const budget = {
   asyncMaxActiveSamples: BUDGET_SAMPLES,
   asyncMaxOutstandingGroups: BUDGET_OUTSTANDING_GROUPS,
 };
+const doubled = 2 * ROLLOUT_BATCH_SIZE;
 const configurations: Configuration[] = [
-  { label: 'sync', mode: 'sync' },
-  { label: 'fully-async', mode: 'fully-async' },
-  { label: 'fully-async ≤1', mode: 'fully-async', keepVersions: 2 },
-  { label: 'fully-async ≤2', mode: 'fully-async', keepVersions: 3 },
-  { label: '≤1 recall', mode: 'fully-async', keepVersions: 2, extra: recall },
-  { label: '≤2 recall', mode: 'fully-async', keepVersions: 3, extra: recall },
-  { label: '≤1 budget', mode: 'fully-async', keepVersions: 2, extra: budget },
-  { label: '≤2 budget', mode: 'fully-async', keepVersions: 3, extra: budget },
-  { label: '≤1 2× groups', mode: 'fully-async', keepVersions: 2, maxActiveGroups: 2 * ROLLOUT_BATCH_SIZE },
-  { label: '≤2 2× groups', mode: 'fully-async', keepVersions: 3, maxActiveGroups: 2 * ROLLOUT_BATCH_SIZE },
-  { label: 'partial-async', mode: 'partial-async' },
+  { label: 'sync', mode: 'sync', engine: ENGINE },
+  { label: 'fully-async', mode: 'fully-async', engine: ENGINE },
+  { label: '≤1 filter', mode: 'fully-async', engine: ENGINE, bound: 1 },
+  { label: '≤2 filter', mode: 'fully-async', engine: ENGINE, bound: 2 },
+  { label: '≤1 recall', mode: 'fully-async', engine: ENGINE, bound: 1, extra: recall },
+  { label: '≤2 recall', mode: 'fully-async', engine: ENGINE, bound: 2, extra: recall },
+  { label: '≤1 budget', mode: 'fully-async', engine: ENGINE, bound: 1, extra: budget },
+  { label: '≤2 budget', mode: 'fully-async', engine: ENGINE, bound: 2, extra: budget },
+  { label: '≤1 2× groups', mode: 'fully-async', engine: ENGINE, bound: 1, maxActiveGroups: doubled },
+  { label: '≤2 2× groups', mode: 'fully-async', engine: ENGINE, bound: 2, maxActiveGroups: doubled },
+  { label: 'partial ≤1', mode: 'partial-async', engine: ENGINE, bound: 1 },
+  { label: 'partial ≤2', mode: 'partial-async', engine: ENGINE, bound: 2 },
+  // Labelled: generation free of contention (every call decodes as if alone), the earlier model.
+  { label: 'free: sync', mode: 'sync', engine: FREE_GENERATION },
+  { label: 'free: ≤1 budget', mode: 'fully-async', engine: FREE_GENERATION, bound: 1, extra: budget },
+  { label: 'free: ≤2 budget', mode: 'fully-async', engine: FREE_GENERATION, bound: 2, extra: budget },
+  // Labelled: the same engine with half and with twice the cost per running request.
+  { label: 'light: sync', mode: 'sync', engine: LIGHT_ENGINE },
+  { label: 'light: ≤1 budget', mode: 'fully-async', engine: LIGHT_ENGINE, bound: 1, extra: budget },
+  { label: 'light: ≤2 budget', mode: 'fully-async', engine: LIGHT_ENGINE, bound: 2, extra: budget },
+  { label: 'heavy: sync', mode: 'sync', engine: HEAVY_ENGINE },
+  { label: 'heavy: ≤1 budget', mode: 'fully-async', engine: HEAVY_ENGINE, bound: 1, extra: budget },
+  { label: 'heavy: ≤2 budget', mode: 'fully-async', engine: HEAVY_ENGINE, bound: 2, extra: budget },
 ];
+const results: ModeResult[] = [];
 for (const configuration of configurations) results.push(await simulate(configuration));
-const sync = results[0] as ModeResult;
-console.log(
-  'mode             samples/s  speedup  trainer idle  staleness mean/max  stale drops  recalled  wasted gen  samples peak/mean  wall s',
-);
-for (const result of results) {
-  console.log(
-    `${result.label.padEnd(16)} ${result.samplesPerSecond.toFixed(3).padStart(9)}  ${(result.samplesPerSecond / sync.samplesPerSecond).toFixed(2).padStart(6)}×  ` +
-      `${(result.trainerIdleFraction * 100).toFixed(1).padStart(11)}%  ${result.meanStaleness.toFixed(2).padStart(9)} / ${String(result.maxStaleness).padEnd(6)}  ` +
-      `${String(result.droppedStaleGroups).padStart(11)}  ${String(result.recalledGroups).padStart(8)}  ${(Math.max(0, result.wastedGenerationFraction) * 100).toFixed(0).padStart(9)}%  ` +
-      `${String(result.peakConcurrentSamples).padStart(8)} / ${result.meanConcurrentSamples.toFixed(0).padEnd(6)}  ${result.wallSeconds.toFixed(1).padStart(6)}`,
-  );
-}
 const byLabel = (label: string) => results.find((result) => result.label === label) as ModeResult;
-const fully = byLabel('fully-async');
-const partial = byLabel('partial-async');
-const bound1Filter = byLabel('fully-async ≤1');
-const bound2Filter = byLabel('fully-async ≤2');
-const bound1 = byLabel('≤1 budget');
-const bound2 = byLabel('≤2 budget');
-const bound1Doubled = byLabel('≤1 2× groups');
-const speedup = (result: ModeResult) => result.samplesPerSecond / sync.samplesPerSecond;
+const sync = byLabel('sync');
+// Each row against sync on its own engine, measured in this run ("free: ≤1 budget" against "free: sync").
+const baselineOf = (result: ModeResult) => {
+  const engine = /^(\w+): /.exec(result.label)?.[1];
+  return engine === undefined ? sync : byLabel(`${engine}: sync`);
+};
+const speedup = (result: ModeResult) => result.samplesPerSecond / baselineOf(result).samplesPerSecond;
 // Groups generated and thrown away (dropped when complete, or recalled in flight), as a share of all
 // groups that ended one way or the other.
 const dropped = (result: ModeResult) => {
   const thrown = result.droppedStaleGroups + result.recalledGroups;
   return thrown / (thrown + result.trainedSamples / SAMPLES_PER_PROMPT);
 };
+console.log(
+  'mode             samples/s  speedup  trainer idle  staleness mean/max  groups thrown  wasted tokens  running peak/mean  tok/s per req  wall s',
+);
+for (const result of results) {
+  console.log(
+    `${result.label.padEnd(16)} ${result.samplesPerSecond.toFixed(3).padStart(9)}  ${speedup(result).toFixed(2).padStart(6)}×  ` +
+      `${(result.trainerIdleFraction * 100).toFixed(1).padStart(11)}%  ${result.meanStaleness.toFixed(2).padStart(9)} / ${String(result.maxStaleness).padEnd(6)}  ` +
+      `${(dropped(result) * 100).toFixed(0).padStart(12)}%  ${(Math.max(0, result.wastedGenerationFraction) * 100).toFixed(0).padStart(12)}%  ` +
+      `${String(result.peakRunning).padStart(8)} / ${result.meanRunning.toFixed(0).padEnd(6)}  ${result.tokensPerSecondPerRequest.toFixed(1).padStart(13)}  ${result.wallSeconds.toFixed(1).padStart(6)}`,
+  );
+}
+console.log(
+  'Rows "free:" decode every call as if alone with no limit on calls (no contention): not a real engine. ' +
+    `Rows "light:" and "heavy:" cost ${LIGHT_ENGINE.perRequestSeconds * 1000} and ${HEAVY_ENGINE.perRequestSeconds * 1000} ms ` +
+    'per running request. Each is compared with sync on its own engine.',
+);
 const summary = (result: ModeResult) =>
   `${speedup(result).toFixed(2)}× sync, trainer idle ${(result.trainerIdleFraction * 100).toFixed(1)}%, ` +
-  `${(dropped(result) * 100).toFixed(0)}% of groups thrown away, ${(result.wastedGenerationFraction * 100).toFixed(0)}% of generation wasted`;
-console.log(
-  `Bound 1, filter only (32 groups in flight): ${summary(bound1Filter)}. With the sample budget ` +
-    `(${BUDGET_SAMPLES} calls, ${BUDGET_OUTSTANDING_GROUPS} groups ahead, recall): ${summary(bound1)}.`,
-);
-console.log(`Bound 2, filter only: ${summary(bound2Filter)}. With the sample budget: ${summary(bound2)}.`);
+  `${(result.wastedGenerationFraction * 100).toFixed(0)}% of generated tokens wasted`;
+for (const bound of [1, 2]) {
+  console.log(
+    `Bound ${bound}, same engine: fully-async with recall and the per-call budget ${summary(byLabel(`≤${bound} budget`))}; ` +
+      `partial-async ${summary(byLabel(`partial ≤${bound}`))}. Free generation (not a real engine): ${summary(byLabel(`free: ≤${bound} budget`))}.`,
+  );
+}
 const LARGE_FILE_LINES = 1_000_000;
 const large = await largeFile(LARGE_FILE_LINES);
 console.log(
   `Data source: ${LARGE_FILE_LINES} lines (${large.fileMiB.toFixed(0)} MiB) indexed in ${large.indexSeconds.toFixed(2)} s, ` +
     `≈${large.heldMiB.toFixed(1)} MiB held (line index + shuffle order), first 32 groups × 8 in ${large.batchMs.toFixed(1)} ms`,
 );
+const headline = (result: ModeResult, prefix: string) => ({
+  [`${prefix}_speedup`]: round(speedup(result), 2),
+  [`${prefix}_trainer_idle`]: round(result.trainerIdleFraction),
+  [`${prefix}_wasted_generation`]: round(result.wastedGenerationFraction),
+});
 console.log(
   JSON.stringify({
     bench: 'schedulers',
     steps: STEPS,
+    engine_slots: ENGINE.slots,
+    engine_step_ms: ENGINE.stepSeconds * 1000,
+    engine_per_request_ms: ENGINE.perRequestSeconds * 1000,
     sync_samples_per_s: round(sync.samplesPerSecond),
-    fully_async_samples_per_s: round(fully.samplesPerSecond),
-    partial_async_samples_per_s: round(partial.samplesPerSecond),
-    fully_async_speedup: round(fully.samplesPerSecond / sync.samplesPerSecond, 2),
-    partial_async_speedup: round(partial.samplesPerSecond / sync.samplesPerSecond, 2),
     sync_trainer_idle: round(sync.trainerIdleFraction),
-    fully_async_trainer_idle: round(fully.trainerIdleFraction),
-    partial_async_trainer_idle: round(partial.trainerIdleFraction),
-    fully_async_staleness_mean: round(fully.meanStaleness, 2),
-    fully_async_staleness_max: fully.maxStaleness,
-    partial_async_staleness_mean: round(partial.meanStaleness, 2),
-    partial_async_staleness_max: partial.maxStaleness,
-    fully_async_bound1_speedup: round(speedup(bound1), 2),
-    fully_async_bound1_trainer_idle: round(bound1.trainerIdleFraction),
-    fully_async_bound1_dropped_fraction: round(dropped(bound1)),
-    fully_async_bound1_wasted_generation: round(bound1.wastedGenerationFraction),
-    fully_async_bound1_mean_concurrent_samples: round(bound1.meanConcurrentSamples, 0),
-    fully_async_bound2_speedup: round(speedup(bound2), 2),
-    fully_async_bound2_trainer_idle: round(bound2.trainerIdleFraction),
-    fully_async_bound2_dropped_fraction: round(dropped(bound2)),
-    fully_async_bound2_wasted_generation: round(bound2.wastedGenerationFraction),
-    fully_async_bound1_filter_only_speedup: round(speedup(bound1Filter), 2),
-    fully_async_bound1_filter_only_trainer_idle: round(bound1Filter.trainerIdleFraction),
-    fully_async_bound1_filter_only_wasted_generation: round(bound1Filter.wastedGenerationFraction),
-    fully_async_bound2_filter_only_speedup: round(speedup(bound2Filter), 2),
-    fully_async_bound2_filter_only_trainer_idle: round(bound2Filter.trainerIdleFraction),
-    fully_async_bound1_doubled_capacity_speedup: round(speedup(bound1Doubled), 2),
-    fully_async_bound1_doubled_capacity_trainer_idle: round(bound1Doubled.trainerIdleFraction),
-    sync_mean_concurrent_samples: round(sync.meanConcurrentSamples, 0),
-    fully_async_mean_concurrent_samples: round(fully.meanConcurrentSamples, 0),
+    sync_mean_running: round(sync.meanRunning, 0),
+    ...headline(byLabel('≤1 budget'), 'fully_async_bound1'),
+    ...headline(byLabel('≤2 budget'), 'fully_async_bound2'),
+    ...headline(byLabel('partial ≤1'), 'partial_async_bound1'),
+    ...headline(byLabel('partial ≤2'), 'partial_async_bound2'),
+    ...headline(byLabel('fully-async'), 'fully_async_unbounded'),
+    fully_async_unbounded_staleness_max: byLabel('fully-async').maxStaleness,
+    ...headline(byLabel('≤1 recall'), 'fully_async_bound1_recall'),
+    ...headline(byLabel('≤2 recall'), 'fully_async_bound2_recall'),
+    ...headline(byLabel('≤1 filter'), 'fully_async_bound1_filter_only'),
+    ...headline(byLabel('≤2 filter'), 'fully_async_bound2_filter_only'),
+    fully_async_bound1_mean_running: round(byLabel('≤1 budget').meanRunning, 0),
+    ...headline(byLabel('free: ≤1 budget'), 'free_generation_fully_async_bound1'),
+    ...headline(byLabel('free: ≤2 budget'), 'free_generation_fully_async_bound2'),
+    light_engine_fully_async_bound1_speedup: round(speedup(byLabel('light: ≤1 budget')), 2),
+    light_engine_fully_async_bound2_speedup: round(speedup(byLabel('light: ≤2 budget')), 2),
+    heavy_engine_fully_async_bound1_speedup: round(speedup(byLabel('heavy: ≤1 budget')), 2),
+    heavy_engine_fully_async_bound2_speedup: round(speedup(byLabel('heavy: ≤2 budget')), 2),
     jsonl_million_lines_index_s: round(large.indexSeconds, 2),
     jsonl_million_lines_held_mib: round(large.heldMiB, 1),
   }),
