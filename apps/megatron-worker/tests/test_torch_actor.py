@@ -104,6 +104,31 @@ class TorchActorTest(ActorTestCase):
         self.directory = self.model_path = write_tiny_checkpoint()
         self.addCleanup(shutil.rmtree, self.directory, True)
 
+    def test_threads_flag_sets_the_torch_threads_of_the_actor(self) -> None:
+        # `trainer.worker.threads` reaches the worker as --threads: the worker's own parser hands it
+        # to the actor it builds, which sets torch's intra-op threads.
+        from dressage_megatron_worker import server
+
+        captured = []
+
+        def capture(kind, verify, slime_argv, options=None):
+            captured.append(options)
+            raise WorkerError(grpc.StatusCode.INVALID_ARGUMENT, "stop after parsing")
+
+        before = torch.get_num_threads()
+        self.addCleanup(torch.set_num_threads, before)
+        wanted = 1 if before > 1 else 2
+        original = server.build_actor
+        server.build_actor = capture
+        try:
+            self.assertEqual(server.main(["--actor", "torch", "--model", self.model_path, "--threads", str(wanted)]), 1)
+        finally:
+            server.build_actor = original
+        self.assertEqual(captured[0].threads, wanted)
+        actor = server.build_actor("torch", None, [], captured[0])
+        self.addCleanup(actor.close)
+        self.assertEqual(torch.get_num_threads(), wanted)
+
     def test_train_over_grpc_updates_the_weights_and_reports_the_loss(self) -> None:
         actor = self.actor()
         stub = self.serve(actor)

@@ -33,6 +33,50 @@ export interface BlackboxAgentsOptions {
   outputDirectory: string;
 }
 
+/** What a blackbox run takes from the recipe: the adapter, the pool's slots, the generate function's settings. */
+export interface BlackboxPlan {
+  agent: BlackboxAgentName;
+  slots: number;
+  /** `createBlackboxGenerate`'s settings, less the provider and proxy. */
+  generate: {
+    blackboxType: BlackboxAgentName;
+    backendOptions: Record<string, unknown>;
+    systemPrompt: string | null;
+    serverConfig: { backend_timeout: number };
+  } & ReturnType<typeof expansionOptionsOf>;
+}
+
+type BlackboxAgentName = NonNullable<LoadedRecipe['recipe']['blackbox']>['agent'];
+
+/**
+ * The {@link BlackboxPlan} of a recipe with a `blackbox` section: `system_prompt` read (relative to
+ * the recipe), `max_steps` as the agent-side proxy's, `turn_timeout_seconds` as the server's
+ * backend timeout.
+ */
+export async function blackboxPlanOf(loaded: LoadedRecipe): Promise<BlackboxPlan> {
+  const { recipe } = loaded;
+  const settings = recipe.blackbox;
+  if (settings === undefined) throw new Error('blackboxPlanOf needs a blackbox section');
+  const systemPrompt =
+    settings.system_prompt === undefined
+      ? null
+      : await readFile(loaded.resolvePath(settings.system_prompt), 'utf8');
+  return {
+    agent: settings.agent,
+    slots: settings.slots,
+    generate: {
+      blackboxType: settings.agent,
+      backendOptions: {
+        ...settings.backend_options,
+        proxy: { ...(settings.backend_options.proxy as object | undefined), max_steps: settings.max_steps },
+      },
+      systemPrompt,
+      serverConfig: { backend_timeout: settings.turn_timeout_seconds },
+      ...expansionOptionsOf(recipe),
+    },
+  };
+}
+
 /**
  * Installs the recipe's agent CLI (once, into the agent cache), starts a pool of network-isolated
  * bubblewrap slots whose only way out is the recording proxy, and returns the blackbox generate
@@ -40,17 +84,12 @@ export interface BlackboxAgentsOptions {
  */
 export async function startBlackboxAgents(options: BlackboxAgentsOptions): Promise<BlackboxAgents> {
   const { recipe } = options.loaded;
-  const settings = recipe.blackbox;
-  if (settings === undefined) throw new Error('startBlackboxAgents needs a blackbox section');
-  const agent = agentPackages[settings.agent];
-  const variable = builtinAdapterExecutableVariables[settings.agent];
+  const plan = await blackboxPlanOf(options.loaded);
+  const agent = agentPackages[plan.agent];
+  const variable = builtinAdapterExecutableVariables[plan.agent];
   const binary = await ensureAgentInstalled(agent);
-  const systemPrompt =
-    settings.system_prompt === undefined
-      ? null
-      : await readFile(options.loaded.resolvePath(settings.system_prompt), 'utf8');
   const pool = new LocalBwrapPool({
-    slots: settings.slots,
+    slots: plan.slots,
     mode: 'blackbox',
     baseDir: join(options.outputDirectory, 'sandboxes'),
     upstreamUrl: options.proxyUrl,
@@ -69,18 +108,11 @@ export async function startBlackboxAgents(options: BlackboxAgentsOptions): Promi
     provider,
     proxy: options.proxy,
     proxyUrl: options.proxyUrl,
-    blackboxType: settings.agent,
-    backendOptions: {
-      ...settings.backend_options,
-      proxy: { ...(settings.backend_options.proxy as object | undefined), max_steps: settings.max_steps },
-    },
-    systemPrompt,
-    serverConfig: { backend_timeout: settings.turn_timeout_seconds },
-    ...expansionOptionsOf(recipe),
+    ...plan.generate,
   });
   return {
     generate: (sample) => generate(sample),
-    description: `${agent.name}@${agent.version} in ${settings.slots} bubblewrap sandboxes`,
+    description: `${agent.name}@${agent.version} in ${plan.slots} bubblewrap sandboxes`,
     async close() {
       await pool.stop();
     },

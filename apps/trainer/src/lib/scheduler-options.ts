@@ -1,4 +1,9 @@
-import type { SchedulerOptionsInput } from '@dressage/schedulers';
+import {
+  createRolloutScheduler,
+  type RolloutScheduler,
+  type SchedulerDependencies,
+  type SchedulerOptionsInput,
+} from '@dressage/schedulers';
 import type { Recipe } from './recipe.js';
 
 /**
@@ -33,4 +38,21 @@ export function schedulerOptionsOf(recipe: Recipe, totalSteps: number): Schedule
       max_new_tokens: rollout.max_new_tokens,
     },
   };
+}
+
+/**
+ * The run's rollout scheduler: `rollout.mode`'s scheduler (or `hooks.rollout_scheduler`, given the
+ * same arguments) with {@link schedulerOptionsOf}.
+ */
+export function createRunScheduler(
+  recipe: Recipe,
+  dependencies: SchedulerDependencies,
+  totalSteps: number,
+  hook: typeof createRolloutScheduler | null = null,
+): RolloutScheduler {
+  return (hook ?? createRolloutScheduler)(
+    recipe.rollout.mode,
+    dependencies,
+    schedulerOptionsOf(recipe, totalSteps),
+  );
 }

@@ -12,8 +12,8 @@ import {
   type TrainBatch,
 } from '@dressage/protocol';
 import { ProxyClient } from '@dressage/proxy';
-import { computeRewards, defaultRewardRegistry, RewardRegistry } from '@dressage/reward-registry';
-import { createRolloutScheduler, PromptDataSource, type RolloutScheduler } from '@dressage/schedulers';
+import { computeRewards, type RewardRegistry } from '@dressage/reward-registry';
+import { PromptDataSource, type RolloutScheduler } from '@dressage/schedulers';
 import {
   convertSamplesToPackedTrainBatch,
   type TrainerClient,
@@ -27,16 +27,17 @@ import { dataSourceOptionsOf } from './data-source-options.js';
 import { type EmbeddedStack, startEmbeddedStack } from './embedded-stack.js';
 import { ErrorLog, readErrorLog } from './error-log.js';
 import { whiteboxSettingsOf } from './expansion-options.js';
-import { loadHook, loadRunHooks, type RunDataSource } from './hooks.js';
+import { loadRecipeModules, loadRunHooks, loadRunRewards, type RunDataSource } from './hooks.js';
 import { lossConfigOf } from './loss-config.js';
 import { MetricsLog, type MetricsRecord, readMetricsLog } from './metrics-log.js';
 import { formatDuration, Progress, sparkline } from './progress.js';
 import type { LoadedRecipe, Recipe } from './recipe.js';
 import { defaultReportPlots, renderReportHtml } from './report.js';
+import { checkpointsAfterStep, publishesAfterStep, reportsAfterStep, runPlanOf } from './run-plan.js';
 import { exportSamples, exportTrainLogProbs } from './sample-export.js';
-import { schedulerOptionsOf } from './scheduler-options.js';
+import { createRunScheduler } from './scheduler-options.js';
 import { tokenVersionStatistics, VersionHistory } from './token-versions.js';
-import { type WarmStartExample, warmStartLearningRate } from './warm-start.js';
+import { warmStartTrainOptionsOf } from './warm-start.js';
 import { pauseSettingsOf, publishWeights } from './weight-publish.js';
 import { needsSandbox, startWhiteboxSandboxes, type WhiteboxSandboxes } from './whitebox-sandboxes.js';
 
@@ -128,11 +129,12 @@ export async function runTraining(
 ): Promise<TrainingSummary> {
   const { recipe } = loaded;
   const log = options.log ?? ((line: string) => process.stdout.write(`${line}\n`));
-  const outputDirectory = resolve(recipe.output_dir);
+  const plan = runPlanOf(loaded, options.steps === undefined ? {} : { steps: options.steps });
+  const { outputDirectory, dataPath, proxyStore } = plan;
   await mkdir(outputDirectory, { recursive: true });
   const previous = options.resume ? await readRunState(outputDirectory) : null;
   if (options.resume && previous === null) log(`resume: no checkpoint in ${outputDirectory}, starting fresh`);
-  const embedded = recipe.engine.kind === 'embedded';
+  const embedded = plan.stack === 'embedded';
   if (!embedded && recipe.trainer.kind !== 'grpc') {
     throw new DressageError({
       code: 'invalid_argument',
@@ -148,8 +150,10 @@ export async function runTraining(
       message: `${loaded.path}: set agent.module (a whitebox agent class), blackbox (an agent CLI) or hooks.generate`,
     });
   }
-  const AgentClass =
-    agentReference === undefined ? null : await loadHook<WhiteboxAgentClass>(agentReference, baseDirectory);
+  const { agent: AgentClass, warmStartExamples: examplesFunction } = await loadRecipeModules(
+    recipe,
+    baseDirectory,
+  );
   if (recipe.agent?.sandbox_slots !== undefined && !needsSandbox(AgentClass)) {
     throw new DressageError({
       code: 'invalid_argument',
@@ -157,28 +161,13 @@ export async function runTraining(
       details: { field: 'agent.sandbox_slots' },
     });
   }
-  const examplesFunction =
-    recipe.warm_start.examples === undefined
-      ? null
-      : await loadHook<(record: Record<string, unknown>) => WarmStartExample[]>(
-          recipe.warm_start.examples,
-          baseDirectory,
-        );
-
-  // The run's own registry (a module's `rewards`/`register` exports land here, once per run), over
-  // the process-wide one that `registerReward` calls on import write to.
-  const registry = new RewardRegistry({ parent: defaultRewardRegistry });
+  const registry = await loadRunRewards(recipe, baseDirectory);
   // What every reward function reads as `context.args`: the validated recipe, a frozen copy.
   const rewardArgs = structuredClone(recipe) as unknown as Record<string, unknown>;
-  if (recipe.hooks.reward_modules.length > 0) {
-    await registry.loadModules(recipe.hooks.reward_modules, { baseDirectory });
-  }
 
-  const dataPath = loaded.resolvePath(recipe.data.path);
   // The run's proxy store lives in its output directory: a new run starts with an empty one (an
   // earlier run's undrained trajectories would otherwise be trained on as this run's), and --resume
   // replays its own.
-  const proxyStore = join(outputDirectory, 'proxy-store');
   if (embedded && previous === null && existsSync(proxyStore)) {
     await rm(proxyStore, { recursive: true, force: true });
     log(`new run: removed the earlier run's proxy store ${proxyStore}`);
@@ -187,8 +176,6 @@ export async function runTraining(
     ? await startEmbeddedStack({
         recipe,
         dataPath,
-        chatTemplatePath:
-          recipe.proxy.chat_template === undefined ? null : loaded.resolvePath(recipe.proxy.chat_template),
         warmStartExamples: examplesFunction,
         outputDirectory,
         log,
@@ -248,12 +235,9 @@ export async function runTraining(
     }
 
     // Supervised warm-start through the same TrainerService: a model that sometimes succeeds.
-    if (previous === null && recipe.warm_start.steps > 0 && stack.warmStartBatches.length > 0) {
+    if (previous === null && plan.warmStartSteps > 0 && stack.warmStartBatches.length > 0) {
       const warmStarted = performance.now();
-      const cache =
-        recipe.warm_start.cache_dir === undefined || recipe.warm_start.cache_dir === null
-          ? null
-          : await warmStartCachePath(loaded, stack.warmStartBatches, dataPath);
+      const cache = await warmStartCachePath(loaded, stack.warmStartBatches, dataPath);
       if (cache !== null && existsSync(cache) && options.freshWarmStart !== true) {
         await trainer.loadCheckpoint({ path: cache });
         warmStartSummary = { source: 'cached', path: cache, seconds: seconds(warmStarted) };
@@ -293,10 +277,10 @@ export async function runTraining(
     // `dressage warm-start`: the warm-start's result is all this run is for.
     if (options.warmStartOnly !== true) {
       if (recipe.rollout.mode !== 'sync') await refuseFailingPreemption(proxyClient, recipe.rollout.mode);
-      const totalSteps = options.steps ?? recipe.training.steps;
+      const { totalSteps } = plan;
       if (hooks.generate === null && recipe.blackbox === undefined && needsSandbox(AgentClass)) {
         sandboxes = await startWhiteboxSandboxes({
-          slots: recipe.agent?.sandbox_slots ?? 2,
+          slots: plan.sandboxSlots,
           outputDirectory,
         });
         log(`whitebox sandboxes: ${sandboxes.description}`);
@@ -326,10 +310,11 @@ export async function runTraining(
             : `whitebox agent ${(AgentClass as WhiteboxAgentClass).name}`,
         () => step,
       );
-      scheduler = (hooks.rolloutScheduler ?? createRolloutScheduler)(
-        recipe.rollout.mode,
+      scheduler = createRunScheduler(
+        recipe,
         { dataSource, generate, sessionDiscarder: proxyClient },
-        schedulerOptionsOf(recipe, totalSteps),
+        totalSteps,
+        hooks.rolloutScheduler,
       );
       const globalBatchSize =
         recipe.training.global_batch_size ??
@@ -390,16 +375,15 @@ export async function runTraining(
         });
         if (trainLogProbs !== null) await exportTrainLogProbs(outputDirectory, step, packed, trainLogProbs);
         // Weights reach the engine after every `update_weights_interval`-th step only.
-        const updated =
-          (step + 1) % recipe.rollout.update_weights_interval === 0
-            ? await publishWeights(
-                trainer,
-                proxyClient,
-                `weight_update_after_rollout_${step}`,
-                pauseSettings,
-                log,
-              )
-            : null;
+        const updated = publishesAfterStep(recipe, step)
+          ? await publishWeights(
+              trainer,
+              proxyClient,
+              `weight_update_after_rollout_${step}`,
+              pauseSettings,
+              log,
+            )
+          : null;
         if (updated !== null) {
           weightVersion = updated.weightVersion;
           history.publish(weightVersion);
@@ -455,7 +439,7 @@ export async function runTraining(
           ...preemptions,
         };
         await metricsLog.append({ step, time: seconds(started), phase: 'rl', metrics });
-        if ((step + 1) % recipe.training.report_interval === 0) await writeReport(outputDirectory, recipe);
+        if (reportsAfterStep(recipe, step)) await writeReport(outputDirectory, recipe);
         progress.update({
           step: step + 1,
           totalSteps,
@@ -469,7 +453,7 @@ export async function runTraining(
           ...optionalNumber('offPolicyLogprobDiff', metrics['offpolicy/logprob_abs_diff']),
           ...(reading.reason === undefined ? {} : { alarm: reading.reason }),
         });
-        if ((step + 1) % recipe.training.checkpoint_interval === 0 || step + 1 === totalSteps) {
+        if (checkpointsAfterStep(recipe, step, totalSteps)) {
           await checkpoint(trainer, stack, dataSource, outputDirectory, step + 1, weightVersion);
         }
       }
@@ -569,10 +553,7 @@ async function warmStart(
   for (; index < recipe.warm_start.steps; index++) {
     if (signal?.aborted) break;
     const batch = stack.warmStartBatches[index % stack.warmStartBatches.length] as PackedTrainBatch;
-    const response = await trainer.train(batch, {
-      rollout_id: index,
-      loss: { loss_type: 'sft_loss', learning_rate: warmStartLearningRate(recipe.warm_start, index) },
-    });
+    const response = await trainer.train(batch, warmStartTrainOptionsOf(recipe, index));
     const metrics = prefixed('warm_start/', response.metrics);
     await metricsLog.append({ step: index, time: seconds(started), phase: 'warm_start', metrics });
     progress.update({ step: index + 1, totalSteps: recipe.warm_start.steps, phase: 'warm_start' });
@@ -583,14 +564,17 @@ async function warmStart(
 /**
  * Where the warm-started trainer state of this recipe is cached: a hash of everything the
  * warm-start's result depends on (the model and its seed, the vocabulary's sources, the batches
- * token for token, the settings), so any change starts a fresh warm-start.
+ * token for token, the settings), so any change starts a fresh warm-start. Null without
+ * `warm_start.cache_dir`.
  */
 export async function warmStartCachePath(
   loaded: LoadedRecipe,
   batches: readonly PackedTrainBatch[],
   dataPath: string,
-): Promise<string> {
+): Promise<string | null> {
   const { recipe } = loaded;
+  const cacheDirectory = recipe.warm_start.cache_dir;
+  if (cacheDirectory === undefined || cacheDirectory === null) return null;
   const hash = createHash('sha256');
   hash.update(
     JSON.stringify({
@@ -612,7 +596,7 @@ export async function warmStartCachePath(
     for (const column of [batch.tokens, batch.total_lengths, batch.response_lengths, batch.loss_masks])
       hash.update(new Uint8Array(column.buffer, column.byteOffset, column.byteLength));
   }
-  const directory = loaded.resolvePath(recipe.warm_start.cache_dir as string);
+  const directory = loaded.resolvePath(cacheDirectory);
   await mkdir(directory, { recursive: true });
   return join(directory, `warm-start-${hash.digest('hex').slice(0, 16)}`);
 }

@@ -104,3 +104,14 @@ export function warmStartLearningRate(schedule: WarmStartSchedule, index: number
   const floor = Math.min(schedule.min_learning_rate, schedule.learning_rate);
   return floor + 0.5 * (schedule.learning_rate - floor) * (1 + Math.cos(Math.PI * progress));
 }
+
+/** What the trainer is asked for at warm-start step `index`: a supervised step at that step's rate. */
+export function warmStartTrainOptionsOf(
+  recipe: { warm_start: WarmStartSchedule },
+  index: number,
+): { rollout_id: number; loss: { loss_type: 'sft_loss'; learning_rate: number } } {
+  return {
+    rollout_id: index,
+    loss: { loss_type: 'sft_loss', learning_rate: warmStartLearningRate(recipe.warm_start, index) },
+  };
+}
