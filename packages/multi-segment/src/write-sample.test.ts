@@ -71,6 +71,15 @@ describe('writeSampleFromSegment', () => {
   it('marks a length-limited generation as truncated', () => {
     const sample = writeSampleFromSegment(template(), segment(0, [0, 1], { finish_reason: 'length' }));
     expect(sample.status).toBe(SampleStatus.TRUNCATED);
+    expect(sample.metadata.finish_reason).toBe('length');
+    const continued = writeSampleFromSegment(
+      sample,
+      segment(0, [0, 1], { finish_reason: 'segment_boundary' }),
+    );
+    expect([continued.status, continued.metadata.finish_reason]).toEqual([
+      SampleStatus.COMPLETED,
+      'segment_boundary',
+    ]);
   });
 
   it('takes the last assistant message, joining text parts, else the agent response', () => {

@@ -57,6 +57,7 @@ const derivedMetadataKeys = [
   'dressage_end_token_version',
   'dressage_partial_rollout',
   'truncated',
+  'finish_reason',
 ] as const;
 
 function where(segment: Segment, options: WriteSampleOptions): string {
@@ -152,7 +153,8 @@ function routedExpertsOf(
  * - With `extra_info.mask_nonlast_version_tokens` (or `maskNonlastVersionTokens`) and more than one real version among trainable
  *   tokens, trainable tokens of any real version other than the last one are masked out.
  * - The response starts at the first trainable token of the (unmasked) segment.
- * - Status is `truncated` when the segment's `finish_reason` is `"length"`, else `completed`.
+ * - Status is `truncated` when the segment's `finish_reason` is `"length"`, else `completed`; the
+ *   reason itself is `metadata.finish_reason`.
  * - `response` is the content of the last assistant message that has one (a final tool call with
  *   `content: null` is skipped), else `agentResponse`.
  * - R3: `routed_experts_chunks` are decoded with `numLayers × moeRouterTopk` ids per row and cut to
@@ -229,6 +231,8 @@ export function writeSampleFromSegment(
   metadata.proxy_extra_info = segment.extra_info;
   metadata.segment_count = options.segmentCount ?? segment.segment_count;
   metadata.selected_segment_index = segment.segment_index;
+  // `segment_boundary` on a segment its trajectory continues after; the engine's reason on the last.
+  metadata.finish_reason = segment.finish_reason;
   metadata.all_segment_uids = options.allSegmentUids ? [...options.allSegmentUids] : [segment.uid];
   if (truncated) metadata.truncated = true;
 
