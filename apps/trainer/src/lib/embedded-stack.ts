@@ -270,10 +270,22 @@ export async function startEmbeddedStack(options: EmbeddedStackOptions): Promise
   });
   const { trainer } = trainerService;
   await trainer.waitForReady();
-  const proxy = await startProxyServer(
-    { ...proxyConfig, sglangRouterUrl: engineUrl },
-    { tokenizer: createPromptTokenizer({ tokenizer, renderer, tokenizerId: tokenizerPath, chatTemplate }) },
-  );
+  // `proxy.url`: a proxy the user runs in front of this engine (at `engine.port`) records the
+  // rollouts; otherwise one is started here.
+  const proxy =
+    recipe.proxy.url === undefined
+      ? await startProxyServer(
+          { ...proxyConfig, sglangRouterUrl: engineUrl },
+          {
+            tokenizer: createPromptTokenizer({
+              tokenizer,
+              renderer,
+              tokenizerId: tokenizerPath,
+              chatTemplate,
+            }),
+          },
+        )
+      : { url: recipe.proxy.url.replace(/\/$/, ''), close: async () => {} };
   const warmStartBatches = warmStartBatchesOf(recipe, sequences);
   log(
     `embedded stack: backend ${backend}, ${servingModel.parameterCount} parameters, ${vocabulary.outputCount} known ids, ` +

@@ -158,7 +158,10 @@ export const warmStartSchema = z.strictObject({
 
 /** The recorded proxy in front of the engine. */
 export const proxySchema = z.strictObject({
-  /** Use a running proxy instead of starting one. */
+  /**
+   * Use a running proxy instead of starting one. With the embedded engine it must route to the
+   * engine's `engine.port`.
+   */
   url: z.url().optional(),
   api_key: z.string().default('no-auth'),
   token_build_mode: z.enum(['tito', 'snapshot']).default('tito'),
