@@ -31,6 +31,10 @@ export interface ExportedSample {
   /** The conversation the agent saw (the segment's last message snapshot). */
   messages: unknown[];
   segment_reason: string | null;
+  /** Why the segment ended: the engine's reason, or `segment_boundary` when its trajectory continued. */
+  finish_reason: string | null;
+  /** The response text the reward read. */
+  response: string;
   metadata: Record<string, unknown>;
 }
 
@@ -59,6 +63,8 @@ export function exportSample(sample: Sample, step: number): ExportedSample {
     full_versions: Array.isArray(metadata.full_versions) ? (metadata.full_versions as string[]) : null,
     messages: Array.isArray(metadata.messages) ? (metadata.messages as unknown[]) : [],
     segment_reason: typeof extra.segment_reason === 'string' ? extra.segment_reason : null,
+    finish_reason: typeof metadata.finish_reason === 'string' ? metadata.finish_reason : null,
+    response: sample.response,
     metadata: Object.fromEntries(Object.entries(metadata).filter(([key]) => !heavyMetadataKeys.has(key))),
   };
 }

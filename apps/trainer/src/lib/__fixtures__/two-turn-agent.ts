@@ -1,0 +1,25 @@
+// An agent that asks twice in one session (in snapshot mode its trajectory has two segments), and a
+// reward by distillation teacher, for the segment and metric tests of a run.
+import { WhiteboxAgent, type WhiteboxRunContext } from '@dressage/paddock';
+import type { Sample } from '@dressage/protocol';
+
+export class TwoTurnAgent extends WhiteboxAgent {
+  async run(sample: Sample, context: WhiteboxRunContext): Promise<null> {
+    const question = { role: 'user', content: String(sample.prompt) };
+    const first = (await context.chat({ messages: [question] })) as {
+      choices: { message: { content: string | null } }[];
+    };
+    const reply = first.choices[0]?.message.content ?? '';
+    await context.chat({
+      messages: [question, { role: 'assistant', content: reply }, { role: 'user', content: 'And tomorrow?' }],
+    });
+    // No final answer of its own: the sample's response is the conversation's.
+    return null;
+  }
+}
+
+export const rewards = {
+  by_teacher(sample: Sample): number {
+    return sample.metadata.teacher_id === 'alpha' ? 1 : 0;
+  },
+};
