@@ -10,8 +10,10 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { createSample, type Sample } from '@dressage/protocol';
+import { LocalBwrapProvider } from '@dressage/sandbox';
 import { type Script, ScriptedModelServer } from '../src/__fixtures__/scripted-model.js';
 import { agentInstallDir, agentPackages, ensureAgentInstalled } from '../src/adapters/agent-install.js';
+import { blackboxSlotServer } from '../src/blackbox/slot-server.js';
 import { createBlackboxGenerate } from '../src/paddock/blackbox-generate.js';
 import {
   httpTrajectoryProxy,
@@ -19,7 +21,6 @@ import {
   PaddockWhiteboxAgent,
   type WhiteboxRunContext,
 } from '../src/paddock/whitebox.js';
-import { LocalBwrapProvider } from '../src/sandbox/local-bwrap-provider.js';
 
 type Json = Record<string, unknown>;
 
@@ -83,6 +84,7 @@ const bin = await ensureAgentInstalled(agentPackages.opencode);
 const blackboxProvider = new LocalBwrapProvider({
   slots: agents,
   mode: 'blackbox',
+  server: blackboxSlotServer(),
   baseDir: join(base, 'blackbox'),
   upstreamUrl: model.url,
   extraReadOnlyMounts: [agentInstallDir(agentPackages.opencode)],

@@ -1,7 +1,7 @@
-// Public surface of @dressage/paddock: sandboxes, the BlackboxServer with its agent adapters, and the
-// paddock clients and generate functions that turn agent runs into samples. The parts they are built
-// from (the LLM proxy and its API bridges, bwrap command lines, process groups, free ports, agent
-// output converters) are in `@dressage/paddock/internal`.
+// Public surface of @dressage/paddock: the BlackboxServer with its agent adapters, and the paddock
+// clients and generate functions that turn agent runs into samples. The sandboxes they run in are
+// @dressage/sandbox; the parts they are built from (the LLM proxy and its API bridges, agent output
+// converters) are in `@dressage/paddock/internal`.
 
 export type {
   BlackboxServerStatus as ServerStatus,
@@ -52,6 +52,7 @@ export {
   type TurnUsage,
 } from './blackbox/schemas.js';
 export { BlackboxServer, type BlackboxServerOptions } from './blackbox/server.js';
+export { blackboxSlotServer } from './blackbox/slot-server.js';
 export {
   BlackboxCallError,
   BlackboxClient,
@@ -84,27 +85,3 @@ export {
   type WhiteboxRunContext,
   WhiteboxToolPaddock,
 } from './paddock/whitebox.js';
-export {
-  LocalBwrapPool,
-  type LocalBwrapPoolOptions,
-  type PoolLease,
-  type PoolMode,
-  type PoolStatus,
-  type SlotState,
-  type SlotStatus,
-} from './sandbox/local-bwrap-pool.js';
-export {
-  LocalBwrapProvider,
-  type LocalBwrapProviderOptions,
-} from './sandbox/local-bwrap-provider.js';
-export type { LimitSupport, ResourceLimits } from './sandbox/resource-limits.js';
-export type {
-  CommandResult,
-  RunCommandOptions,
-  SandboxCapability,
-  SandboxEndpoint,
-  SandboxLease,
-  SandboxProvider,
-  SandboxServiceSpec,
-  SandboxSpec,
-} from './sandbox/types.js';

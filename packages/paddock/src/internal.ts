@@ -1,6 +1,6 @@
 // Building blocks of @dressage/paddock for code that embeds or tests parts of it: the BlackboxServer's
-// in-process LLM proxy and its API bridges, agent output converters, bwrap command lines, process
-// groups and free ports. Not covered by the package's compatibility promise.
+// in-process LLM proxy and its API bridges, agent output converters and the slot server's install
+// lookup. Not covered by the package's compatibility promise.
 
 export { agentCacheDir } from './adapters/agent-install.js';
 export {
@@ -23,20 +23,4 @@ export {
   syntheticEmptyCompletion,
 } from './blackbox/llm-proxy.js';
 export { idPattern } from './blackbox/schemas.js';
-export {
-  type BwrapOptions,
-  buildBwrapArgs,
-  defaultSystemMounts,
-  sandboxBaseEnv,
-  sandboxPaths,
-} from './sandbox/bwrap-command.js';
-export { findFreePortRange } from './sandbox/free-ports.js';
-export {
-  shellJoin,
-  shellQuote,
-} from './sandbox/local-bwrap-provider.js';
-export {
-  killProcessGroup,
-  type ProcessGroupResult,
-  runProcessGroup,
-} from './sandbox/process-group.js';
+export { defaultServerScript, findInstallRoot } from './blackbox/slot-server.js';

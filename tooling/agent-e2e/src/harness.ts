@@ -17,13 +17,14 @@ import {
   agentInstallDir,
   agentPackages,
   BlackboxClient,
+  blackboxSlotServer,
   createBlackboxGenerate,
   ensureAgentInstalled,
-  LocalBwrapProvider,
 } from '@dressage/paddock';
-import { findFreePortRange } from '@dressage/paddock/internal';
 import { type BlackboxTurn, createSample, type Sample, type Segment } from '@dressage/protocol';
 import { ProxyClient } from '@dressage/proxy';
+import { LocalBwrapProvider } from '@dressage/sandbox';
+import { findFreePortRange } from '@dressage/sandbox/internal';
 import { convertSamplesToPackedTrainBatch, createTrainerClient } from '@dressage/trainer-bridge';
 import { QwenAgentModel } from './qwen-agent-model.js';
 
@@ -108,6 +109,7 @@ export class CliEndToEnd {
     const provider = new LocalBwrapProvider({
       slots: 1,
       mode: 'blackbox',
+      server: blackboxSlotServer(),
       baseDir: join(scratch, 'pool'),
       basePort: await findFreePortRange(1),
       upstreamUrl: proxy.url,

@@ -1,28 +1,46 @@
-// @dressage/paddock from its tarball: lease a bubblewrap sandbox, run a command in it with the
-// network namespace on, and release it.
+// @dressage/paddock from its tarball: the BlackboxServer a blackbox sandbox pool runs is found in the
+// installed package, and a whitebox toolbox answers a tool call of a model response.
 import assert from 'node:assert/strict';
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { LocalBwrapProvider } from '@dressage/paddock';
-import { shellQuote } from '@dressage/paddock/internal';
+import { existsSync } from 'node:fs';
+import { blackboxSlotServer, Toolbox } from '@dressage/paddock';
+import { fingerprintOf } from '@dressage/paddock/internal';
+
+// The slot server is the installed dressage-blackbox-server, its install bound into the slot.
+const server = blackboxSlotServer();
+const script = server.command.at(-1);
+assert.ok(existsSync(script), `${script} is installed`);
+assert.ok(server.readOnlyMounts.some((mount) => script.startsWith(mount)));
 
 // The building blocks are a subpath of their own.
-assert.equal(shellQuote("it's"), `'it'\\''s'`);
+assert.equal(typeof fingerprintOf, 'function');
 
-const provider = new LocalBwrapProvider({
-  slots: 1,
-  baseDir: mkdtempSync(join(tmpdir(), 'dressage-paddock-')),
-  unshareNet: true,
-  healthIntervalSeconds: 0,
-});
-try {
-  const lease = await provider.create({ trajectoryId: 'consumer-check' });
-  const result = await provider.runCommand(lease, 'echo sandboxed && id -u');
-  assert.equal(result.returncode, 0);
-  assert.match(result.stdout, /^sandboxed\n/);
-  await provider.terminate(lease);
-  console.log(`ran a command in a bubblewrap sandbox as uid ${result.stdout.split('\n')[1]}`);
-} finally {
-  await provider.close();
-}
+const tools = new Toolbox([
+  function double(args) {
+    return String(2 * Number(args.n));
+  },
+]);
+const turn = await tools.executeTools(
+  {
+    choices: [
+      {
+        index: 0,
+        finish_reason: 'tool_calls',
+        message: {
+          role: 'assistant',
+          content: '',
+          tool_calls: [{ id: 'c1', type: 'function', function: { name: 'double', arguments: '{"n":21}' } }],
+        },
+      },
+    ],
+  },
+  undefined,
+);
+// The assistant message with its call, then the tool's answer.
+assert.deepEqual(
+  turn.messages.map((message) => [message.role, message.content]),
+  [
+    ['assistant', ''],
+    ['tool', '42'],
+  ],
+);
+console.log(`the blackbox slot server is ${script}; a tool call answered ${turn.messages[1].content}`);

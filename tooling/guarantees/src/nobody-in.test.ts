@@ -18,8 +18,9 @@ import { createRequire } from 'node:module';
 import { networkInterfaces } from 'node:os';
 import { dirname, join } from 'node:path';
 import { startInspector } from '@dressage/inspector';
-import { LocalBwrapProvider, type SandboxLease } from '@dressage/paddock';
-import { findFreePortRange } from '@dressage/paddock/internal';
+import { blackboxSlotServer } from '@dressage/paddock';
+import { LocalBwrapProvider, type SandboxLease } from '@dressage/sandbox';
+import { findFreePortRange } from '@dressage/sandbox/internal';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { EngineStub } from './engine-stub.js';
 import { startQwenEngineStub, temporaryDirectory } from './fixtures.js';
@@ -234,6 +235,7 @@ if (process.argv.includes('--version')) { console.log('0.0.0'); process.exit(0);
     provider = new LocalBwrapProvider({
       slots: 2,
       mode: 'blackbox',
+      server: blackboxSlotServer(),
       baseDir: join(scratch.path, 'pool'),
       basePort: await findFreePortRange(2),
       upstreamUrl: proxy.url,

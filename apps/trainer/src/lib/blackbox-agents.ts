@@ -4,13 +4,13 @@ import {
   agentBinDirectories,
   agentInstallDir,
   agentPackages,
+  blackboxSlotServer,
   builtinAdapterExecutableVariables,
   createBlackboxGenerate,
   ensureAgentInstalled,
-  LocalBwrapPool,
-  LocalBwrapProvider,
   type TrajectoryProxy,
 } from '@dressage/paddock';
+import { LocalBwrapPool, LocalBwrapProvider } from '@dressage/sandbox';
 import type { GenerateFunction } from '@dressage/schedulers';
 import { expansionOptionsOf } from './expansion-options.js';
 import type { LoadedRecipe } from './recipe.js';
@@ -91,6 +91,7 @@ export async function startBlackboxAgents(options: BlackboxAgentsOptions): Promi
   const pool = new LocalBwrapPool({
     slots: plan.slots,
     mode: 'blackbox',
+    server: blackboxSlotServer(),
     baseDir: join(options.outputDirectory, 'sandboxes'),
     upstreamUrl: options.proxyUrl,
     ...(recipe.proxy.api_key === 'no-auth' ? {} : { upstreamApiKey: recipe.proxy.api_key }),

@@ -1,11 +1,6 @@
 import { join } from 'node:path';
-import {
-  LocalBwrapPool,
-  LocalBwrapProvider,
-  PaddockWhiteboxAgent,
-  type SandboxProvider,
-  type WhiteboxAgentClass,
-} from '@dressage/paddock';
+import { PaddockWhiteboxAgent, type WhiteboxAgentClass } from '@dressage/paddock';
+import { LocalBwrapPool, LocalBwrapProvider, type SandboxProvider } from '@dressage/sandbox';
 
 /** The sandboxes of a recipe's `PaddockWhiteboxAgent`: a command-only pool and its provider. */
 export interface WhiteboxSandboxes {

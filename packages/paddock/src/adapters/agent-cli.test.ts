@@ -5,10 +5,11 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { expandSegmentsToSamples } from '@dressage/multi-segment';
 import { createSample, trajectoryReadShapeSchema } from '@dressage/protocol';
+import { LocalBwrapPool } from '@dressage/sandbox';
+import { findFreePortRange } from '@dressage/sandbox/internal';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Script, ScriptedModelServer } from '../__fixtures__/scripted-model.js';
-import { findFreePortRange } from '../sandbox/free-ports.js';
-import { LocalBwrapPool } from '../sandbox/local-bwrap-pool.js';
+import { blackboxSlotServer } from '../blackbox/slot-server.js';
 import { type AgentPackage, agentInstallDir, agentPackages, ensureAgentInstalled } from './agent-install.js';
 
 type Json = Record<string, unknown>;
@@ -64,6 +65,7 @@ describe.each(agents)('%s in a bubblewrap slot', (type, agent, options) => {
     pool = new LocalBwrapPool({
       slots: 1,
       mode: 'blackbox',
+      server: blackboxSlotServer(),
       baseDir,
       basePort: await findFreePortRange(1),
       // The slot has its own network namespace: its LLM proxy reaches the model only through the

@@ -3,7 +3,7 @@ import { mkdir, rm, stat, writeFile } from 'node:fs/promises';
 import { homedir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { DressageError } from '@dressage/protocol';
-import { runProcessGroup } from '../sandbox/process-group.js';
+import { runProcessGroup } from '@dressage/sandbox/internal';
 
 /** An agent CLI published on npm. */
 export interface AgentPackage {

@@ -1,6 +1,6 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { createServer } from 'node:net';
-import { killProcessGroup } from '../sandbox/process-group.js';
+import { killProcessGroup } from '@dressage/sandbox/internal';
 
 /** A free TCP port on 127.0.0.1. */
 export function freePort(): Promise<number> {

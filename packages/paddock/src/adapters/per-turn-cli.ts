@@ -1,4 +1,5 @@
 import { DressageError } from '@dressage/protocol';
+import { type ProcessGroupResult, runProcessGroup } from '@dressage/sandbox/internal';
 import {
   type AdapterContext,
   type AdapterTurn,
@@ -6,7 +7,6 @@ import {
   type BlackboxAdapter,
   defaultCapabilities,
 } from '../blackbox/adapter.js';
-import { type ProcessGroupResult, runProcessGroup } from '../sandbox/process-group.js';
 import { agentEnv } from './agent-process.js';
 
 /**

@@ -9,8 +9,8 @@ import type {
   BlackboxSessionCounts,
   BlackboxStatusResponse,
 } from '@dressage/protocol';
+import { type SocketPipe, startSocketPipe } from '@dressage/sandbox/internal';
 import type { z } from 'zod';
-import { type SocketPipe, startSocketPipe } from '../sandbox/socket-pipe.js';
 import {
   type AdapterCapabilities,
   type AdapterFactory,

@@ -1,5 +1,5 @@
 import type { BlackboxExecuteCommandResponse } from '@dressage/protocol';
-import { runProcessGroup } from '../sandbox/process-group.js';
+import { runProcessGroup } from '@dressage/sandbox/internal';
 import { BlackboxHttpError, parseBody } from './http-error.js';
 import { executeCommandRequestSchema } from './schemas.js';
 import { isTerminal, type Session } from './turns.js';

@@ -18,10 +18,10 @@ import {
   type Segment,
 } from '@dressage/protocol';
 import { codeOfHttpStatus } from '@dressage/protocol/http';
+import type { SandboxLease, SandboxProvider } from '@dressage/sandbox';
+import { sandboxPaths } from '@dressage/sandbox/internal';
 import type { z } from 'zod';
 import type { BlackboxMessage, BlackboxRegisterRequest } from '../blackbox/schemas.js';
-import { sandboxPaths } from '../sandbox/bwrap-command.js';
-import type { SandboxLease, SandboxProvider } from '../sandbox/types.js';
 
 type Json = Record<string, unknown>;
 

@@ -2,12 +2,11 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createSample, type Sample } from '@dressage/protocol';
+import { LocalBwrapProvider, type SandboxLease, type SandboxProvider } from '@dressage/sandbox';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ScriptAgentAdapter } from '../__fixtures__/script-agent.js';
 import { type Script, ScriptedModelServer } from '../__fixtures__/scripted-model.js';
 import { BlackboxServer } from '../blackbox/server.js';
-import { LocalBwrapProvider } from '../sandbox/local-bwrap-provider.js';
-import type { SandboxLease, SandboxProvider } from '../sandbox/types.js';
 import { createBlackboxGenerate } from './blackbox-generate.js';
 import {
   httpTrajectoryProxy,

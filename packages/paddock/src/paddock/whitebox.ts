@@ -8,9 +8,9 @@ import {
   type Sample,
   trajectoryReadShapeSchema,
 } from '@dressage/protocol';
+import type { CommandResult, SandboxLease, SandboxProvider } from '@dressage/sandbox';
+import { shellJoin } from '@dressage/sandbox/internal';
 import type { z } from 'zod';
-import { shellJoin } from '../sandbox/local-bwrap-provider.js';
-import type { CommandResult, SandboxLease, SandboxProvider } from '../sandbox/types.js';
 import type { TrajectoryProxy } from './blackbox-generate.js';
 
 type Json = Record<string, unknown>;

@@ -97,12 +97,12 @@ export interface LocalBwrapProviderOptions extends LocalBwrapPoolOptions {
 export class LocalBwrapProvider implements SandboxProvider {
   readonly name = 'local_bwrap';
   readonly pool: LocalBwrapPool;
-  private readonly ownsPool: boolean;
-  private readonly specs = new Map<string, SandboxSpec>();
+  readonly #ownsPool: boolean;
+  readonly #specs = new Map<string, SandboxSpec>();
 
   constructor(options: LocalBwrapProviderOptions = {}) {
     this.pool = options.pool ?? new LocalBwrapPool(options);
-    this.ownsPool = options.pool === undefined;
+    this.#ownsPool = options.pool === undefined;
   }
 
   async create(spec: SandboxSpec): Promise<SandboxLease> {
@@ -120,11 +120,11 @@ export class LocalBwrapProvider implements SandboxProvider {
       });
     }
     const lease = await this.pool.acquire(spec.trajectoryId, { sessionId: spec.sessionId });
-    this.specs.set(spec.trajectoryId, spec);
-    return this.toSandboxLease(lease, spec);
+    this.#specs.set(spec.trajectoryId, spec);
+    return this.#toSandboxLease(lease, spec);
   }
 
-  private toSandboxLease(lease: PoolLease, spec: SandboxSpec): SandboxLease {
+  #toSandboxLease(lease: PoolLease, spec: SandboxSpec): SandboxLease {
     const endpoints: SandboxLease['endpoints'] = {};
     if (lease.poolMode === 'blackbox') {
       endpoints.blackbox = { url: lease.sandboxUrl, headers: { ...lease.headers } };
@@ -150,7 +150,7 @@ export class LocalBwrapProvider implements SandboxProvider {
     };
   }
 
-  private poolLease(lease: SandboxLease): PoolLease {
+  #poolLease(lease: SandboxLease): PoolLease {
     const current = this.pool.leaseOf(lease.trajectoryId);
     if (!current || current.leaseId !== lease.sandboxId) {
       throw new DressageError({
@@ -164,12 +164,12 @@ export class LocalBwrapProvider implements SandboxProvider {
   async terminate(leaseOrTrajectoryId: SandboxLease | string): Promise<void> {
     const trajectoryId =
       typeof leaseOrTrajectoryId === 'string' ? leaseOrTrajectoryId : leaseOrTrajectoryId.trajectoryId;
-    this.specs.delete(trajectoryId);
+    this.#specs.delete(trajectoryId);
     await this.pool.release(trajectoryId);
   }
 
   async getPublicUrl(lease: SandboxLease): Promise<string> {
-    const current = this.poolLease(lease);
+    const current = this.#poolLease(lease);
     if (current.poolMode !== 'blackbox') {
       throw new DressageError({ code: 'unimplemented', message: 'command_only slots expose no public url' });
     }
@@ -182,8 +182,8 @@ export class LocalBwrapProvider implements SandboxProvider {
     options: RunCommandOptions = {},
   ): Promise<CommandResult> {
     const line = typeof cmd === 'string' ? cmd : shellJoin(cmd);
-    const spec = this.specs.get(lease.trajectoryId);
-    const result = await this.pool.runInSlot(this.poolLease(lease), line, {
+    const spec = this.#specs.get(lease.trajectoryId);
+    const result = await this.pool.runInSlot(this.#poolLease(lease), line, {
       cwd: options.cwd,
       env: { ...spec?.env, ...options.env },
       timeoutMs: options.timeoutSeconds === undefined ? undefined : options.timeoutSeconds * 1000,
@@ -200,7 +200,7 @@ export class LocalBwrapProvider implements SandboxProvider {
   }
 
   async readFile(lease: SandboxLease, path: string): Promise<Buffer> {
-    const directories = this.pool.directoriesOf(this.poolLease(lease));
+    const directories = this.pool.directoriesOf(this.#poolLease(lease));
     return readFile(await confine(directories, hostPathOf(directories, path), true));
   }
 
@@ -210,7 +210,7 @@ export class LocalBwrapProvider implements SandboxProvider {
     content: string | Uint8Array,
     options: { append?: boolean } = {},
   ): Promise<void> {
-    const poolLease = this.poolLease(lease);
+    const poolLease = this.#poolLease(lease);
     const directories = this.pool.directoriesOf(poolLease);
     const target = hostPathOf(directories, path);
     await confine(directories, target, false);
@@ -231,6 +231,6 @@ export class LocalBwrapProvider implements SandboxProvider {
 
   /** Stops the pool when this provider created it. */
   async close(): Promise<void> {
-    if (this.ownsPool) await this.pool.stop();
+    if (this.#ownsPool) await this.pool.stop();
   }
 }

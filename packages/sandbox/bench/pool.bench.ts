@@ -4,14 +4,14 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { LocalBwrapPool } from '../src/sandbox/local-bwrap-pool.js';
+import { LocalBwrapPool } from '@dressage/sandbox';
 
 const percentile = (values: number[], p: number) => {
   const sorted = [...values].sort((a, b) => a - b);
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] as number;
 };
 const round = (value: number) => Math.round(value * 1000) / 1000;
-const base = mkdtempSync(join(tmpdir(), 'paddock-bench-'));
+const base = mkdtempSync(join(tmpdir(), 'sandbox-bench-'));
 const samples = 40;
 
 async function acquireLatencies(prewarm: boolean): Promise<number[]> {

@@ -1,6 +1,6 @@
-// What one sandbox can reach: the host's root-only files (no, even when the pool runs as root), its
-// own workspace (yes), another slot's BlackboxServer or LLM proxy and any host TCP service (no: each
-// blackbox slot has its own network namespace; every slot server also requires its own token).
+// What one blackbox slot can reach: another slot's BlackboxServer or LLM proxy and any host TCP
+// service (no: each blackbox slot has its own network namespace; every slot server also requires its
+// own token). What any sandbox can reach of the host's files is tested in @dressage/sandbox.
 import {
   chmodSync,
   mkdirSync,
@@ -9,17 +9,16 @@ import {
   readFileSync,
   readlinkSync,
   rmSync,
-  statSync,
   writeFileSync,
 } from 'node:fs';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { LocalBwrapProvider, type SandboxLease } from '@dressage/sandbox';
+import { findFreePortRange } from '@dressage/sandbox/internal';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { findFreePortRange } from './free-ports.js';
-import { LocalBwrapProvider } from './local-bwrap-provider.js';
-import type { SandboxLease } from './types.js';
+import { blackboxSlotServer } from './slot-server.js';
 
 const asRoot = process.getuid?.() === 0;
 
@@ -52,66 +51,6 @@ function listeningPortsOf(marker: string): number[] {
   return ports;
 }
 
-describe('sandbox identity', () => {
-  let baseDir: string;
-  let provider: LocalBwrapProvider;
-
-  beforeAll(async () => {
-    baseDir = mkdtempSync(join(tmpdir(), 'paddock-identity-'));
-    provider = new LocalBwrapProvider({
-      slots: 1,
-      baseDir: join(baseDir, 'pool'),
-      mode: 'command_only',
-      healthIntervalSeconds: 0,
-    });
-    await provider.pool.start();
-  });
-  afterAll(async () => {
-    await provider.close();
-    rmSync(baseDir, { recursive: true, force: true });
-  });
-
-  it.runIf(asRoot)('keeps root-only host files closed when the pool runs as root', async () => {
-    // /etc/shadow is root's alone (0640 root:shadow); a sandbox user mapped to host root read it.
-    expect(statSync('/etc/shadow').mode & 0o007).toBe(0);
-    const lease = await provider.create({ trajectoryId: 'shadow' });
-    try {
-      const probe = await provider.runCommand(lease, 'id -u; id -G; cat /etc/shadow');
-      const [uid, groups] = probe.stdout.split('\n');
-      expect(uid).not.toBe('0');
-      expect(Number(uid)).toBe(provider.pool.hostIdentityOf(0)?.uid);
-      expect(groups?.split(' ')).not.toContain('0');
-      expect(probe.returncode).not.toBe(0);
-      expect(probe.stderr).toContain('Permission denied');
-      expect(probe.stdout).not.toMatch(/^root:/m);
-      // No capabilities survive into the sandbox, so nothing can get them back.
-      const capabilities = await provider.runCommand(lease, 'grep -E "^Cap(Eff|Prm|Bnd):" /proc/self/status');
-      for (const line of capabilities.stdout.trim().split('\n')) expect(line).toMatch(/:\s+0+$/);
-    } finally {
-      await provider.terminate(lease);
-    }
-  });
-
-  it('lets the sandboxed user write its workspace, including files the host wrote for it', async () => {
-    const lease = await provider.create({ trajectoryId: 'workspace' });
-    try {
-      await provider.writeFile(lease, 'task/deep/input.txt', 'from the host\n');
-      const result = await provider.runCommand(
-        lease,
-        'echo mine > own.txt && echo more >> task/deep/input.txt && mkdir task/deep/sub && ' +
-          'echo home > ~/h.txt && echo tmp > /tmp/t.txt && cat task/deep/input.txt && whoami',
-      );
-      expect(result.stderr).toBe('');
-      expect(result.returncode).toBe(0);
-      expect(result.stdout).toContain('from the host\nmore\n');
-      // The sandbox user has a name: programs that look themselves up (getpwuid) get an answer.
-      expect(result.stdout.trim().split('\n').at(-1)).toEqual(asRoot ? 'blackbox' : expect.any(String));
-    } finally {
-      await provider.terminate(lease);
-    }
-  });
-});
-
 describe('blackbox slots', () => {
   let baseDir: string;
   let provider: LocalBwrapProvider;
@@ -130,6 +69,7 @@ describe('blackbox slots', () => {
       slots: 2,
       baseDir: join(baseDir, 'pool'),
       mode: 'blackbox',
+      server: blackboxSlotServer(),
       basePort: await findFreePortRange(2),
       healthIntervalSeconds: 0,
       extraReadOnlyMounts: [agentDir],
@@ -166,6 +106,7 @@ describe('blackbox slots', () => {
       slots: 1,
       baseDir: join(baseDir, 'own-sockets'),
       mode: 'blackbox',
+      server: blackboxSlotServer(),
       basePort: await findFreePortRange(1),
       upstreamUrl: `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`,
       healthIntervalSeconds: 0,

@@ -1,7 +1,7 @@
 import { readFile } from 'node:fs/promises';
-import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { LocalBwrapPool, type PoolMode } from './local-bwrap-pool.js';
+import { LocalBwrapPool, type PoolMode, readPoolState } from '@dressage/sandbox';
+import { blackboxSlotServer } from './slot-server.js';
 
 const usage = `Usage: dressage-local-bwrap <start|status|stop> [options]
   start   --slots N --base-dir DIR --mode blackbox|command_only --base-port P
@@ -14,14 +14,6 @@ const usage = `Usage: dressage-local-bwrap <start|status|stop> [options]
 
 function defaultBaseDir(): string {
   return process.env.DRESSAGE_LOCAL_BWRAP_SLOT_BASE_DIR ?? '/tmp/dressage-local-bwrap/node-local';
-}
-
-async function readState(baseDir: string): Promise<{ pid: number } | null> {
-  try {
-    return JSON.parse(await readFile(join(baseDir, 'pool.json'), 'utf8')) as { pid: number };
-  } catch {
-    return null;
-  }
 }
 
 function alive(pid: number): boolean {
@@ -70,7 +62,7 @@ export async function runLocalBwrapCli(argv: readonly string[]): Promise<number>
     return command === undefined && !values.help ? 2 : 0;
   }
   if (command === 'status') {
-    const state = await readState(baseDir);
+    const state = await readPoolState(baseDir);
     if (state === null || !alive(state.pid)) {
       console.log(JSON.stringify({ running: false, baseDir }));
       return 1;
@@ -79,7 +71,7 @@ export async function runLocalBwrapCli(argv: readonly string[]): Promise<number>
     return 0;
   }
   if (command === 'stop') {
-    const state = await readState(baseDir);
+    const state = await readPoolState(baseDir);
     if (state === null || !alive(state.pid)) {
       console.log(JSON.stringify({ stopped: false, reason: 'no live pool', baseDir }));
       return 0;
@@ -107,6 +99,7 @@ export async function runLocalBwrapCli(argv: readonly string[]): Promise<number>
       slots: Number(values.slots ?? process.env.DRESSAGE_LOCAL_BWRAP_TOTAL_SERVERS ?? 4),
       baseDir,
       mode,
+      ...(mode === 'blackbox' ? { server: blackboxSlotServer() } : {}),
       basePort: Number(values['base-port'] ?? process.env.DRESSAGE_LOCAL_BWRAP_BASE_PORT ?? 31000),
       unshareNet: values['host-net'] ? false : values['unshare-net'],
       upstreamUrl: values.upstream ?? process.env.DRESSAGE_LOCAL_BWRAP_UPSTREAM_URL,

@@ -1,0 +1,9 @@
+import { defineConfig } from 'tsup';
+
+export default defineConfig({
+  entry: ['src/index.ts', 'src/internal.ts'],
+  format: ['esm'],
+  dts: true,
+  sourcemap: true,
+  target: 'node20',
+});

@@ -1,0 +1,3 @@
+import { definePackageConfig } from '@dressage/vitest-config';
+
+export default definePackageConfig();
