@@ -31,6 +31,12 @@ export interface ForwardOptions {
    * matmul has a gradient on every backend. Set it inside functions being differentiated.
    */
   differentiable?: boolean;
+  /**
+   * Queries attended to at once (default 512; `Infinity`: always one pass): a longer sequence
+   * attends in chunks of this many, each chunk to the keys up to its last position, with the
+   * values of one pass.
+   */
+  attentionChunkLength?: number;
 }
 
 /** Token sequences prepared for a batched forward pass (right-padded, targets shifted by one). */
@@ -70,6 +76,10 @@ interface StackedStepOutput {
  * take `heads × 512 × length` floats (128 MiB for 4 heads at 16,384 positions).
  */
 export const defaultPrefillChunkLength = 512;
+
+// The longest sequence a full (training or scoring) pass attends to in one step; longer ones
+// attend in chunks of this many queries, as the engine's prefill reads a prompt.
+const defaultAttentionChunkLength = 512;
 
 // Additive mask value: large enough that exp() underflows to exactly 0, small enough to stay finite.
 const maskValue = -1e9;
@@ -331,7 +341,14 @@ export class CausalLanguageModel {
    */
   forward(inputSlots: tf.Tensor2D, options: ForwardOptions = {}): tf.Tensor3D {
     this.#assertLive();
-    return tf.tidy(() => this.#forwardPass(inputSlots, options.differentiable ?? false));
+    const chunkLength = options.attentionChunkLength ?? defaultAttentionChunkLength;
+    if (!(Number.isInteger(chunkLength) || chunkLength === Number.POSITIVE_INFINITY) || chunkLength < 1) {
+      throw new DressageError({
+        code: 'invalid_argument',
+        message: `attentionChunkLength must be a positive integer, got ${chunkLength}`,
+      });
+    }
+    return tf.tidy(() => this.#forwardPass(inputSlots, options.differentiable ?? false, chunkLength));
   }
 
   /**
@@ -641,7 +658,11 @@ export class CausalLanguageModel {
     });
   }
 
-  #forwardPass(inputSlots: tf.Tensor2D, differentiable: boolean): tf.Tensor3D {
+  #forwardPass(
+    inputSlots: tf.Tensor2D,
+    differentiable: boolean,
+    chunkLength = defaultAttentionChunkLength,
+  ): tf.Tensor3D {
     const { modelDimension: width, headCount: heads } = this.config;
     const headDimension = this.#headDimension;
     const [batch, length] = inputSlots.shape;
@@ -671,10 +692,6 @@ export class CausalLanguageModel {
             cos: tf.tensor2d(this.#rotary.cos.subarray(0, length * headDimension), [length, headDimension]),
             sin: tf.tensor2d(this.#rotary.sin.subarray(0, length * headDimension), [length, headDimension]),
           };
-    const causalMask =
-      this.#alibiSlopes === null
-        ? tf.tensor2d(causalMaskValues(length), [length, length])
-        : tf.tensor3d(alibiMaskValues(length, this.#alibiSlopes), [heads, length, length]);
     const splitHeads = (tensor: tf.Tensor) =>
       tensor.reshape([batch, length, heads, headDimension]).transpose([0, 2, 1, 3]) as tf.Tensor4D;
     for (let layer = 0; layer < this.config.layerCount; layer++) {
@@ -683,15 +700,155 @@ export class CausalLanguageModel {
       const query = rotate(splitHeads(normed.matMul(this.#parameter(`${prefix}.attention.query`))), rotation);
       const key = rotate(splitHeads(normed.matMul(this.#parameter(`${prefix}.attention.key`))), rotation);
       const value = splitHeads(normed.matMul(this.#parameter(`${prefix}.attention.value`)));
-      const scores = tf.matMul(query, key, false, true).mul(this.#attentionScale).add(causalMask);
-      const attended = tf
-        .matMul(tf.softmax(scores), value)
+      const attended = this.#causalAttention(query, key, value, differentiable, chunkLength)
         .transpose([0, 2, 1, 3])
         .reshape([batch * length, width]);
       hidden = hidden.add(attended.matMul(this.#parameter(`${prefix}.attention.output`)));
       hidden = hidden.add(this.#feedForward(this.#layerNorm(hidden, `${prefix}.feed_forward_norm`), prefix));
     }
     return this.#outputLogits(hidden).reshape([batch, length, this.vocabulary.outputCount]);
+  }
+
+  /**
+   * Causal self-attention of `[batch, heads, length, headDimension]` queries, keys and values
+   * (queries and keys rotated). Up to `chunkLength` positions: one pass. Longer: the
+   * queries attend in chunks of that many, each to the keys up to its last position, so a step holds
+   * `heads × chunk × length` scores, not `heads × length²` (a 16K-token sequence in one pass needs
+   * gigabytes, past what the wasm backend can address). Differentiated, the chunks' scores are not
+   * kept for the backward pass but recomputed there, chunk by chunk.
+   */
+  #causalAttention(
+    query: tf.Tensor4D,
+    key: tf.Tensor4D,
+    value: tf.Tensor4D,
+    differentiable: boolean,
+    chunkLength: number,
+  ): tf.Tensor4D {
+    const length = query.shape[2];
+    if (length <= chunkLength) {
+      const scores = tf
+        .matMul(query, key, false, true)
+        .mul(this.#attentionScale)
+        .add(this.#causalMask(length, 0));
+      return tf.matMul(tf.softmax(scores), value) as tf.Tensor4D;
+    }
+    if (!differentiable) return this.#chunkedAttention(query, key, value, chunkLength);
+    const attend = tf.customGrad((...args: (tf.Tensor | tf.GradSaveFunc)[]) => {
+      const [q, k, v, save] = args as [tf.Tensor4D, tf.Tensor4D, tf.Tensor4D, tf.GradSaveFunc];
+      save([q, k, v]);
+      return {
+        value: this.#chunkedAttention(q, k, v, chunkLength),
+        gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) =>
+          this.#chunkedAttentionGradients(
+            dy as tf.Tensor4D,
+            saved as [tf.Tensor4D, tf.Tensor4D, tf.Tensor4D],
+            chunkLength,
+          ),
+      };
+    });
+    return attend(query, key, value) as tf.Tensor4D;
+  }
+
+  // The additive mask of the queries at positions `start … start + rows − 1` over the keys up to
+  // the last of them: `[rows, start + rows]`, or `[heads, rows, start + rows]` with ALiBi.
+  #causalMask(rows: number, start: number): tf.Tensor {
+    const columns = start + rows;
+    return this.#alibiSlopes === null
+      ? tf.tensor2d(causalMaskValues(rows, start), [rows, columns])
+      : tf.tensor3d(alibiMaskValues(rows, this.#alibiSlopes, start), [
+          this.#alibiSlopes.length,
+          rows,
+          columns,
+        ]);
+  }
+
+  // Each chunk's queries, its keys and values (positions up to the chunk's end) and attention weights.
+  #attentionChunk(
+    query: tf.Tensor4D,
+    key: tf.Tensor4D,
+    value: tf.Tensor4D,
+    start: number,
+    end: number,
+  ): { query: tf.Tensor4D; key: tf.Tensor4D; value: tf.Tensor4D; weights: tf.Tensor4D } {
+    const chunkQuery = query.slice([0, 0, start, 0], [-1, -1, end - start, -1]);
+    const chunkKey = key.slice([0, 0, 0, 0], [-1, -1, end, -1]);
+    const chunkValue = value.slice([0, 0, 0, 0], [-1, -1, end, -1]);
+    const scores = tf
+      .matMul(chunkQuery, chunkKey, false, true)
+      .mul(this.#attentionScale)
+      .add(this.#causalMask(end - start, start));
+    return {
+      query: chunkQuery,
+      key: chunkKey,
+      value: chunkValue,
+      weights: tf.softmax(scores) as tf.Tensor4D,
+    };
+  }
+
+  #chunkedAttention(
+    query: tf.Tensor4D,
+    key: tf.Tensor4D,
+    value: tf.Tensor4D,
+    chunkLength: number,
+  ): tf.Tensor4D {
+    const length = query.shape[2];
+    const outputs: tf.Tensor4D[] = [];
+    for (let start = 0; start < length; start += chunkLength) {
+      const end = Math.min(length, start + chunkLength);
+      outputs.push(
+        tf.tidy(() => {
+          const chunk = this.#attentionChunk(query, key, value, start, end);
+          return tf.matMul(chunk.weights, chunk.value) as tf.Tensor4D;
+        }),
+      );
+    }
+    const attended = tf.concat(outputs, 2) as tf.Tensor4D;
+    for (const output of outputs) output.dispose();
+    return attended;
+  }
+
+  // Softmax attention's gradients, chunk by chunk: with P the weights and dO a chunk's output
+  // gradient, dV += Pᵀ·dO, dS = P ⊙ (dO·Vᵀ − rowsum(dO ⊙ O)), dQ = scale·dS·K, dK += scale·dSᵀ·Q.
+  #chunkedAttentionGradients(
+    dy: tf.Tensor4D,
+    [query, key, value]: [tf.Tensor4D, tf.Tensor4D, tf.Tensor4D],
+    chunkLength: number,
+  ): tf.Tensor4D[] {
+    const length = query.shape[2];
+    const queryGradients: tf.Tensor4D[] = [];
+    let keyGradient = tf.zerosLike(key) as tf.Tensor4D;
+    let valueGradient = tf.zerosLike(value) as tf.Tensor4D;
+    for (let start = 0; start < length; start += chunkLength) {
+      const end = Math.min(length, start + chunkLength);
+      const [dq, dk, dv] = tf.tidy(() => {
+        const chunk = this.#attentionChunk(query, key, value, start, end);
+        const outputGradient = dy.slice([0, 0, start, 0], [-1, -1, end - start, -1]);
+        const weightGradient = tf.matMul(outputGradient, chunk.value, false, true);
+        const scoreGradient = chunk.weights
+          .mul(weightGradient.sub(weightGradient.mul(chunk.weights).sum(-1, true)))
+          .mul(this.#attentionScale);
+        const padding: [number, number][] = [
+          [0, 0],
+          [0, 0],
+          [0, length - end],
+          [0, 0],
+        ];
+        return [
+          tf.matMul(scoreGradient, chunk.key) as tf.Tensor4D,
+          tf.pad(tf.matMul(scoreGradient, chunk.query, true, false), padding) as tf.Tensor4D,
+          tf.pad(tf.matMul(chunk.weights, outputGradient, true, false), padding) as tf.Tensor4D,
+        ];
+      });
+      queryGradients.push(dq);
+      const keys = keyGradient.add(dk) as tf.Tensor4D;
+      const values = valueGradient.add(dv) as tf.Tensor4D;
+      for (const tensor of [keyGradient, valueGradient, dk, dv]) tensor.dispose();
+      keyGradient = keys;
+      valueGradient = values;
+    }
+    const queryGradient = tf.concat(queryGradients, 2) as tf.Tensor4D;
+    for (const tensor of queryGradients) tensor.dispose();
+    return [queryGradient, keyGradient, valueGradient];
   }
 
   #layerNorm(input: tf.Tensor, prefix: string): tf.Tensor2D {
