@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
@@ -204,6 +204,8 @@ class TrainerState:
     # The KL loss's frozen reference weights per parameter (checkpoint order); None before a
     # `use_kl_loss` step froze them.
     reference: list[np.ndarray] | None = None
+    # Recent policy-loss gradient norms (LossConfig.clip_grad_spike), oldest first.
+    gradient_norms: list[float] = field(default_factory=list)
 
 
 def _write_floats_atomic(path: str, arrays: list[np.ndarray]) -> tuple[int, str]:
@@ -244,18 +246,19 @@ def write_trainer_state(directory: str, state: TrainerState, parameter_names: li
         size, sha256 = _write_floats_atomic(os.path.join(directory, REFERENCE_STATE_FILE), state.reference)
         written += size
         reference = {"parameters": parameter_names, "sha256": sha256}
-    text = json.dumps(
-        {
-            "format": TRAINER_STATE_FORMAT,
-            "train_steps": state.train_steps,
-            "rollout_id": state.rollout_id,
-            "weight_version": state.weight_version,
-            "learning_rate": state.learning_rate,
-            "optimizer": optimizer,
-            "reference": reference,
-        },
-        indent=2,
-    ).encode() + b"\n"
+    manifest: dict[str, Any] = {
+        "format": TRAINER_STATE_FORMAT,
+        "train_steps": state.train_steps,
+        "rollout_id": state.rollout_id,
+        "weight_version": state.weight_version,
+        "learning_rate": state.learning_rate,
+    }
+    # Only when recorded, as trainer-state.ts writes it.
+    if state.gradient_norms:
+        manifest["gradient_norms"] = [float(norm) for norm in state.gradient_norms]
+    manifest["optimizer"] = optimizer
+    manifest["reference"] = reference
+    text = json.dumps(manifest, indent=2).encode() + b"\n"
     _write_atomic(os.path.join(directory, TRAINER_STATE_FILE), text)
     return written + len(text)
 
@@ -297,6 +300,7 @@ def read_trainer_state(directory: str, specs: list[tuple[str, tuple[int, ...]]])
         rollout_id=int(raw["rollout_id"]),
         weight_version=str(raw["weight_version"]),
         learning_rate=float(raw["learning_rate"]),
+        gradient_norms=[float(norm) for norm in raw.get("gradient_norms", [])],
     )
     names = [name for name, _ in specs]
     total = sum(int(np.prod(shape)) for _, shape in specs)

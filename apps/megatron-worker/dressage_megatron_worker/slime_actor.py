@@ -238,6 +238,13 @@ class SlimeMegatronActor:
     def train(self, rollout_id: int, header: Any, batch: PackedBatch, loss: dict[str, Any]) -> TrainResult:
         actor_model = self._require_started()
         self._check_routed_experts(batch)
+        if header.loss.HasField("clip_grad_spike"):
+            # Megatron's optimizer clips at the fixed --clip-grad it was built with; silently
+            # training without the spike clip would be worse than refusing.
+            raise _refuse(
+                "loss.clip_grad_spike: the slime actor cannot clip gradient spikes (Megatron's optimizer clips "
+                "at the fixed --clip-grad it was started with); unset clip_grad_spike, or lower --clip-grad"
+            )
         rollout_data = to_rollout_data(batch)
         scale = float(rollout_data.pop("dressage_denominator_scale"))
         if getattr(self.args, "calculate_per_token_loss", False):

@@ -33,6 +33,7 @@ from .embedded_checkpoint import TrainerState, read_trainer_state, write_trainer
 from .embedded_model import EmbeddedModel
 from .errors import WorkerError, invalid
 from .finite_checks import require_finite_weights
+from .gradient_spike import GradientSpikeClip, check_factor
 from .hf_model import model_directory
 from .packed_batch import PackedBatch
 from .policy_loss import LossOptions, policy_loss, reducer_weights, resolve_options, sft_loss
@@ -144,6 +145,9 @@ class RankTrainer:
         # supervised steps come before); a checkpoint carries it. None until then.
         self.reference: dict[str, torch.Tensor] | None = None
         self.optimizer = self._adam(settings.learning_rate)
+        # Recent policy-loss gradient norms for LossConfig.clip_grad_spike (identical on every rank:
+        # each sees the all-reduced norm).
+        self.spike = GradientSpikeClip()
 
     def _adam(self, learning_rate: float) -> torch.optim.Adam:
         return torch.optim.Adam(list(self.model.parameters.values()), lr=learning_rate, betas=BETAS, eps=EPSILON)
@@ -191,6 +195,8 @@ class RankTrainer:
         applied = 0
         self._last_norm = 0.0
         self._skipped = 0
+        self._spike_limit: float | None = None
+        self._spike_clipped = 0
         parity_sum, parity_max, parity_count = 0.0, 0.0, 0.0
         for step, group in enumerate(per_step):
             # Zeroed gradients on every rank, even one whose micro-batches train nothing: the
@@ -237,7 +243,7 @@ class RankTrainer:
                         sums[name] += float(value)
             # A step without a trainable token moves nothing (Adam's momentum would otherwise).
             if job["step_tokens"][step] > 0:
-                applied += self._apply(sums)
+                applied += self._apply(sums, None if sft else job.get("clip_grad_spike"), record=not sft)
             for name, value in sums.items():
                 totals[name] = totals.get(name, 0.0) + value / len(per_step)
         if self.world > 1:
@@ -250,6 +256,9 @@ class RankTrainer:
         result = {name: value for name, value in totals.items() if name in job["reported"]}
         result["optimizer_steps"] = float(applied)
         result["grad_norm"] = self._last_norm
+        if self._spike_limit is not None:
+            result["grad_spike_limit"] = self._spike_limit
+            result["grad_spike_clipped"] = float(self._spike_clipped)
         if self._skipped:
             result["nonfinite_step_skipped"] = float(self._skipped)
         if parity_count > 0:
@@ -259,9 +268,12 @@ class RankTrainer:
 
     _last_norm = 0.0
     _skipped = 0
+    _spike_limit: float | None = None
+    _spike_clipped = 0
 
-    def _apply(self, sums: dict[str, float]) -> int:
-        """Sums gradients and metrics across ranks, clips, and steps unless anything is non-finite."""
+    def _apply(self, sums: dict[str, float], spike_factor: float | None = None, record: bool = False) -> int:
+        """Sums gradients and metrics across ranks, clips (at the fixed norm and, with `spike_factor`,
+        at the gradient-spike limit), and steps unless anything is non-finite."""
         parameters = list(self.model.parameters.values())
         if self.world > 1:
             for bucket in gradient_buckets(parameters):
@@ -285,12 +297,19 @@ class RankTrainer:
             self._skipped += 1
             LOGGER.warning("step skipped: loss %s and gradient norm %s are not both finite", sums["loss"], norm)
             return 0
-        limit = self.settings.max_gradient_norm
-        if limit > 0 and norm > limit:
+        limit = self.settings.max_gradient_norm if self.settings.max_gradient_norm > 0 else math.inf
+        spike_limit = None if spike_factor is None else self.spike.limit(spike_factor)
+        if spike_limit is not None:
+            self._spike_limit = spike_limit
+            self._spike_clipped = 1 if norm > spike_limit and spike_limit < limit else 0
+            limit = min(limit, spike_limit)
+        if norm > limit:
             scale = limit / (norm + 1e-6)
             for parameter in parameters:
                 parameter.grad.mul_(scale)
         self.optimizer.step()
+        if record:
+            self.spike.record(norm)
         return 1
 
     def _prepare(self, payload: dict[str, Any], indices: list[int], job: dict[str, Any], step: int) -> dict[str, Any] | None:
@@ -372,6 +391,7 @@ class RankTrainer:
             for name, values in zip(names, stored_reference)
         }
         self.optimizer = self._adam(state.learning_rate if state is not None else self.settings.learning_rate)
+        self.spike = GradientSpikeClip(state.gradient_norms if state is not None else [])
         if state is not None and state.first_moments is not None:
             for (name, _), first, second in zip(self.model.specs, state.first_moments, state.second_moments or []):
                 parameter = self.model.parameters[name]
@@ -384,6 +404,7 @@ class RankTrainer:
 
     def trainer_state(self, train_steps: int, rollout_id: int, weight_version: str) -> TrainerState:
         state = TrainerState(train_steps, rollout_id, weight_version, self.learning_rate)
+        state.gradient_norms = list(self.spike.norms)
         slots = [self.optimizer.state.get(self.model.parameters[name]) for name, _ in self.model.specs]
         if all(slot for slot in slots):
             iterations = int(float(slots[0]["step"]))
@@ -519,7 +540,16 @@ class TorchActor:
             reported.add("kl_loss")
         if loss_type == "policy_loss" and options.use_tis:
             reported |= {"tis", "tis_clipfrac", "tis_abs", "ois"}
-        return {"loss_type": loss_type, "learning_rate": float(learning_rate), "options": options, "reported": reported}
+        spike = None
+        if loss_type == "policy_loss" and loss.HasField("clip_grad_spike"):
+            spike = check_factor(loss.clip_grad_spike)
+        return {
+            "loss_type": loss_type,
+            "learning_rate": float(learning_rate),
+            "options": options,
+            "reported": reported,
+            "clip_grad_spike": spike,
+        }
 
     def _check_tokens(self, batch: PackedBatch) -> np.ndarray:
         """Each sample fits the context, trains no first token, every token is one the model reads

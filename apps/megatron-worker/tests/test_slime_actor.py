@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+import grpc
 import numpy as np
 import torch
 
@@ -257,6 +258,16 @@ class SlimeActorTest(unittest.TestCase):
         with self.assertRaisesRegex(WorkerError, "global_batch_size 1 differs from the worker's --global-batch-size 2"):
             self.train(started, global_batch_size=1)
         self.assertEqual(self.train(started, global_batch_size=0).optimizer_steps, 2)
+
+    def test_a_gradient_spike_clip_is_refused_because_megatron_clips_at_a_fixed_norm(self) -> None:
+        started = self.started()
+        packed = batch(MASKS, [2.0, 2.0, 1.0, 0.0])
+        spiky = header(global_batch_size=2, rollout_id=7, loss=trainer_pb2.LossConfig(clip_grad_spike=3))
+        with self.assertRaisesRegex(WorkerError, "loss.clip_grad_spike: the slime actor cannot clip") as caught:
+            started.actor.train(7, spiky, packed, {})
+        self.assertEqual(caught.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
+        # Nothing reached the actors: the next batch trains.
+        self.assertEqual(self.train(started).optimizer_steps, 2)
 
     def test_a_loss_scale_that_cannot_be_folded_exactly_is_refused(self) -> None:
         started = self.started(normalize_advantages=True)

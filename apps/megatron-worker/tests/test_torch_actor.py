@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from dressage_megatron_worker.embedded_checkpoint import (
+    TRAINER_STATE_FILE,
     read_checkpoint,
     read_trainer_state,
     write_checkpoint,
@@ -301,6 +302,45 @@ class TorchActorTest(ActorTestCase):
         with self.assertRaises(WorkerError) as caught:
             second.load_checkpoint(other)
         self.assertEqual(caught.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
+
+    def test_a_gradient_spike_is_clipped_at_the_factor_times_the_median_norm(self) -> None:
+        # The policy gradient is linear in the advantages: rewards x s give gradients x s.
+        def scaled(factor: float):
+            batch = policy_batch()
+            batch.rewards = (batch.rewards * factor).astype(np.float32)
+            return batch
+
+        saved = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, saved, True)
+        clipped, by_hand, resumed = self.actor(), self.actor(), self.actor()
+        norms = []
+        for step in range(5):
+            result = clipped.train(step, header(learning_rate=0.01, clip_grad_spike=3), scaled(0.01), {})
+            # No limit before five norms are recorded.
+            self.assertNotIn("grad_spike_limit", result.metrics)
+            norms.append(result.metrics["grad_norm"])
+            by_hand.train(step, header(learning_rate=0.01), scaled(0.01), {})
+        clipped.save_checkpoint(saved, 5)
+        with open(os.path.join(saved, TRAINER_STATE_FILE), encoding="utf-8") as handle:
+            self.assertEqual(json.load(handle)["gradient_norms"], norms)
+        resumed.load_checkpoint(saved)
+        spike = clipped.train(5, header(learning_rate=0.01, clip_grad_spike=3), scaled(1), {})
+        limit = spike.metrics["grad_spike_limit"]
+        self.assertAlmostEqual(limit, 3 * sorted(norms)[2], places=9)
+        self.assertEqual(spike.metrics["grad_spike_clipped"], 1.0)
+        self.assertGreater(spike.metrics["grad_norm"], 10 * sorted(norms)[2])
+        # Clipped means scaled to the limit: the step of advantages scaled by limit / norm.
+        by_hand.train(5, header(learning_rate=0.01), scaled(limit / spike.metrics["grad_norm"]), {})
+        ours, theirs = clipped.rank.model.weights(), by_hand.rank.model.weights()
+        for name in ours:
+            np.testing.assert_allclose(ours[name], theirs[name], rtol=0, atol=1e-6)
+        # The resumed actor read the same history from the checkpoint.
+        again = resumed.train(5, header(learning_rate=0.01, clip_grad_spike=3), scaled(1), {})
+        self.assertEqual(again.metrics["grad_spike_limit"], limit)
+        with self.assertRaises(WorkerError) as caught:
+            clipped.train(6, header(learning_rate=0.01, clip_grad_spike=1), scaled(1), {})
+        self.assertEqual(caught.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("loss.clip_grad_spike", caught.exception.message)
 
     def test_a_checkpoint_with_non_finite_weights_or_moments_is_refused(self) -> None:
         saved = tempfile.mkdtemp()

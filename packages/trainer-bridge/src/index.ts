@@ -12,6 +12,12 @@ export {
   convertSamplesToTrainData,
 } from './convert.js';
 export {
+  checkGradientSpikeFactor,
+  GRADIENT_SPIKE_MIN_HISTORY,
+  GRADIENT_SPIKE_WINDOW,
+  GradientSpikeClip,
+} from './gradient-spike-clip.js';
+export {
   type KlLossType,
   type PolicyLossBatch,
   type PolicyLossMetricName,

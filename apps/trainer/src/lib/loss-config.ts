@@ -23,5 +23,6 @@ export function lossConfigOf(recipe: Recipe) {
     entropy_coef: loss.entropy_coef,
     calculate_per_token_loss: loss.calculate_per_token_loss,
     learning_rate: loss.learning_rate,
+    ...(loss.clip_grad_spike === undefined ? {} : { clip_grad_spike: loss.clip_grad_spike }),
   };
 }

@@ -403,6 +403,7 @@ const table: Record<string, Arrives | Switches> = {
   'loss.entropy_coef': { value: 0.01, probe: (recipe) => loss(recipe).entropy_coef },
   'loss.calculate_per_token_loss': { value: true, probe: (recipe) => loss(recipe).calculate_per_token_loss },
   'loss.learning_rate': { value: 0.002, probe: (recipe) => loss(recipe).learning_rate },
+  'loss.clip_grad_spike': { value: 4, probe: (recipe) => loss(recipe).clip_grad_spike },
   'warm_start.steps': { value: 3, probe: (...args) => plan(...args).warmStartSteps },
   'warm_start.learning_rate': { value: 0.01, probe: warmStartRate(0) },
   'warm_start.learning_rate_schedule': {

@@ -51,6 +51,14 @@ export const lossSchema = z.strictObject({
   entropy_coef: z.number().nonnegative().default(0),
   calculate_per_token_loss: z.boolean().default(false),
   learning_rate: z.number().positive().default(1e-6),
+  /**
+   * Gradient-spike clip (> 1): a step whose gradient norm exceeds this multiple of the median norm
+   * of the last 20 RL steps is scaled down to it before the optimizer step. Adam turns one rare
+   * large gradient into a step of about 3× the learning rate on every weight it touches, repeated by
+   * its momentum; a nearly solved task produces such gradients from its few failures. Unset: no
+   * spike clip (the fixed clip at norm 1 still applies).
+   */
+  clip_grad_spike: z.number().gt(1).optional(),
 });
 
 /** The embedded tfjs model's shape. */

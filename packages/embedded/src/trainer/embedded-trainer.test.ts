@@ -421,6 +421,69 @@ describe('EmbeddedTrainer', () => {
     }
   });
 
+  it('clips a gradient spike at clip_grad_spike × the median norm, keeping the history in checkpoints', async () => {
+    // Policy-gradient steps are linear in the advantages: rewards × s give gradients × s. Five
+    // steps of small advantages set the history; then one of full size is a spike.
+    const scaled = (factor: number) =>
+      packSequences(
+        fixture.model,
+        sequences.map((sequence) => ({ ...sequence, reward: (sequence.reward ?? 0) * factor })),
+      );
+    const small = scaled(0.01);
+    const loss = { clip_grad_spike: 3 };
+    const clipped = trainerFor();
+    // Trains the same history without the spike clip, then the spike scaled by hand.
+    const unclipped = trainerFor();
+    const resumed = trainerFor();
+    try {
+      const norms: number[] = [];
+      for (let step = 0; step < 5; step++) {
+        const response = await clipped.train({ loss }, small);
+        // No limit before five norms are recorded.
+        expect(response.metrics!.grad_spike_limit).toBeUndefined();
+        norms.push(response.metrics!.grad_norm!);
+        await unclipped.train({}, small);
+      }
+      const directory = join(scratch, 'spike-checkpoint');
+      await clipped.saveCheckpoint({ path: directory });
+      const state = JSON.parse(await readFile(join(directory, trainerStateFile), 'utf8'));
+      expect(state.gradient_norms).toEqual(norms);
+      await resumed.loadCheckpoint({ path: directory });
+
+      const before = clipped.model.getWeights();
+      const spike = await clipped.train({ loss }, scaled(1));
+      const median = [...norms].sort((a, b) => a - b)[2]!;
+      expect(spike.metrics!.grad_spike_limit).toBeCloseTo(3 * median, 6);
+      expect(spike.metrics!.grad_spike_clipped).toBe(1);
+      expect(spike.metrics!.grad_norm!).toBeGreaterThan(10 * median);
+      // Clipped means scaled down to the limit: the same step as advantages scaled by limit / norm.
+      await unclipped.train({}, scaled(spike.metrics!.grad_spike_limit! / spike.metrics!.grad_norm!));
+      const ours = clipped.model.getWeights();
+      let largest = 0;
+      for (const [name, values] of unclipped.model.getWeights()) {
+        const other = ours.get(name)!;
+        for (let index = 0; index < values.length; index++)
+          largest = Math.max(largest, Math.abs(values[index]! - other[index]!));
+      }
+      expect(largest).toBeLessThan(1e-6);
+      expect(weightsEqual(before, ours)).toBe(false);
+      // The resumed trainer read the same history: the same limit, bit for bit the same step.
+      const again = await resumed.train({ loss }, scaled(1));
+      expect(again.metrics!.grad_spike_limit).toBe(spike.metrics!.grad_spike_limit);
+      expect(weightsEqual(resumed.model.getWeights(), clipped.model.getWeights())).toBe(true);
+      // A supervised step neither reads nor records the history.
+      const sft = await clipped.train({ loss: { loss_type: 'sft_loss', clip_grad_spike: 3 } }, small);
+      expect(sft.metrics!.grad_spike_limit).toBeUndefined();
+      await expect(clipped.train({ loss: { clip_grad_spike: 1 } }, small)).rejects.toThrow(
+        /loss\.clip_grad_spike/,
+      );
+    } finally {
+      await clipped.dispose();
+      await unclipped.dispose();
+      await resumed.dispose();
+    }
+  });
+
   it('round-trips checkpoints bit-exactly, optimizer state included', async () => {
     const batch: PackedTrainBatch = packSequences(fixture.model, sequences);
     const first = trainerFor({ weightVersion: 'w5' });

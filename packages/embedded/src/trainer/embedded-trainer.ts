@@ -18,6 +18,8 @@ import {
 } from '@dressage/protocol';
 import { checkTrainBatchValues } from '@dressage/protocol/internal';
 import {
+  checkGradientSpikeFactor,
+  GradientSpikeClip,
   type PolicyLossOptions,
   policyLossOptionsFromLossConfig,
   resolvePolicyLossOptions,
@@ -199,6 +201,8 @@ export class EmbeddedTrainer implements TrainerImplementation {
   #optimizer: AdjustableAdam;
   // The KL loss's reference, captured at the first policy-loss step with use_kl_loss.
   #reference: ReferencePolicy | null = null;
+  // Recent policy-loss gradient norms, for LossConfig.clip_grad_spike.
+  #spikeClip = new GradientSpikeClip();
   #weightVersion: string;
   #trainSteps = 0;
   #rolloutId = 0;
@@ -389,6 +393,8 @@ export class EmbeddedTrainer implements TrainerImplementation {
       this.#maxLearningRate,
     );
     checkTrainBatchValues(batch);
+    const spikeFactor = lossType === 'policy_loss' ? (header.loss?.clip_grad_spike ?? null) : null;
+    if (spikeFactor !== null) checkGradientSpikeFactor(spikeFactor);
     const options = policyLossOptionsFromLossConfig(header.loss, header.global_batch_size ?? 0);
     const resolved = resolvePolicyLossOptions(options);
     this.#optimizer.currentLearningRate = learningRate;
@@ -431,12 +437,18 @@ export class EmbeddedTrainer implements TrainerImplementation {
       }
       signal?.throwIfAborted();
       if (gradients !== null && trainable > 0) {
-        const clipped =
-          this.#maxGradientNorm > 0
-            ? clipGradientsByGlobalNorm(gradients, this.#maxGradientNorm)
-            : { gradients, norm: globalNorm(gradients) };
+        const fixedLimit = this.#maxGradientNorm > 0 ? this.#maxGradientNorm : Number.POSITIVE_INFINITY;
+        const spikeLimit = spikeFactor === null ? null : this.#spikeClip.limit(spikeFactor);
+        const limit = Math.min(fixedLimit, spikeLimit ?? Number.POSITIVE_INFINITY);
+        const clipped = Number.isFinite(limit)
+          ? clipGradientsByGlobalNorm(gradients, limit)
+          : { gradients, norm: globalNorm(gradients) };
         gradients = clipped.gradients;
         metrics.grad_norm = clipped.norm;
+        if (spikeLimit !== null) {
+          metrics.grad_spike_limit = spikeLimit;
+          metrics.grad_spike_clipped = clipped.norm > spikeLimit && spikeLimit < fixedLimit ? 1 : 0;
+        }
         // A non-finite loss or gradient would turn every weight (and Adam's moments) into NaN: the
         // step is skipped, the weights and optimizer stay as they were, and the response says so.
         if (Number.isFinite(clipped.norm) && Number.isFinite(metrics.loss ?? 0)) {
@@ -444,6 +456,7 @@ export class EmbeddedTrainer implements TrainerImplementation {
             Object.entries(gradients).map(([name, tensor]) => ({ name, tensor })),
           );
           optimizerSteps = 1;
+          if (lossType === 'policy_loss') this.#spikeClip.record(clipped.norm);
         } else {
           metrics.nonfinite_step_skipped = 1;
           this.#log?.(
@@ -677,6 +690,7 @@ export class EmbeddedTrainer implements TrainerImplementation {
         rollout_id: rolloutId,
         weight_version: this.#weightVersion,
         learning_rate: this.#optimizer.currentLearningRate,
+        gradient_norms: [...this.#spikeClip.norms],
       },
       moments === null ? null : { ...moments, parameters },
       this.#reference === null
@@ -737,6 +751,7 @@ export class EmbeddedTrainer implements TrainerImplementation {
     this.#weightVersion = checkpoint.weightVersion;
     this.#trainSteps = stored?.state.train_steps ?? 0;
     this.#rolloutId = stored?.state.rollout_id ?? 0;
+    this.#spikeClip = new GradientSpikeClip(stored?.state.gradient_norms ?? []);
     return { path: directory, rollout_id: this.#rolloutId, weight_version: this.#weightVersion };
   }
 }

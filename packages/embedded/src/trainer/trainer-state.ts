@@ -39,6 +39,8 @@ const stateSchema = z.object({
     })
     .nullable()
     .optional(),
+  // Recent policy-loss gradient norms (LossConfig.clip_grad_spike); absent when none were recorded.
+  gradient_norms: z.array(z.number().positive()).optional(),
 });
 
 /** Trainer bookkeeping stored next to a model checkpoint. */
@@ -184,9 +186,12 @@ export async function writeTrainerState(
   } | null,
   reference: { parameters: string[]; bytes: Uint8Array } | null = null,
 ): Promise<number> {
+  const { gradient_norms: norms, ...rest } = state;
   const manifest: TrainerState = {
     format: stateFormat,
-    ...state,
+    ...rest,
+    // Only when recorded, so a checkpoint of supervised steps alone keeps its bytes.
+    ...(norms === undefined || norms.length === 0 ? {} : { gradient_norms: norms }),
     optimizer:
       optimizer === null
         ? null
