@@ -1,25 +1,5 @@
-import {
-  type ContextOverflowBody,
-  contextOverflowBody,
-  DressageError,
-  type ErrorCode,
-} from '@dressage/protocol';
+import { type ContextOverflowBody, contextOverflowBody, DressageError } from '@dressage/protocol';
 import { HttpError } from '@dressage/protocol/http';
-
-const codeByStatus: Readonly<Record<number, ErrorCode>> = {
-  400: 'invalid_argument',
-  401: 'unauthenticated',
-  404: 'not_found',
-  405: 'unimplemented',
-  408: 'deadline_exceeded',
-  409: 'already_exists',
-  413: 'resource_exhausted',
-  507: 'resource_exhausted',
-  500: 'internal',
-  502: 'aborted',
-  503: 'unavailable',
-  504: 'deadline_exceeded',
-};
 
 /**
  * An error that leaves the proxy as an HTTP response with an exact status and JSON body. Most bodies
@@ -33,7 +13,6 @@ export class ProxyHttpError extends HttpError {
     super({
       status,
       message: message ?? describeBody(body) ?? `HTTP ${status}`,
-      code: codeByStatus[status] ?? (status >= 500 ? 'internal' : 'invalid_argument'),
       details: { status },
       cause,
     });

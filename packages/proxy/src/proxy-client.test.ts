@@ -59,6 +59,20 @@ describe('ProxyClient (§1.12)', () => {
     }
   });
 
+  it('names the code each status stands for, as every Dressage server maps it', async () => {
+    const server = await serve([409, 401, 502]);
+    try {
+      const client = new ProxyClient({ baseUrl: server.url, backoffMs: 1 });
+      const codes: unknown[] = [];
+      for (let call = 0; call < 3; call++) {
+        codes.push(await client.finalizeSession(`s${call}`).catch((caught: ProxyClientError) => caught.code));
+      }
+      expect(codes).toEqual(['aborted', 'unauthenticated', 'unavailable']);
+    } finally {
+      await server.close();
+    }
+  });
+
   it('does not retry other errors', async () => {
     const server = await serve([500, 200]);
     try {
@@ -66,6 +80,7 @@ describe('ProxyClient (§1.12)', () => {
       const error = await client.finalizeSession('s').catch((caught: unknown) => caught);
       expect(error).toBeInstanceOf(ProxyClientError);
       expect((error as ProxyClientError).status).toBe(500);
+      expect((error as ProxyClientError).code).toBe('internal');
       expect(server.seen).toHaveLength(1);
       expect(JSON.parse(server.seen[0]!.body)).toEqual({ session_id: 's' });
     } finally {

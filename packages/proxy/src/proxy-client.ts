@@ -17,6 +17,7 @@ import {
   trajectoryReadShapeSchema,
   trajectoryStatsSchema,
 } from '@dressage/protocol';
+import { codeOfHttpStatus } from '@dressage/protocol/http';
 import type { z } from 'zod';
 import { identifierProblem } from './identifiers.js';
 
@@ -34,21 +35,14 @@ export interface ProxyClientOptions {
   backoffMs?: number;
 }
 
-/** A non-2xx answer of the proxy, with its status and parsed body. */
+/** A non-2xx answer of the proxy, with its status, the code the status stands for, and the parsed body. */
 export class ProxyClientError extends DressageError {
   readonly status: number;
   readonly body: unknown;
 
   constructor(status: number, body: unknown, path: string) {
     super({
-      code:
-        status === 503
-          ? 'unavailable'
-          : status === 404
-            ? 'not_found'
-            : status >= 500
-              ? 'internal'
-              : 'invalid_argument',
+      code: codeOfHttpStatus(status),
       message: `${path} answered HTTP ${status}: ${typeof body === 'string' ? body : JSON.stringify(body)}`,
       details: { status, path },
     });

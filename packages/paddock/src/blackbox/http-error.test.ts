@@ -9,8 +9,9 @@ describe('paddock errors', () => {
     const conflict = new BlackboxHttpError(409, 'session_desynced', 'Session is desynced', { turn_id: 't' });
     const timeout = new BlackboxHttpError(504, 'backend_timeout', 'Backend did not finish');
     expect(DressageError.isInstance(conflict)).toBe(true);
+    // 409 is a conflict with the session's state: `aborted`, as gRPC maps it.
     expect([conflict.code, conflict.httpStatus, conflict.error, conflict.details]).toEqual([
-      'failed_precondition',
+      'aborted',
       409,
       'session_desynced',
       { turn_id: 't' },

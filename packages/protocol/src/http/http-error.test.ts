@@ -22,6 +22,9 @@ describe('error statuses', () => {
     expect(tooLarge.details).toEqual({ limit_bytes: 4 });
     expect(new HttpError({ status: 409, message: 'x', code: 'already_exists' }).code).toBe('already_exists');
     expect(codeOfHttpStatus(404)).toBe('not_found');
+    // The gRPC canonical mapping: a conflict is `aborted`, a bad gateway `unavailable`.
+    expect(codeOfHttpStatus(409)).toBe('aborted');
+    expect(codeOfHttpStatus(502)).toBe('unavailable');
     expect(codeOfHttpStatus(418)).toBe('invalid_argument');
     expect(codeOfHttpStatus(599)).toBe('internal');
   });

@@ -1,6 +1,10 @@
 import { DressageError, type ErrorCode } from '../errors.js';
 
-// The code an HTTP status stands for, the nearest one of the closed set.
+// The code an HTTP status stands for: the gRPC canonical mapping (google.rpc.Code's "HTTP Mapping"
+// and gRPC's HTTP-to-status table), the one table every Dressage server and client reads. Where two
+// codes share a status, the general one: 409 is `aborted` (a conflict with the current state;
+// `already_exists` is one kind), 400 is `invalid_argument`. Statuses gRPC leaves out take the
+// nearest code: 405 is `unimplemented`, 408 `deadline_exceeded`, 413 and 507 `resource_exhausted`.
 const codeByStatus: Readonly<Record<number, ErrorCode>> = {
   400: 'invalid_argument',
   401: 'unauthenticated',
@@ -8,7 +12,7 @@ const codeByStatus: Readonly<Record<number, ErrorCode>> = {
   404: 'not_found',
   405: 'unimplemented',
   408: 'deadline_exceeded',
-  409: 'failed_precondition',
+  409: 'aborted',
   413: 'resource_exhausted',
   429: 'resource_exhausted',
   499: 'cancelled',
@@ -20,7 +24,10 @@ const codeByStatus: Readonly<Record<number, ErrorCode>> = {
   507: 'resource_exhausted',
 };
 
-/** The error code an HTTP status stands for (`invalid_argument` for an unlisted 4xx, `internal` for a 5xx). */
+/**
+ * The error code an HTTP status stands for (`invalid_argument` for an unlisted 4xx, `internal` for a
+ * 5xx). The inverse of `httpStatusByCode` wherever a status has one code.
+ */
 export function codeOfHttpStatus(status: number): ErrorCode {
   return codeByStatus[status] ?? (status >= 500 ? 'internal' : 'invalid_argument');
 }
