@@ -250,7 +250,9 @@ describe('POST /generate', () => {
         stream: true,
       }),
     });
-    expect(response.headers.get('content-type')).toBe('text/event-stream');
+    // As SGLang answers: Starlette appends the charset to a text/ media type (encode/starlette,
+    // docs/responses.md, "appending a charset for text types").
+    expect(response.headers.get('content-type')).toBe('text/event-stream; charset=utf-8');
     const frames = (await response.text()).split('\n\n').filter((frame) => frame !== '');
     expect(frames.at(-1)).toBe('data: [DONE]');
     const chunks = frames

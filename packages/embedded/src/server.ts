@@ -8,7 +8,11 @@ import {
   RouteTable,
   readBody,
   requestPath,
+  SseWriter,
   sendJson,
+  serve,
+  sseDoneFrame,
+  sseFrame,
 } from '@dressage/protocol/http';
 import type { z } from 'zod';
 import { loadWeightsFor } from './checkpoint.js';
@@ -221,7 +225,8 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
         const generation = toGenerationRequest(parsed);
         const render = (snapshot: ResponseSnapshot) => renderResponse(parsed, generation, snapshot);
         const startedAt = performance.now();
-        if (parsed.stream) {
+        const stream = parsed.stream ? new SseWriter(response) : null;
+        if (stream !== null) {
           // SSE with cumulative chunks, as SGLang streams by default.
           const outputIds: number[] = [];
           const outputLogprobs: number[] = [];
@@ -238,8 +243,7 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
               promptTokens: generation.inputIds.length,
               latencySeconds: (performance.now() - startedAt) / 1000,
             });
-            if (!response.destroyed && !response.writableEnded)
-              response.write(`data: ${JSON.stringify(chunk)}\n\n`);
+            stream.send(chunk);
           };
         }
         const pending = engine.generate(generation);
@@ -248,9 +252,8 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
           if (!response.writableFinished) engine.abort(generation.rid, 'Client disconnected');
         };
         response.on('close', onClose);
-        if (parsed.stream) {
-          response.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
-        }
+        // The headers go out before the first token: a slow prefill does not look like a dead server.
+        stream?.start();
         const result = await pending;
         response.off('close', onClose);
         // A failed generation is an HTTP error (an `error` event when streaming), as SGLang answers
@@ -259,9 +262,8 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
           result.finishReason.type === 'error'
             ? { error: { message: result.finishReason.message, type: 'InternalServerError', code: 500 } }
             : null;
-        if (parsed.stream) {
-          const last = failure ?? render(result);
-          if (!response.destroyed) response.end(`data: ${JSON.stringify(last)}\n\ndata: [DONE]\n\n`);
+        if (stream !== null) {
+          stream.end(`${sseFrame(failure ?? render(result))}${sseDoneFrame}`);
           return;
         }
         if (failure) {
@@ -412,30 +414,26 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
     for (const [method, handler] of Object.entries(methods)) table.add(method, path, handler);
   }
 
-  const server = createServer((request, response) => {
-    const path = requestPath(request.url);
-    const found = table.lookup(request.method ?? 'GET', path);
-    if (found.kind !== 'found') {
-      request.resume();
-      sendError(
-        response,
-        new DressageError({
-          code: found.kind === 'not_found' ? 'not_found' : 'unimplemented',
-          message:
-            found.kind === 'not_found' ? `No route ${path}` : `${request.method} is not allowed on ${path}`,
+  const server = createServer(
+    serve(table, {
+      invoke: (handler, request, response) =>
+        handler({
+          request,
+          response,
+          body: async () => parseJsonBody(await readBody(request, { limit: maxBodyBytes, response })),
         }),
-      );
-      return;
-    }
-    const context: RequestContext = {
-      request,
-      response,
-      body: async () => parseJsonBody(await readBody(request, { limit: maxBodyBytes, response })),
-    };
-    Promise.resolve()
-      .then(() => found.handler(context))
-      .catch((error: unknown) => sendError(response, error));
-  });
+      notFound: (request, _response, miss) => {
+        request.resume();
+        const path = requestPath(request.url);
+        throw new DressageError({
+          code: miss.kind === 'not_found' ? 'not_found' : 'unimplemented',
+          message:
+            miss.kind === 'not_found' ? `No route ${path}` : `${request.method} is not allowed on ${path}`,
+        });
+      },
+      onError: (error, _request, response) => sendError(response, error),
+    }),
+  );
   server.keepAliveTimeout = 65_000;
 
   await new Promise<void>((resolve, reject) => {

@@ -1,7 +1,15 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { trajectoryReadToJson } from '@dressage/protocol';
-import { RouteTable, readBody, requestPath, sendJson, sendJsonText } from '@dressage/protocol/http';
+import {
+  RouteTable,
+  readBody,
+  SseWriter,
+  sendJson,
+  sendJsonText,
+  serve,
+  sseDoneFrame,
+} from '@dressage/protocol/http';
 import { bearerMatches, reachableHost } from '@dressage/protocol/internal';
 import type { ProxyConfig } from './config.js';
 import { detailError, ProxyHttpError, toHttpResponse } from './http-error.js';
@@ -9,7 +17,7 @@ import { identifierProblem } from './identifiers.js';
 import { loadPromptTokenizer, type PromptTokenizer } from './prompt-tokenizer.js';
 import { type CompletionOutcome, ProxyService } from './proxy-service.js';
 import { parseJson } from './request-bytes.js';
-import { completionToFrames, errorFrame, HEARTBEAT_FRAME, streamHeaders } from './streaming.js';
+import { completionToFrames, errorFrame, HEARTBEAT_FRAME } from './streaming.js';
 import type { ToolCallHook } from './tool-call-hooks.js';
 
 type Handler = (request: IncomingMessage, body: unknown) => Promise<unknown>;
@@ -101,8 +109,7 @@ function sendOutcome(response: ServerResponse, outcome: CompletionOutcome): void
     sendJson(response, 200, outcome.completion);
     return;
   }
-  response.writeHead(200, streamHeaders);
-  response.end(completionToFrames(outcome.completion, outcome.includeUsage).join(''));
+  new SseWriter(response).end(completionToFrames(outcome.completion, outcome.includeUsage).join(''));
 }
 
 /**
@@ -140,16 +147,16 @@ export function createProxyHttpServer(service: ProxyService): Server {
       return;
     }
     // Slow generation: answer 200 now and keep the connection alive with comment frames.
-    response.writeHead(200, streamHeaders);
-    response.write(HEARTBEAT_FRAME);
-    const beat = setInterval(() => response.write(HEARTBEAT_FRAME), heartbeatMs);
+    const stream = new SseWriter(response);
+    stream.write(HEARTBEAT_FRAME);
+    const beat = setInterval(() => stream.write(HEARTBEAT_FRAME), heartbeatMs);
     try {
       const outcome = await task;
-      response.end(completionToFrames(outcome.completion, outcome.includeUsage).join(''));
+      stream.end(completionToFrames(outcome.completion, outcome.includeUsage).join(''));
     } catch (error) {
       if (abort.signal.aborted) return;
       const { status, body: errorBody } = toHttpResponse(error);
-      response.end(`${errorFrame(status, errorBody)}data: [DONE]\n\n`);
+      stream.end(`${errorFrame(status, errorBody)}${sseDoneFrame}`);
     } finally {
       clearInterval(beat);
     }
@@ -194,30 +201,32 @@ export function createProxyHttpServer(service: ProxyService): Server {
       timedOut,
     });
 
-  const server = createServer(async (request, response) => {
-    try {
-      const found = routes.lookup(request.method ?? 'GET', requestPath(request.url));
-      if (found.kind === 'not_found') throw detailError(404, 'Not Found');
-      if (found.kind === 'method_not_allowed') throw detailError(405, 'Method Not Allowed');
-      const route = found.handler;
-      // The service reads the session from this header; the URL's replaces the agent's own.
-      const session = found.parameters.session;
-      if (session !== undefined) request.headers['x-session-id'] = session;
-      if (route.auth && config.apiKey !== 'no-auth') {
-        if (!bearerMatches(request.headers.authorization, config.apiKey))
-          throw new ProxyHttpError(401, { detail: 'Unauthorized' });
-      }
-      if ('bytesHandler' in route) {
-        await route.bytesHandler(request, await readRequestBody(request, response), response);
-        return;
-      }
-      const body =
-        request.method === 'POST' ? parseJson(await readRequestBody(request, response)) : undefined;
-      sendBody(response, 200, await route.handler(request, body));
-    } catch (error) {
-      sendError(response, error);
-    }
-  });
+  const server = createServer(
+    serve(routes, {
+      invoke: async (route, request, response, parameters) => {
+        // The service reads the session from this header; the URL's replaces the agent's own.
+        const session = parameters.session;
+        if (session !== undefined) request.headers['x-session-id'] = session;
+        if (route.auth && config.apiKey !== 'no-auth') {
+          if (!bearerMatches(request.headers.authorization, config.apiKey))
+            throw new ProxyHttpError(401, { detail: 'Unauthorized' });
+        }
+        if ('bytesHandler' in route) {
+          await route.bytesHandler(request, await readRequestBody(request, response), response);
+          return;
+        }
+        const body =
+          request.method === 'POST' ? parseJson(await readRequestBody(request, response)) : undefined;
+        sendBody(response, 200, await route.handler(request, body));
+      },
+      notFound: (_request, _response, miss) => {
+        throw miss.kind === 'not_found'
+          ? detailError(404, 'Not Found')
+          : detailError(405, 'Method Not Allowed');
+      },
+      onError: (error, _request, response) => sendError(response, error),
+    }),
+  );
   server.keepAliveTimeout = 75_000;
   server.headersTimeout = 80_000;
   server.requestTimeout = 0;

@@ -1,4 +1,5 @@
 import { toStreamErrorFrame } from '@dressage/protocol';
+import { sseComment, sseDoneFrame, sseFrame } from '@dressage/protocol/http';
 
 /** A finished, non-streamed completion the pseudo-stream is cut from. */
 export interface CompletionBody {
@@ -25,16 +26,7 @@ export interface CompletionBody {
 }
 
 /** The comment frame a heartbeat stream sends while generation runs. */
-export const HEARTBEAT_FRAME = ': dressage-heartbeat\n\n';
-/** The last frame of every stream. */
-export const DONE_FRAME = 'data: [DONE]\n\n';
-
-/** Response headers of a pseudo-stream. */
-export const streamHeaders = {
-  'content-type': 'text/event-stream; charset=utf-8',
-  'cache-control': 'no-cache, no-transform',
-  'x-accel-buffering': 'no',
-} as const;
+export const HEARTBEAT_FRAME = sseComment('dressage-heartbeat');
 
 const sliceLength = 8;
 
@@ -66,7 +58,7 @@ export function completionToFrames(completion: CompletionBody, includeUsage: boo
       choices: [{ index: 0, delta, finish_reason: finishReason }],
     };
     if (includeUsage) chunk.usage = null;
-    frames.push(`data: ${JSON.stringify(chunk)}\n\n`);
+    frames.push(sseFrame(chunk));
   };
   push({ role: 'assistant' }, null);
   for (const part of slices(choice.message.reasoning_content ?? '')) push({ reasoning_content: part }, null);
@@ -87,13 +79,12 @@ export function completionToFrames(completion: CompletionBody, includeUsage: boo
     );
   }
   push({}, choice.finish_reason);
-  if (includeUsage)
-    frames.push(`data: ${JSON.stringify({ ...base, choices: [], usage: completion.usage })}\n\n`);
-  frames.push(DONE_FRAME);
+  if (includeUsage) frames.push(sseFrame({ ...base, choices: [], usage: completion.usage }));
+  frames.push(sseDoneFrame);
   return frames;
 }
 
 /** The frame that reports a failure after a heartbeat stream already answered 200. */
 export function errorFrame(status: number, body: unknown): string {
-  return `data: ${JSON.stringify(toStreamErrorFrame(status, body))}\n\n`;
+  return sseFrame(toStreamErrorFrame(status, body));
 }

@@ -3,6 +3,7 @@
 // chat completion; a streaming client gets the converted reply replayed as that API's events.
 import { randomBytes } from 'node:crypto';
 import type { ServerResponse } from 'node:http';
+import { SseWriter } from '@dressage/protocol/http';
 
 type Json = Record<string, unknown>;
 
@@ -149,15 +150,16 @@ export function anthropicErrorBody(status: number, body: unknown): Json {
   return { type: 'error', error: { type, message, details: body } };
 }
 
-function sse(response: ServerResponse, event: string, data: Json): void {
-  response.write(`event: ${event}\ndata: ${JSON.stringify({ type: event, ...data })}\n\n`);
+// An event of the Anthropic and Responses streams: named, with its name as `type` in the data too.
+function sse(stream: SseWriter, event: string, data: Json): void {
+  stream.send({ type: event, ...data }, event);
 }
 
 /** Replays an Anthropic message as the Messages API stream events. */
 export function writeAnthropicStream(response: ServerResponse, message: Json): void {
-  response.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
+  const stream = new SseWriter(response).start();
   const usage = asRecord(message.usage);
-  sse(response, 'message_start', {
+  sse(stream, 'message_start', {
     message: {
       ...message,
       content: [],
@@ -168,29 +170,29 @@ export function writeAnthropicStream(response: ServerResponse, message: Json): v
   asArray(message.content).forEach((part, index) => {
     const block = asRecord(part);
     if (block.type === 'text') {
-      sse(response, 'content_block_start', { index, content_block: { type: 'text', text: '' } });
-      sse(response, 'content_block_delta', { index, delta: { type: 'text_delta', text: block.text } });
+      sse(stream, 'content_block_start', { index, content_block: { type: 'text', text: '' } });
+      sse(stream, 'content_block_delta', { index, delta: { type: 'text_delta', text: block.text } });
     } else if (block.type === 'thinking') {
-      sse(response, 'content_block_start', { index, content_block: { type: 'thinking', thinking: '' } });
-      sse(response, 'content_block_delta', {
+      sse(stream, 'content_block_start', { index, content_block: { type: 'thinking', thinking: '' } });
+      sse(stream, 'content_block_delta', {
         index,
         delta: { type: 'thinking_delta', thinking: block.thinking },
       });
     } else {
-      sse(response, 'content_block_start', { index, content_block: { ...block, input: {} } });
-      sse(response, 'content_block_delta', {
+      sse(stream, 'content_block_start', { index, content_block: { ...block, input: {} } });
+      sse(stream, 'content_block_delta', {
         index,
         delta: { type: 'input_json_delta', partial_json: JSON.stringify(block.input ?? {}) },
       });
     }
-    sse(response, 'content_block_stop', { index });
+    sse(stream, 'content_block_stop', { index });
   });
-  sse(response, 'message_delta', {
+  sse(stream, 'message_delta', {
     delta: { stop_reason: message.stop_reason, stop_sequence: null },
     usage: { output_tokens: usage.output_tokens },
   });
-  sse(response, 'message_stop', {});
-  response.end();
+  sse(stream, 'message_stop', {});
+  stream.end();
 }
 
 /** OpenAI Responses request → chat completions request. */
@@ -307,9 +309,9 @@ export function chatToResponsesResponse(completion: Json, model: string): Json {
 
 /** Replays a Responses API response as its stream events. */
 export function writeResponsesStream(response: ServerResponse, body: Json): void {
-  response.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
+  const stream = new SseWriter(response).start();
   let sequence = 0;
-  const send = (event: string, data: Json) => sse(response, event, { sequence_number: sequence++, ...data });
+  const send = (event: string, data: Json) => sse(stream, event, { sequence_number: sequence++, ...data });
   send('response.created', { response: { ...body, status: 'in_progress', output: [] } });
   asArray(body.output).forEach((item, outputIndex) => {
     const record = asRecord(item);
@@ -332,5 +334,5 @@ export function writeResponsesStream(response: ServerResponse, body: Json): void
     send('response.output_item.done', { output_index: outputIndex, item: record });
   });
   send('response.completed', { response: body });
-  response.end();
+  stream.end();
 }

@@ -7,7 +7,17 @@ import {
 } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { DressageError } from '@dressage/protocol';
-import { HttpError, readBody, sendJson } from '@dressage/protocol/http';
+import {
+  HttpError,
+  RouteTable,
+  readBody,
+  type ServeHandler,
+  SseWriter,
+  sendJson,
+  serve,
+  sseDoneFrame,
+  sseFrame,
+} from '@dressage/protocol/http';
 import { bearerMatches, secretsEqual } from '@dressage/protocol/internal';
 import {
   anthropicErrorBody,
@@ -182,15 +192,22 @@ export class RolloutLlmProxy {
   }
 
   async start(): Promise<string> {
-    const server = createServer((request, response) => {
-      this.handle(request, response).catch((error: unknown) => {
-        if (!response.headersSent) {
-          sendJson(response, 502, {
-            error: { message: `LLM proxy failure: ${String(error)}`, type: 'proxy_error' },
-          });
-        } else response.destroy();
-      });
-    });
+    // One route of its own; every other request is the agent's, for the model or passed through.
+    const routes = new RouteTable<ServeHandler>().add('GET', '/__proxy_health', (_, response) =>
+      sendJson(response, 200, { ok: true }),
+    );
+    const server = createServer(
+      serve(routes, {
+        notFound: (request, response) => this.handle(request, response),
+        onError: (error, _request, response) => {
+          if (!response.headersSent) {
+            sendJson(response, 502, {
+              error: { message: `LLM proxy failure: ${String(error)}`, type: 'proxy_error' },
+            });
+          } else response.destroy();
+        },
+      }),
+    );
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     this.server = server;
     this.origin = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
@@ -328,7 +345,6 @@ export class RolloutLlmProxy {
 
   private async handle(request: IncomingMessage, response: ServerResponse): Promise<void> {
     const path = request.url ?? '/';
-    if (request.method === 'GET' && path === '/__proxy_health') return sendJson(response, 200, { ok: true });
     if (!this.authorized(request)) {
       request.resume();
       return sendJson(response, 401, {
@@ -505,7 +521,6 @@ export class RolloutLlmProxy {
       sendJson(response, 200, completion);
       return;
     }
-    response.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
     const chunk = {
       id: completion.id,
       object: 'chat.completion.chunk',
@@ -513,7 +528,7 @@ export class RolloutLlmProxy {
       model,
       choices: [{ index: 0, delta: { role: 'assistant', content: '' }, finish_reason: 'stop' }],
     };
-    response.end(`data: ${JSON.stringify(chunk)}\n\ndata: [DONE]\n\n`);
+    new SseWriter(response).end(`${sseFrame(chunk)}${sseDoneFrame}`);
   }
 
   private countUsage(usage: unknown): void {
@@ -536,6 +551,7 @@ export class RolloutLlmProxy {
       return;
     }
     const decoder = new TextDecoder();
+    const stream = new SseWriter(response);
     let buffer = '';
     let started = false;
     const emit = (event: string): boolean => {
@@ -565,10 +581,7 @@ export class RolloutLlmProxy {
           return false;
         }
       }
-      if (!started) {
-        response.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
-        started = true;
-      }
+      started = true;
       if (data !== '' && data !== '[DONE]') {
         try {
           this.countUsage((JSON.parse(data) as Record<string, unknown>).usage);
@@ -576,7 +589,7 @@ export class RolloutLlmProxy {
           // Not JSON: relayed untouched.
         }
       }
-      response.write(`${lines.join('\n')}\n\n`);
+      stream.write(`${lines.join('\n')}\n\n`);
       return true;
     };
     while (true) {
@@ -595,8 +608,7 @@ export class RolloutLlmProxy {
       }
     }
     if (buffer.trim() !== '' && !emit(buffer)) return;
-    if (!started) response.writeHead(200, { 'content-type': 'text/event-stream' });
-    response.end();
+    stream.end();
   }
 
   private async passThrough(

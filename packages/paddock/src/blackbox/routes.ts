@@ -1,5 +1,6 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { BlackboxHealth } from '@dressage/protocol';
-import { decodePathParameter, RouteTable, requestPath } from '@dressage/protocol/http';
+import { decodePathParameter, RouteTable, requestPath, serve } from '@dressage/protocol/http';
 import type { RolloutBinding } from './binding.js';
 import { executeCommand } from './execute-command.js';
 import { BlackboxHttpError } from './http-error.js';
@@ -106,19 +107,35 @@ export function routePath(url: URL): string {
   return requestPath(url.pathname);
 }
 
+/** How {@link blackboxListener} reads a request's body and answers a route's result or failure. */
+export interface BlackboxListenerOptions {
+  /** The JSON body of a request (undefined for GET), refused with the server's own 400 and 413. */
+  readJson: (request: IncomingMessage, response: ServerResponse) => Promise<unknown>;
+  /** Answers a route's result. */
+  answer: (response: ServerResponse, result: RouteResult) => void;
+  /** Answers a failure in the BlackboxServer envelope. */
+  fail: (response: ServerResponse, error: unknown) => void;
+}
+
 /**
- * Answers one request from the route table. Unknown routes, and known paths with another method,
- * are 404.
+ * The request listener of the route table: each request's body read and its route run on the
+ * parts. Unknown routes, and known paths with another method, are 404.
  */
-export async function routeBlackbox(
+export function blackboxListener(
   parts: BlackboxParts,
-  method: string,
-  url: URL,
-  body: unknown,
-): Promise<RouteResult> {
-  const found = blackboxRoutes.lookup(method, routePath(url));
-  if (found.kind !== 'found')
-    throw new BlackboxHttpError(404, 'not_found', `No route ${method} ${url.pathname}`);
-  const { session = '', turn = '' } = found.parameters;
-  return found.handler({ parts, body, session, turn, query: url.searchParams });
+  options: BlackboxListenerOptions,
+): (request: IncomingMessage, response: ServerResponse) => Promise<void> {
+  return serve(blackboxRoutes, {
+    invoke: async (handler, request, response, { session = '', turn = '' }) => {
+      const body = await options.readJson(request, response);
+      const query = new URL(request.url ?? '/', 'http://blackbox').searchParams;
+      options.answer(response, await handler({ parts, body, session, turn, query }));
+    },
+    notFound: (request) => {
+      request.resume();
+      const { pathname } = new URL(request.url ?? '/', 'http://blackbox');
+      throw new BlackboxHttpError(404, 'not_found', `No route ${request.method ?? 'GET'} ${pathname}`);
+    },
+    onError: (error, _request, response) => options.fail(response, error),
+  });
 }

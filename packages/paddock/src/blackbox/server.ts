@@ -9,7 +9,7 @@ import { RolloutBinding } from './binding.js';
 import { type BlackboxServerConfig, defaultBlackboxConfig } from './config.js';
 import { BlackboxHttpError } from './http-error.js';
 import { PauseControl } from './pause.js';
-import { type BlackboxParts, routeBlackbox, routePath } from './routes.js';
+import { type BlackboxParts, blackboxListener, type RouteResult, routePath } from './routes.js';
 import { TurnEngine } from './turns.js';
 
 /** Options of {@link BlackboxServer}. */
@@ -62,6 +62,7 @@ function sleep(ms: number): Promise<void> {
 export class BlackboxServer {
   readonly config: BlackboxServerConfig;
   private readonly parts: BlackboxParts;
+  private readonly listener: (request: IncomingMessage, response: ServerResponse) => Promise<void>;
   private readonly apiKey: string | null;
   private readonly socketPath: string | null;
   private http: Server | null = null;
@@ -98,6 +99,16 @@ export class BlackboxServer {
     });
     turns = new TurnEngine(binding, pause);
     this.parts = { binding, turns, pause, workDir };
+    this.listener = blackboxListener(this.parts, {
+      readJson: (request, response) => this.readJson(request, response),
+      answer: (response, result: RouteResult) =>
+        sendJson(
+          response,
+          result.status ?? 200,
+          result.bare ? result.body : { request_id: response.getHeader('x-request-id'), ...result.body },
+        ),
+      fail: (response, error) => this.fail(response, error),
+    });
   }
 
   /** Starts listening; returns the base URL to reach it from this machine. */
@@ -148,42 +159,42 @@ export class BlackboxServer {
     await binding.closeUpstream();
   }
 
+  // Every request gets an id; every route but `/health` needs the key, asked before anything else
+  // (a caller without it learns nothing of routes or bodies); then the route table answers.
   private async dispatch(request: IncomingMessage, response: ServerResponse): Promise<void> {
-    const id = requestId();
-    response.setHeader('x-request-id', id);
+    response.setHeader('x-request-id', requestId());
     this.httpInflight += 1;
     try {
-      const url = new URL(request.url ?? '/', 'http://blackbox');
-      const health = request.method === 'GET' && routePath(url) === '/health';
+      const health =
+        request.method === 'GET' && routePath(new URL(request.url ?? '/', 'http://blackbox')) === '/health';
       if (this.apiKey !== null && !health && !bearerMatches(request.headers.authorization, this.apiKey)) {
         request.resume();
-        throw new BlackboxHttpError(401, 'unauthorized', 'Missing or wrong bearer key');
+        this.fail(response, new BlackboxHttpError(401, 'unauthorized', 'Missing or wrong bearer key'));
+        return;
       }
-      const body = await this.readJson(request, response);
-      const result = await routeBlackbox(this.parts, request.method ?? 'GET', url, body);
-      sendJson(
-        response,
-        result.status ?? 200,
-        result.bare ? result.body : { request_id: id, ...result.body },
-      );
-    } catch (error) {
-      const http =
-        error instanceof BlackboxHttpError
-          ? error
-          : new BlackboxHttpError(
-              500,
-              'internal_error',
-              error instanceof Error ? error.message : String(error),
-            );
-      sendJson(response, http.status, {
-        request_id: id,
-        error: http.error,
-        message: http.message,
-        details: http.details,
-      });
+      await this.listener(request, response);
     } finally {
       this.httpInflight -= 1;
     }
+  }
+
+  // The BlackboxServer envelope `{request_id, error, message, details}`; anything but a
+  // BlackboxHttpError is a 500 `internal_error`.
+  private fail(response: ServerResponse, error: unknown): void {
+    const http =
+      error instanceof BlackboxHttpError
+        ? error
+        : new BlackboxHttpError(
+            500,
+            'internal_error',
+            error instanceof Error ? error.message : String(error),
+          );
+    sendJson(response, http.status, {
+      request_id: response.getHeader('x-request-id'),
+      error: http.error,
+      message: http.message,
+      details: http.details,
+    });
   }
 
   // A body cut off at the size limit leaves unread bytes on the connection: readBody has the
