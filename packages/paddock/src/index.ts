@@ -43,7 +43,7 @@ export {
   blackboxConfigFromEnv,
   defaultBlackboxConfig,
 } from './blackbox/config.js';
-export { BlackboxHttpError } from './blackbox/http-error.js';
+export { BlackboxHttpError, type BlackboxHttpErrorOptions } from './blackbox/http-error.js';
 export { blackboxServerVersion } from './blackbox/routes.js';
 export {
   type BlackboxMessage,

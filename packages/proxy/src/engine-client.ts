@@ -76,14 +76,18 @@ function upstreamUnavailable(error: unknown, timeoutMs: number): ProxyHttpError 
   const code = (error as { code?: string } | null)?.code;
   if (code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT') {
     const message = `the engine did not answer /generate within ${timeoutMs / 1000} s (--engine-request-timeout)`;
-    return new ProxyHttpError(504, { detail: { error: 'sglang_upstream_timeout', message } }, message, error);
+    return new ProxyHttpError({
+      status: 504,
+      body: { detail: { error: 'sglang_upstream_timeout', message } },
+      message,
+      cause: error,
+    });
   }
-  return new ProxyHttpError(
-    503,
-    { detail: { error: 'sglang_upstream_unavailable', detail: text } },
-    undefined,
-    error,
-  );
+  return new ProxyHttpError({
+    status: 503,
+    body: { detail: { error: 'sglang_upstream_unavailable', detail: text } },
+    cause: error,
+  });
 }
 
 function isAbortError(error: unknown): boolean {
@@ -161,16 +165,22 @@ export class EngineClient {
     const json = idsJson('{"input_ids":[', inputIds, `],${JSON.stringify(rest).slice(1)}`);
     const reply = await this.#post('/generate', json, options.routingKey, options.signal);
     if (reply.statusCode >= 400) {
-      throw new ProxyHttpError(500, {
-        detail: `SGLang /generate returned HTTP ${reply.statusCode}: ${reply.body.toString('utf8', 0, 2048).slice(0, 500)}`,
+      throw new ProxyHttpError({
+        status: 500,
+        body: {
+          detail: `SGLang /generate returned HTTP ${reply.statusCode}: ${reply.body.toString('utf8', 0, 2048).slice(0, 500)}`,
+        },
       });
     }
     let payload: unknown;
     try {
       payload = JSON.parse(reply.body.toString('utf8'));
     } catch (error) {
-      throw new ProxyHttpError(500, {
-        detail: `SGLang /generate returned invalid JSON: ${(error as Error).message}`,
+      throw new ProxyHttpError({
+        status: 500,
+        body: {
+          detail: `SGLang /generate returned invalid JSON: ${(error as Error).message}`,
+        },
       });
     }
     return parseGenerateResponse(payload);

@@ -1,5 +1,12 @@
 import { type ContextOverflowBody, contextOverflowBody, DressageError } from '@dressage/protocol';
-import { HttpError } from '@dressage/protocol/http';
+import { HttpError, type HttpErrorOptions } from '@dressage/protocol/http';
+
+/** Options of {@link ProxyHttpError}: those of every HttpError, with the body; the message defaults to the body's. */
+export interface ProxyHttpErrorOptions extends Omit<HttpErrorOptions, 'message'> {
+  /** The JSON body the proxy answers with. */
+  body: unknown;
+  message?: string;
+}
 
 /**
  * An error that leaves the proxy as an HTTP response with an exact status and JSON body. Most bodies
@@ -9,12 +16,11 @@ export class ProxyHttpError extends HttpError {
   /** The JSON body the proxy answers with. */
   readonly body: unknown;
 
-  constructor(status: number, body: unknown, message?: string, cause?: unknown) {
+  constructor({ body, message, details, ...options }: ProxyHttpErrorOptions) {
     super({
-      status,
-      message: message ?? describeBody(body) ?? `HTTP ${status}`,
-      details: { status },
-      cause,
+      ...options,
+      message: message ?? describeBody(body) ?? `HTTP ${options.status}`,
+      details: { status: options.status, ...details },
     });
     this.name = 'ProxyHttpError';
     this.body = body;
@@ -37,12 +43,12 @@ function describeBody(body: unknown): string | undefined {
 
 /** `{"detail": detail}` with `status`. */
 export function detailError(status: number, detail: string | Record<string, unknown>): ProxyHttpError {
-  return new ProxyHttpError(status, { detail });
+  return new ProxyHttpError({ status, body: { detail } });
 }
 
 /** The 413 context-overflow error (top-level body, not wrapped in `detail`). */
 export function contextOverflowError(details: ContextOverflowBody['details']): ProxyHttpError {
-  return new ProxyHttpError(413, contextOverflowBody(details));
+  return new ProxyHttpError({ status: 413, body: contextOverflowBody(details) });
 }
 
 /**

@@ -16,7 +16,7 @@ export {
   type TokenBuildModel,
   usage,
 } from './config.js';
-export { ProxyHttpError } from './http-error.js';
+export { ProxyHttpError, type ProxyHttpErrorOptions } from './http-error.js';
 export {
   createPromptTokenizer,
   loadPromptRendering,

@@ -209,7 +209,7 @@ export function createProxyHttpServer(service: ProxyService): Server {
         if (session !== undefined) request.headers['x-session-id'] = session;
         if (route.auth && config.apiKey !== 'no-auth') {
           if (!bearerMatches(request.headers.authorization, config.apiKey))
-            throw new ProxyHttpError(401, { detail: 'Unauthorized' });
+            throw new ProxyHttpError({ status: 401, body: { detail: 'Unauthorized' } });
         }
         if ('bytesHandler' in route) {
           await route.bytesHandler(request, await readRequestBody(request, response), response);

@@ -122,12 +122,12 @@ function storageError(error: unknown, what: string): ProxyHttpError {
   const code = (error as NodeJS.ErrnoException | null)?.code;
   const full = code === 'ENOSPC' || code === 'EDQUOT' || code === 'EFBIG';
   const message = `${what} did not reach the trajectory log (${code ?? (error as Error)?.message ?? error}); nothing was recorded, retry once the store has room`;
-  return new ProxyHttpError(
-    full ? 507 : 503,
-    { detail: { error: full ? 'insufficient_storage' : 'store_unavailable', message } },
+  return new ProxyHttpError({
+    status: full ? 507 : 503,
+    body: { detail: { error: full ? 'insufficient_storage' : 'store_unavailable', message } },
     message,
-    error,
-  );
+    cause: error,
+  });
 }
 
 const logName = 'trajectories.jsonl';

@@ -58,8 +58,13 @@ export function normalizeRouter(router: string, apiPath: string): { base: string
   try {
     url = new URL(withScheme);
   } catch {
-    throw new BlackboxHttpError(400, 'request_error', `router is not a valid URL: ${router}`, {
-      errors: [{ path: 'router', message: 'not a URL' }],
+    throw new BlackboxHttpError({
+      status: 400,
+      error: 'request_error',
+      message: `router is not a valid URL: ${router}`,
+      details: {
+        errors: [{ path: 'router', message: 'not a URL' }],
+      },
     });
   }
   const path = url.pathname.replace(/\/+$/, '');
@@ -136,9 +141,13 @@ export class RolloutBinding {
   async register(body: unknown): Promise<BlackboxRegisterResponse> {
     const request = parseBody(registerRequestSchema, body, 'register request');
     if (this.status === 'shutting_down')
-      throw new BlackboxHttpError(503, 'shutting_down', 'Server is shutting down');
+      throw new BlackboxHttpError({
+        status: 503,
+        error: 'shutting_down',
+        message: 'Server is shutting down',
+      });
     if (this.status === 'initializing')
-      throw new BlackboxHttpError(409, 'conflict', 'Server is initializing');
+      throw new BlackboxHttpError({ status: 409, error: 'conflict', message: 'Server is initializing' });
     const router = normalizeRouter(request.router, request.router_api_path);
     const fingerprint = fingerprintOf({
       blackbox_type: request.blackbox_type,
@@ -154,24 +163,29 @@ export class RolloutBinding {
       return this.registerBody();
     }
     if (this.info && this.hooks.hasLiveSessions() && this.fingerprint !== fingerprint) {
-      throw new BlackboxHttpError(409, 'conflict', 'Server is bound to another session with live state', {
-        bound_session_id: this.info.bound_session_id,
+      throw new BlackboxHttpError({
+        status: 409,
+        error: 'conflict',
+        message: 'Server is bound to another session with live state',
+        details: {
+          bound_session_id: this.info.bound_session_id,
+        },
       });
     }
     const factory = this.adapters[request.blackbox_type];
     if (!factory) {
       const known = (knownBackends as readonly string[]).includes(request.blackbox_type);
-      throw new BlackboxHttpError(
-        400,
-        'request_error',
-        known
+      throw new BlackboxHttpError({
+        status: 400,
+        error: 'request_error',
+        message: known
           ? `Backend ${request.blackbox_type} is not implemented by this server`
           : `Unknown blackbox_type ${request.blackbox_type}`,
-        {
+        details: {
           errors: [{ path: 'blackbox_type', message: 'not available' }],
           implemented: Object.keys(this.adapters),
         },
-      );
+      });
     }
     const { proxy: proxyRaw, ...adapterOptions } = request.backend_options;
     const proxyResult = proxyOptionsSchema.safeParse(proxyRaw ?? {});
@@ -203,11 +217,20 @@ export class RolloutBinding {
       if (error instanceof AdapterOptionsError || error instanceof BlackboxHttpError) {
         this.status = 'idle';
         if (error instanceof BlackboxHttpError) throw error;
-        throw new BlackboxHttpError(400, 'request_error', error.message, { errors: error.errors });
+        throw new BlackboxHttpError({
+          status: 400,
+          error: 'request_error',
+          message: error.message,
+          details: { errors: error.errors },
+        });
       }
       this.status = 'error';
       this.lastError = error instanceof Error ? error.message : String(error);
-      throw new BlackboxHttpError(502, 'backend_error', `Backend initialization failed: ${this.lastError}`);
+      throw new BlackboxHttpError({
+        status: 502,
+        error: 'backend_error',
+        message: `Backend initialization failed: ${this.lastError}`,
+      });
     }
     this.fingerprint = fingerprint;
     this.status = 'ready';

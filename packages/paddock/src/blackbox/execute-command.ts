@@ -28,28 +28,41 @@ export async function executeCommand(
 ): Promise<BlackboxExecuteCommandResponse> {
   const request = parseBody(executeCommandRequestSchema, body, 'execute_cmd request');
   if (/[\n\r\0]/.test(request.cmd)) {
-    throw new BlackboxHttpError(400, 'request_error', 'cmd must be a single line', {
-      errors: [{ path: 'cmd', message: 'newline, carriage return or NUL' }],
+    throw new BlackboxHttpError({
+      status: 400,
+      error: 'request_error',
+      message: 'cmd must be a single line',
+      details: {
+        errors: [{ path: 'cmd', message: 'newline, carriage return or NUL' }],
+      },
     });
   }
   if (!context.insideSandbox) {
-    throw new BlackboxHttpError(
-      403,
-      'forbidden',
-      'execute_cmd runs commands only when the server runs inside a sandbox (BBS_INSIDE_SANDBOX=1): here they would run as the server user on the host',
-    );
+    throw new BlackboxHttpError({
+      status: 403,
+      error: 'forbidden',
+      message:
+        'execute_cmd runs commands only when the server runs inside a sandbox (BBS_INSIDE_SANDBOX=1): here they would run as the server user on the host',
+    });
   }
   const session = context.session();
   const latestId = session.order.at(-1);
   const latest = latestId === undefined ? undefined : session.turns.get(latestId);
   if (latest && !isTerminal(latest.status)) {
-    throw new BlackboxHttpError(409, 'conflict', 'A turn is in progress', { active_turn_id: latest.id });
+    throw new BlackboxHttpError({
+      status: 409,
+      error: 'conflict',
+      message: 'A turn is in progress',
+      details: { active_turn_id: latest.id },
+    });
   }
-  if (session.state === 'aborted') throw new BlackboxHttpError(409, 'session_aborted', 'Session was aborted');
+  if (session.state === 'aborted')
+    throw new BlackboxHttpError({ status: 409, error: 'session_aborted', message: 'Session was aborted' });
   if (session.state === 'desynced') {
     const harvesting =
       latest?.error && ['context_overflow', 'max_steps_exceeded'].includes(latest.error.error);
-    if (!harvesting) throw new BlackboxHttpError(409, 'session_desynced', 'Session is desynced');
+    if (!harvesting)
+      throw new BlackboxHttpError({ status: 409, error: 'session_desynced', message: 'Session is desynced' });
   }
   const timeout = request.timeout ?? context.defaultTimeout;
   let result: Awaited<ReturnType<typeof runProcessGroup>>;
@@ -59,7 +72,11 @@ export async function executeCommand(
       timeoutMs: timeout * 1000,
     });
   } catch (error) {
-    throw new BlackboxHttpError(502, 'backend_error', `Failed to spawn the command: ${String(error)}`);
+    throw new BlackboxHttpError({
+      status: 502,
+      error: 'backend_error',
+      message: `Failed to spawn the command: ${String(error)}`,
+    });
   }
   return {
     session_id: session.id,

@@ -6,8 +6,17 @@ import { BlackboxHttpError } from './http-error.js';
 
 describe('paddock errors', () => {
   it('are DressageErrors with a code that matches the status they answer', () => {
-    const conflict = new BlackboxHttpError(409, 'session_desynced', 'Session is desynced', { turn_id: 't' });
-    const timeout = new BlackboxHttpError(504, 'backend_timeout', 'Backend did not finish');
+    const conflict = new BlackboxHttpError({
+      status: 409,
+      error: 'session_desynced',
+      message: 'Session is desynced',
+      details: { turn_id: 't' },
+    });
+    const timeout = new BlackboxHttpError({
+      status: 504,
+      error: 'backend_timeout',
+      message: 'Backend did not finish',
+    });
     expect(DressageError.isInstance(conflict)).toBe(true);
     // 409 is a conflict with the session's state: `aborted`, as gRPC maps it.
     expect([conflict.code, conflict.httpStatus, conflict.error, conflict.details]).toEqual([

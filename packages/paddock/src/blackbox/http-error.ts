@@ -1,14 +1,20 @@
 import { issuesFromZodError } from '@dressage/protocol';
-import { HttpError } from '@dressage/protocol/http';
+import { HttpError, type HttpErrorOptions } from '@dressage/protocol/http';
 import type { z } from 'zod';
+
+/** Options of {@link BlackboxHttpError}: those of every HttpError, and the reference's error name. */
+export interface BlackboxHttpErrorOptions extends HttpErrorOptions {
+  /** The reference's error name (`request_error`, `conflict`, `backend_timeout`, ...). */
+  error: string;
+}
 
 /** An error answered with the BlackboxServer envelope `{request_id, error, message, details}`. */
 export class BlackboxHttpError extends HttpError {
   /** The reference's error name (`request_error`, `conflict`, `backend_timeout`, ...). */
   readonly error: string;
 
-  constructor(status: number, error: string, message: string, details: Record<string, unknown> = {}) {
-    super({ status, message, details });
+  constructor({ error, details = {}, ...options }: BlackboxHttpErrorOptions) {
+    super({ ...options, details });
     this.name = 'BlackboxHttpError';
     this.error = error;
   }
@@ -16,8 +22,13 @@ export class BlackboxHttpError extends HttpError {
 
 /** A 400 `request_error` listing the request's invalid fields. */
 export function validationError(error: z.ZodError, where: string): BlackboxHttpError {
-  return new BlackboxHttpError(400, 'request_error', `Invalid ${where}`, {
-    errors: issuesFromZodError(error),
+  return new BlackboxHttpError({
+    status: 400,
+    error: 'request_error',
+    message: `Invalid ${where}`,
+    details: {
+      errors: issuesFromZodError(error),
+    },
   });
 }
 
@@ -30,5 +41,10 @@ export function parseBody<T extends z.ZodType>(schema: T, body: unknown, where: 
 
 /** A 404 for a turn id the session does not know. */
 export function unknownTurn(turnId: string): BlackboxHttpError {
-  return new BlackboxHttpError(404, 'not_found', `Unknown turn ${turnId}`, { turn_id: turnId });
+  return new BlackboxHttpError({
+    status: 404,
+    error: 'not_found',
+    message: `Unknown turn ${turnId}`,
+    details: { turn_id: turnId },
+  });
 }

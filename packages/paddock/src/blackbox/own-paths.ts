@@ -23,8 +23,13 @@ async function realRoots(roots: readonly string[]): Promise<string[]> {
  */
 export async function ownFile(file: string, field: string, roots: readonly string[]): Promise<string> {
   const refuse = (why: string) =>
-    new BlackboxHttpError(400, 'request_error', `${field} ${why}`, {
-      errors: [{ path: field, message: why }],
+    new BlackboxHttpError({
+      status: 400,
+      error: 'request_error',
+      message: `${field} ${why}`,
+      details: {
+        errors: [{ path: field, message: why }],
+      },
     });
   if (!isAbsolute(file)) throw refuse('must be an absolute path');
   let resolved: string;
@@ -60,11 +65,11 @@ export async function ownDirectory(
   }
   const real = await realRoots(roots);
   if (resolved === null || !real.some((root) => isInside(root, resolved))) {
-    throw new BlackboxHttpError(
-      400,
-      'request_error',
-      `${field} must resolve inside the server's work dir or runtime root (${real.join(', ')})`,
-      { errors: [{ path: field, message: 'outside the server tree' }] },
-    );
+    throw new BlackboxHttpError({
+      status: 400,
+      error: 'request_error',
+      message: `${field} must resolve inside the server's work dir or runtime root (${real.join(', ')})`,
+      details: { errors: [{ path: field, message: 'outside the server tree' }] },
+    });
   }
 }

@@ -77,8 +77,13 @@ export class PauseControl {
       details,
     };
     if (!quiesced) {
-      throw new BlackboxHttpError(503, 'pause_timeout', 'Generations did not quiesce in time', {
-        ...response,
+      throw new BlackboxHttpError({
+        status: 503,
+        error: 'pause_timeout',
+        message: 'Generations did not quiesce in time',
+        details: {
+          ...response,
+        },
       });
     }
     return response;

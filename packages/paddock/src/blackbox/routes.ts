@@ -45,13 +45,23 @@ function decodeParameter(raw: string, name: string): string {
   try {
     value = decodePathParameter(raw, field);
   } catch {
-    throw new BlackboxHttpError(400, 'request_error', `Malformed %-encoding in ${field}`, {
-      errors: [{ path: field, message: 'malformed percent-encoding' }],
+    throw new BlackboxHttpError({
+      status: 400,
+      error: 'request_error',
+      message: `Malformed %-encoding in ${field}`,
+      details: {
+        errors: [{ path: field, message: 'malformed percent-encoding' }],
+      },
     });
   }
   if (name === 'session' && !idPattern.test(value)) {
-    throw new BlackboxHttpError(400, 'request_error', 'Invalid session id', {
-      errors: [{ path: 'session_id', message: 'must match the id pattern' }],
+    throw new BlackboxHttpError({
+      status: 400,
+      error: 'request_error',
+      message: 'Invalid session id',
+      details: {
+        errors: [{ path: 'session_id', message: 'must match the id pattern' }],
+      },
     });
   }
   return value;
@@ -134,7 +144,11 @@ export function blackboxListener(
     notFound: (request) => {
       request.resume();
       const { pathname } = new URL(request.url ?? '/', 'http://blackbox');
-      throw new BlackboxHttpError(404, 'not_found', `No route ${request.method ?? 'GET'} ${pathname}`);
+      throw new BlackboxHttpError({
+        status: 404,
+        error: 'not_found',
+        message: `No route ${request.method ?? 'GET'} ${pathname}`,
+      });
     },
     onError: (error, _request, response) => options.fail(response, error),
   });

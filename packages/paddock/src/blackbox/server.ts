@@ -76,7 +76,12 @@ export class BlackboxServer {
     // The parts refer to each other through these late-bound hooks, built once here.
     let turns: TurnEngine | null = null;
     const engine = () => {
-      if (turns === null) throw new BlackboxHttpError(500, 'internal_error', 'Turn engine not ready');
+      if (turns === null)
+        throw new BlackboxHttpError({
+          status: 500,
+          error: 'internal_error',
+          message: 'Turn engine not ready',
+        });
       return turns;
     };
     const pause = new PauseControl({
@@ -169,7 +174,14 @@ export class BlackboxServer {
         request.method === 'GET' && routePath(new URL(request.url ?? '/', 'http://blackbox')) === '/health';
       if (this.apiKey !== null && !health && !bearerMatches(request.headers.authorization, this.apiKey)) {
         request.resume();
-        this.fail(response, new BlackboxHttpError(401, 'unauthorized', 'Missing or wrong bearer key'));
+        this.fail(
+          response,
+          new BlackboxHttpError({
+            status: 401,
+            error: 'unauthorized',
+            message: 'Missing or wrong bearer key',
+          }),
+        );
         return;
       }
       await this.listener(request, response);
@@ -184,11 +196,11 @@ export class BlackboxServer {
     const http =
       error instanceof BlackboxHttpError
         ? error
-        : new BlackboxHttpError(
-            500,
-            'internal_error',
-            error instanceof Error ? error.message : String(error),
-          );
+        : new BlackboxHttpError({
+            status: 500,
+            error: 'internal_error',
+            message: error instanceof Error ? error.message : String(error),
+          });
     sendJson(response, http.status, {
       request_id: response.getHeader('x-request-id'),
       error: http.error,
@@ -205,14 +217,24 @@ export class BlackboxServer {
       limit: this.config.max_request_bytes,
       response,
       tooLarge: (limit) =>
-        new BlackboxHttpError(413, 'request_too_large', `Request body exceeds the limit of ${limit} bytes`, {
-          limit_bytes: limit,
+        new BlackboxHttpError({
+          status: 413,
+          error: 'request_too_large',
+          message: `Request body exceeds the limit of ${limit} bytes`,
+          details: {
+            limit_bytes: limit,
+          },
         }),
     });
     return parseJsonBody(bytes, {
       invalid: (error) =>
-        new BlackboxHttpError(400, 'request_error', 'Request body is not valid JSON', {
-          errors: [{ path: '(root)', message: error.message }],
+        new BlackboxHttpError({
+          status: 400,
+          error: 'request_error',
+          message: 'Request body is not valid JSON',
+          details: {
+            errors: [{ path: '(root)', message: error.message }],
+          },
         }),
     });
   }

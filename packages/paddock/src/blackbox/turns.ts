@@ -187,20 +187,30 @@ export class TurnEngine {
   /** The bound session `sessionId` (409 when none is registered or it is another one). */
   boundSession(sessionId: string): Session {
     const bound = this.binding.boundSessionId;
-    if (bound === null) throw new BlackboxHttpError(409, 'not_registered', 'No rollout is registered');
+    if (bound === null)
+      throw new BlackboxHttpError({
+        status: 409,
+        error: 'not_registered',
+        message: 'No rollout is registered',
+      });
     if (sessionId !== bound) {
-      throw new BlackboxHttpError(
-        409,
-        'bound_session_mismatch',
-        'Session id does not match the bound session',
-        {
+      throw new BlackboxHttpError({
+        status: 409,
+        error: 'bound_session_mismatch',
+        message: 'Session id does not match the bound session',
+        details: {
           expected: bound,
           actual: sessionId,
         },
-      );
+      });
     }
     const session = this.sessions.get(sessionId);
-    if (!session) throw new BlackboxHttpError(404, 'not_found', `Unknown session ${sessionId}`);
+    if (!session)
+      throw new BlackboxHttpError({
+        status: 404,
+        error: 'not_found',
+        message: `Unknown session ${sessionId}`,
+      });
     return session;
   }
 
@@ -228,18 +238,23 @@ export class TurnEngine {
       typeof content !== 'string' ||
       content.trim() === ''
     ) {
-      throw new BlackboxHttpError(
-        400,
-        'request_error',
-        'Exactly one user message with non-empty text content is required',
-        {
+      throw new BlackboxHttpError({
+        status: 400,
+        error: 'request_error',
+        message: 'Exactly one user message with non-empty text content is required',
+        details: {
           errors: [{ path: 'messages', message: 'exactly one non-empty user message' }],
         },
-      );
+      });
     }
     if (request.mode === 'async' && !request.turn_id) {
-      throw new BlackboxHttpError(400, 'request_error', 'Async messages require a turn_id', {
-        errors: [{ path: 'turn_id', message: 'required in async mode' }],
+      throw new BlackboxHttpError({
+        status: 400,
+        error: 'request_error',
+        message: 'Async messages require a turn_id',
+        details: {
+          errors: [{ path: 'turn_id', message: 'required in async mode' }],
+        },
       });
     }
     const fingerprint = fingerprintOf(request.messages);
@@ -249,31 +264,57 @@ export class TurnEngine {
       const existing = session.turns.get(turnId);
       if (existing) {
         if (existing.fingerprint !== fingerprint) {
-          throw new BlackboxHttpError(409, 'conflict', `Turn ${turnId} was submitted with a different body`, {
-            turn_id: turnId,
+          throw new BlackboxHttpError({
+            status: 409,
+            error: 'conflict',
+            message: `Turn ${turnId} was submitted with a different body`,
+            details: {
+              turn_id: turnId,
+            },
           });
         }
         return { turn: existing, replay: true };
       }
       if (session.state === 'aborted')
-        throw new BlackboxHttpError(409, 'session_aborted', 'Session was aborted');
+        throw new BlackboxHttpError({
+          status: 409,
+          error: 'session_aborted',
+          message: 'Session was aborted',
+        });
       if (session.state === 'desynced')
-        throw new BlackboxHttpError(409, 'session_desynced', 'Session is desynced');
+        throw new BlackboxHttpError({
+          status: 409,
+          error: 'session_desynced',
+          message: 'Session is desynced',
+        });
       const maxTurns = this.binding.effective.max_turns;
       if (session.turnCount >= maxTurns) {
-        throw new BlackboxHttpError(429, 'too_many_requests', `Session reached max_turns (${maxTurns})`);
+        throw new BlackboxHttpError({
+          status: 429,
+          error: 'too_many_requests',
+          message: `Session reached max_turns (${maxTurns})`,
+        });
       }
       if (session.activeTurnId) {
         const active = session.turns.get(session.activeTurnId);
         if (active && !isTerminal(active.status)) {
-          throw new BlackboxHttpError(409, 'conflict', 'Another turn is active', {
-            active_turn_id: active.id,
+          throw new BlackboxHttpError({
+            status: 409,
+            error: 'conflict',
+            message: 'Another turn is active',
+            details: {
+              active_turn_id: active.id,
+            },
           });
         }
       }
       if (!(await this.binding.healthy())) {
         this.binding.markBackendFailed('the agent backend failed its health check before a turn');
-        throw new BlackboxHttpError(503, 'backend_unavailable', 'Agent backend is not healthy');
+        throw new BlackboxHttpError({
+          status: 503,
+          error: 'backend_unavailable',
+          message: 'Agent backend is not healthy',
+        });
       }
       if (request.turn_id && session.turnMode === null) session.turnMode = 'explicit';
       const created = createTurn(turnId, fingerprint, request.messages, request.metadata ?? null);
@@ -306,7 +347,12 @@ export class TurnEngine {
         details: {},
         http_status: 500,
       };
-      throw new BlackboxHttpError(error.http_status, error.error, error.message, error.details);
+      throw new BlackboxHttpError({
+        status: error.http_status,
+        error: error.error,
+        message: error.message,
+        details: error.details,
+      });
     }
     return {
       status: 200,
@@ -431,14 +477,14 @@ export class TurnEngine {
   private resolveTurnId(session: Session, explicit: string | null): string {
     if (explicit === null) {
       if (session.turnMode === 'explicit') {
-        throw new BlackboxHttpError(
-          400,
-          'request_error',
-          'This session uses explicit turn ids: turn_id is required',
-          {
+        throw new BlackboxHttpError({
+          status: 400,
+          error: 'request_error',
+          message: 'This session uses explicit turn ids: turn_id is required',
+          details: {
             errors: [{ path: 'turn_id', message: 'required' }],
           },
-        );
+        });
       }
       if (session.singleTurnId === null) {
         session.turnMode = 'single';
@@ -447,8 +493,13 @@ export class TurnEngine {
       return session.singleTurnId;
     }
     if (session.turnMode === 'single' && explicit !== session.singleTurnId) {
-      throw new BlackboxHttpError(409, 'conflict', 'This session is in single-turn mode', {
-        turn_id: session.singleTurnId,
+      throw new BlackboxHttpError({
+        status: 409,
+        error: 'conflict',
+        message: 'This session is in single-turn mode',
+        details: {
+          turn_id: session.singleTurnId,
+        },
       });
     }
     return explicit;
