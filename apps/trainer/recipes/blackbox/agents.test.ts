@@ -1,10 +1,9 @@
 // `blackbox.agent` takes every adapter paddock ships (recipe.test.ts in src/lib checks all five with
-// options of their own). Here a CLI other than opencode (recipe.test.ts beside this file), installed
-// from npm into the agent cache and unmodified, trains a step through `dressage train` with an
-// adapter option of its own. Claude Code, qwen-code and OpenClaw ran here too, but their requests
-// (their own instructions and tool schemas) are longer than the embedded wasm trainer can train on:
-// with a 32,768-token context its Train failed on them. The agent-e2e suite runs each of them
-// through paddock against a real proxy.
+// options of their own). Here each CLI other than opencode (recipe.test.ts beside this file),
+// installed from npm into the agent cache and unmodified, trains a step through `dressage train`
+// with an adapter option of its own. Claude Code's, qwen-code's and OpenClaw's requests (their own
+// instructions and tool schemas) run to 8-16K tokens: the embedded trainer attends to them in
+// chunks (one pass over 10K tokens failed with "Invalid typed array length").
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -16,9 +15,13 @@ type Json = Record<string, unknown>;
 
 const recipeDirectory = new URL('.', import.meta.url).pathname;
 
-// Each CLI with an option only its adapter knows, and the context its own instructions need.
+// Each CLI with an option only its adapter knows, and the context its own instructions need (with
+// this recipe's system prompt, about 10K tokens for Claude Code, 16K for qwen-code, 8K for OpenClaw).
 const agents = {
-  codex: { options: '{ model_provider_id: local_proxy }', context: 16384 },
+  codex: { options: '{ model_provider_id: local_proxy }', context: 16384, longerThan: 0 },
+  claude_code: { options: '{ max_turns: 5 }', context: 32768, longerThan: 8192 },
+  qwen_code: { options: '{ max_session_turns: 7 }', context: 32768, longerThan: 8192 },
+  openclaw: { options: '{ context_window: 32768 }', context: 32768, longerThan: 6144 },
 } as const;
 
 async function installed(agent: keyof typeof agents): Promise<string | null> {
@@ -40,7 +43,7 @@ describe('blackbox agents under dressage train', () => {
         console.warn(`[dressage] skipping ${agent}: cannot install its CLI: ${skipReason}`);
         context.skip();
       }
-      const { options, context: window } = agents[agent];
+      const { options, context: window, longerThan } = agents[agent];
       const directory = await mkdtemp(join(tmpdir(), `dressage-blackbox-${agent}-`));
       try {
         const recipePath = join(directory, 'recipe.yaml');
@@ -78,6 +81,8 @@ hooks: { reward_modules: [${join(recipeDirectory, 'task.ts')}] }
           const metadata = sample.metadata as Json;
           expect(sample.remove_sample, JSON.stringify(metadata)).toBe(false);
           expect((sample.loss_mask as number[]).some((value) => value === 1)).toBe(true);
+          // The CLI's request as it is: past what one pass of attention could hold.
+          expect((sample.tokens as number[]).length).toBeGreaterThan(longerThan);
           const results = metadata.execute_cmds as Json[];
           expect(results.map((result) => [result.stage, result.name])).toEqual([['after_agent', 'check']]);
         }
