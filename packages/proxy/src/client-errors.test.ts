@@ -13,7 +13,7 @@ afterEach(async () => {
   harness = undefined;
 });
 
-const prompt = [{ role: 'user', content: 'hi' }];
+const prompt = [{ role: 'user' as const, content: 'hi' }];
 
 function chat(body: Record<string, unknown>, session = 's') {
   return harness!.call(

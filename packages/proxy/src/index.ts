@@ -25,6 +25,7 @@ export {
   type PromptTokenizer,
 } from './prompt-tokenizer.js';
 export {
+  type ChatCompletionRequestBody,
   type CompletionIds,
   ProxyClient,
   ProxyClientError,

@@ -45,7 +45,7 @@ export {
   resumeRequestSchema,
 } from './request-bodies.js';
 export { createProxyHttpServer } from './server.js';
-export { type CompletionBody, completionToFrames } from './streaming.js';
+export { completionToFrames } from './streaming.js';
 export {
   recordToSegment,
   type StoredBlock,

@@ -3,13 +3,13 @@ import type { Tool } from '@dressage/protocol';
 import type { ParseBackend } from './config.js';
 import type { EngineClient } from './engine-client.js';
 
-/** A tool call in the response's shape. */
-export interface ParsedToolCall {
+/** A tool call in the response's shape (a type, not an interface: it is a completion's tool call as is). */
+export type ParsedToolCall = {
   id: string;
   type: 'function';
   index: number;
   function: { name: string; arguments: string };
-}
+};
 
 /** The visible text and the reasoning of an output. */
 export interface ReasoningSplit {

@@ -4,7 +4,16 @@ import { DressageError } from '@dressage/protocol';
 import { describe, expect, it } from 'vitest';
 import { ProxyClient, ProxyClientError } from './proxy-client.js';
 
-async function serve(statuses: number[]) {
+const completion = {
+  id: 'chatcmpl-1',
+  object: 'chat.completion',
+  created: 1,
+  model: 'm',
+  choices: [{ index: 0, message: { role: 'assistant', content: 'hi' }, finish_reason: 'stop' }],
+  usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 },
+};
+
+async function serve(statuses: number[], okBody?: unknown) {
   const seen: Array<{ path: string; headers: Record<string, unknown>; body: string }> = [];
   const server = createServer(async (request, response) => {
     let body = '';
@@ -12,7 +21,8 @@ async function serve(statuses: number[]) {
     seen.push({ path: request.url ?? '', headers: request.headers, body });
     const status = statuses[Math.min(seen.length - 1, statuses.length - 1)]!;
     response.writeHead(status, { 'content-type': 'application/json' });
-    response.end(JSON.stringify(status === 200 ? { ok: true } : { detail: 'nope' }));
+    const ok = okBody ?? (request.url === '/v1/chat/completions' ? completion : { ok: true });
+    response.end(JSON.stringify(status === 200 ? ok : { detail: 'nope' }));
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
@@ -28,7 +38,8 @@ describe('ProxyClient (§1.12)', () => {
         { messages: [] },
         { sessionId: 's', instanceId: 'i', turnId: 't', expectedVersion: 'v9' },
       );
-      expect(result).toEqual({ ok: true });
+      expect(result).toEqual(completion);
+      expect(result.choices[0]?.message.content).toBe('hi');
       expect(server.seen).toHaveLength(3);
       expect(server.seen[0]!.headers).toMatchObject({
         'x-session-id': 's',
@@ -37,6 +48,20 @@ describe('ProxyClient (§1.12)', () => {
         'x-dressage-expected-version': 'v9',
         authorization: 'Bearer k',
       });
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('checks the shape of a completion and refuses one that does not fit, by field', async () => {
+    const server = await serve([200], { ok: true });
+    try {
+      const client = new ProxyClient({ baseUrl: server.url });
+      const error = await client
+        .chatCompletions({ messages: [{ role: 'user', content: 'hi' }] }, { sessionId: 's', turnId: 't' })
+        .catch((caught: unknown) => caught);
+      expect(error).toBeInstanceOf(DressageError);
+      expect((error as DressageError).message).toMatch(/answered a body of the wrong shape: id: /);
     } finally {
       await server.close();
     }

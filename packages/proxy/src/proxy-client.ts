@@ -1,6 +1,9 @@
 import {
   type CapabilitiesResponse,
+  type ChatCompletionResponse,
   capabilitiesResponseSchema,
+  type chatCompletionRequestSchema,
+  chatCompletionResponseSchema,
   type DiscardResponse,
   DressageError,
   discardResponseSchema,
@@ -20,6 +23,16 @@ import {
 import { codeOfHttpStatus } from '@dressage/protocol/http';
 import type { z } from 'zod';
 import { identifierProblem } from './identifiers.js';
+import type {
+  discardRequestSchema,
+  finalizeRequestSchema,
+  pauseRequestSchema,
+  readRequestSchema,
+  resumeRequestSchema,
+} from './request-bodies.js';
+
+/** A chat completion request as a caller writes it (any OpenAI keys beside those the proxy reads). */
+export type ChatCompletionRequestBody = z.input<typeof chatCompletionRequestSchema>;
 
 /** Options of {@link ProxyClient}. */
 export interface ProxyClientOptions {
@@ -118,8 +131,11 @@ export class ProxyClient {
     return `${this.baseUrl}/s/${encodeURIComponent(sessionId)}/v1`;
   }
 
-  /** `POST /v1/chat/completions` with the id headers. */
-  async chatCompletions(body: Record<string, unknown>, ids: CompletionIds): Promise<Record<string, unknown>> {
+  /** `POST /v1/chat/completions` with the id headers; the answer is checked against OpenAI's shape. */
+  async chatCompletions(
+    body: ChatCompletionRequestBody,
+    ids: CompletionIds,
+  ): Promise<ChatCompletionResponse> {
     for (const [field, value] of [
       ['sessionId', ids.sessionId],
       ['instanceId', ids.instanceId],
@@ -140,9 +156,7 @@ export class ProxyClient {
     if (ids.turnId) headers['x-turn-id'] = ids.turnId;
     if (ids.expectedVersion) headers['x-dressage-expected-version'] = ids.expectedVersion;
     const answer = await this.#call('POST', '/v1/chat/completions', { ...body, stream: false }, headers);
-    // The completion is the engine's answer passed through as is (OpenAI's shape); it is not on
-    // the trajectory path, so it is not checked here.
-    return answer as Record<string, unknown>;
+    return this.#answer(chatCompletionResponseSchema, answer, '/v1/chat/completions');
   }
 
   /** `POST /session/finalize`. */
@@ -150,7 +164,7 @@ export class ProxyClient {
     sessionId: string,
     options: { instanceId?: string; label?: unknown } = {},
   ): Promise<FinalizeResponse> {
-    const body: Record<string, unknown> = { session_id: sessionId };
+    const body: z.input<typeof finalizeRequestSchema> = { session_id: sessionId };
     if (options.instanceId) body.instance_id = options.instanceId;
     if (options.label !== undefined) body.label = options.label;
     return this.#call('POST', '/session/finalize', body).then((answer) =>
@@ -160,7 +174,8 @@ export class ProxyClient {
 
   /** `POST /session/discard`. */
   discardSession(sessionId: string): Promise<DiscardResponse> {
-    return this.#call('POST', '/session/discard', { session_id: sessionId }).then((answer) =>
+    const body: z.input<typeof discardRequestSchema> = { session_id: sessionId };
+    return this.#call('POST', '/session/discard', body).then((answer) =>
       this.#answer(discardResponseSchema, answer, '/session/discard'),
     );
   }
@@ -175,7 +190,7 @@ export class ProxyClient {
   ): Promise<TrajectoryRead>;
   readTrajectory(options?: ReadTrajectoryOptions): Promise<TrajectoryReadResponse>;
   async readTrajectory(options: ReadTrajectoryOptions = {}): Promise<TrajectoryReadResponse> {
-    const body: Record<string, unknown> = { drain: options.drain ?? false };
+    const body: z.input<typeof readRequestSchema> = { drain: options.drain ?? false };
     if (options.trajectoryId) body.trajectory_id = options.trajectoryId;
     if (options.sessionId) body.session_id = options.sessionId;
     if (options.instanceId) body.instance_id = options.instanceId;
@@ -203,7 +218,7 @@ export class ProxyClient {
 
   /** `POST /v1/rollout/pause`. */
   pauseRollout(reason = 'weight_update', timeoutSeconds?: number): Promise<RolloutPauseResponse> {
-    const body: Record<string, unknown> = { reason };
+    const body: z.input<typeof pauseRequestSchema> = { reason };
     if (timeoutSeconds !== undefined) body.timeout_seconds = timeoutSeconds;
     return this.#call('POST', '/v1/rollout/pause', body).then((answer) =>
       this.#answer(rolloutPauseResponseSchema, answer, '/v1/rollout/pause'),
@@ -212,7 +227,7 @@ export class ProxyClient {
 
   /** `POST /v1/rollout/resume`. */
   resumeRollout(version?: string, reason = 'weight_update'): Promise<RolloutResumeResponse> {
-    const body: Record<string, unknown> = { reason };
+    const body: z.input<typeof resumeRequestSchema> = { reason };
     if (version !== undefined) body.version = version;
     return this.#call('POST', '/v1/rollout/resume', body).then((answer) =>
       this.#answer(rolloutResumeResponseSchema, answer, '/v1/rollout/resume'),

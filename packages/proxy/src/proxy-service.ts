@@ -3,6 +3,7 @@ import type { IncomingHttpHeaders } from 'node:http';
 import {
   type CapabilitiesResponse,
   type ChatCompletionRequest,
+  type ChatCompletionResponse,
   type ChatMessage,
   chatCompletionRequestSchema,
   type DiscardResponse,
@@ -33,7 +34,6 @@ import {
 } from './request-bodies.js';
 import { type BodyLayout, continueBody, layoutOf, parseJson } from './request-bytes.js';
 import { commitStep, type PlanOptions, planStep, Session, type StepPlan } from './session.js';
-import type { CompletionBody } from './streaming.js';
 import {
   type HookMetadataSink,
   loadToolCallHooks,
@@ -59,7 +59,7 @@ export interface ParsedChatRequest {
 
 /** A finished chat completion and how to deliver it. */
 export interface CompletionOutcome {
-  completion: CompletionBody;
+  completion: ChatCompletionResponse;
   stream: boolean;
   includeUsage: boolean;
 }
@@ -534,7 +534,7 @@ export class ProxyService {
       output.text,
       hookSink.metadata,
     );
-    const completion: CompletionBody = {
+    const completion: ChatCompletionResponse = {
       id: chatCompletionId(),
       object: 'chat.completion',
       created: Math.floor(Date.now() / 1000),
@@ -562,8 +562,8 @@ export class ProxyService {
     requestVersion: string | null,
     rawText: string,
     toolCallHookMetadata: Record<string, unknown> | null,
-  ): CompletionBody['choices'][number]['message'] {
-    const message: CompletionBody['choices'][number]['message'] = {
+  ): ChatCompletionResponse['choices'][number]['message'] {
+    const message: ChatCompletionResponse['choices'][number]['message'] = {
       role: 'assistant',
       content: parsed.content ?? (parsed.toolCalls.length > 0 ? null : ''),
     };

@@ -1,29 +1,9 @@
-import { toStreamErrorFrame } from '@dressage/protocol';
+import {
+  type ChatCompletionChunk,
+  type ChatCompletionResponse,
+  toStreamErrorFrame,
+} from '@dressage/protocol';
 import { sseComment, sseDoneFrame, sseFrame } from '@dressage/protocol/http';
-
-/** A finished, non-streamed completion the pseudo-stream is cut from. */
-export interface CompletionBody {
-  id: string;
-  object: 'chat.completion';
-  created: number;
-  model: string;
-  choices: Array<{
-    index: number;
-    message: {
-      role: 'assistant';
-      content: string | null;
-      reasoning_content?: string;
-      tool_calls?: Array<{
-        id: string;
-        type: 'function';
-        index: number;
-        function: { name: string; arguments: string };
-      }>;
-    };
-    finish_reason: string;
-  }>;
-  usage: { prompt_tokens: number; completion_tokens: number; total_tokens: number };
-}
 
 /** The comment frame a heartbeat stream sends while generation runs. */
 export const HEARTBEAT_FRAME = sseComment('dressage-heartbeat');
@@ -43,17 +23,18 @@ function slices(text: string): string[] {
  * The frames of a pseudo-stream (§1.3): role, reasoning and content in 8-character slices, one
  * chunk per tool call, the finish chunk, the usage chunk (unless disabled) and `[DONE]`.
  */
-export function completionToFrames(completion: CompletionBody, includeUsage: boolean): string[] {
+export function completionToFrames(completion: ChatCompletionResponse, includeUsage: boolean): string[] {
   const choice = completion.choices[0]!;
   const base = {
     id: completion.id,
-    object: 'chat.completion.chunk',
+    object: 'chat.completion.chunk' as const,
     created: completion.created,
     model: completion.model,
   };
+  type Choice = ChatCompletionChunk['choices'][number];
   const frames: string[] = [];
-  const push = (delta: Record<string, unknown>, finishReason: string | null) => {
-    const chunk: Record<string, unknown> = {
+  const push = (delta: Choice['delta'], finishReason: Choice['finish_reason']) => {
+    const chunk: ChatCompletionChunk = {
       ...base,
       choices: [{ index: 0, delta, finish_reason: finishReason }],
     };

@@ -134,9 +134,11 @@ export class ScriptedModelServer {
           response.end(`: heartbeat\n\ndata: ${JSON.stringify(reply.streamError)}\n\n`);
           return;
         }
+        // As the Dressage proxy answers: each call carries its `index` (proxy-service's tool calls).
         const toolCalls = (reply.tool_calls ?? []).map((call, index) => ({
           id: `call_${session.steps.length}_${index}`,
           type: 'function',
+          index,
           function: { name: call.name, arguments: JSON.stringify(call.arguments) },
         }));
         const message: Json = { role: 'assistant', content: reply.content };

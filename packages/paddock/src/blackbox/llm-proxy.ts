@@ -6,7 +6,14 @@ import {
   type ServerResponse,
 } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { DressageError } from '@dressage/protocol';
+import {
+  type ChatCompletionResponse,
+  chatCompletionChunkSchema,
+  chatCompletionResponseSchema,
+  DressageError,
+  safeParseWire,
+  type Usage,
+} from '@dressage/protocol';
 import {
   HttpError,
   RouteTable,
@@ -143,7 +150,7 @@ function modelApiOf(method: string | undefined, path: string): ModelApi | null {
 }
 
 /** An empty assistant completion, sent to an agent whose rollout was invalidated so that it stops. */
-export function syntheticEmptyCompletion(model: string): Record<string, unknown> {
+export function syntheticEmptyCompletion(model: string): ChatCompletionResponse {
   return {
     id: 'chatcmpl-rollout-invalidated',
     object: 'chat.completion',
@@ -435,7 +442,14 @@ export class RolloutLlmProxy {
         response.end(text);
         return;
       }
-      const completion = json as Record<string, unknown>;
+      // The agent gets OpenAI's shape or a 502 naming the field that is not.
+      const checked = safeParseWire(chatCompletionResponseSchema, json, 'upstream chat completion');
+      if (!checked.success) {
+        return sendJson(response, 502, {
+          error: { message: checked.error.message, type: 'proxy_error', code: 'bad_upstream_response' },
+        });
+      }
+      const completion = checked.data;
       this.countUsage(completion.usage);
       if (api === 'chat') {
         response.writeHead(200, { 'content-type': 'application/json' });
@@ -531,15 +545,15 @@ export class RolloutLlmProxy {
     new SseWriter(response).end(`${sseFrame(chunk)}${sseDoneFrame}`);
   }
 
-  private countUsage(usage: unknown): void {
+  private countUsage(usage: Usage | null | undefined): void {
     const turn = this.turn;
-    if (!turn || usage === null || typeof usage !== 'object') return;
-    const record = usage as Record<string, unknown>;
-    const number = (value: unknown) => (typeof value === 'number' && Number.isFinite(value) ? value : 0);
-    turn.inputTokens += number(record.prompt_tokens);
-    turn.outputTokens += number(record.completion_tokens);
-    const details = record.completion_tokens_details as Record<string, unknown> | undefined;
-    turn.reasoningTokens += number(details?.reasoning_tokens);
+    if (!turn || usage === null || usage === undefined) return;
+    turn.inputTokens += usage.prompt_tokens;
+    turn.outputTokens += usage.completion_tokens;
+    // OpenAI's breakdown beside the three counts the schema checks.
+    const reasoning = (usage.completion_tokens_details as { reasoning_tokens?: unknown } | undefined)
+      ?.reasoning_tokens;
+    if (typeof reasoning === 'number' && Number.isFinite(reasoning)) turn.reasoningTokens += reasoning;
   }
 
   // Relays an SSE stream event by event, dropping the Dressage heartbeat comments. An error frame
@@ -584,7 +598,8 @@ export class RolloutLlmProxy {
       started = true;
       if (data !== '' && data !== '[DONE]') {
         try {
-          this.countUsage((JSON.parse(data) as Record<string, unknown>).usage);
+          const chunk = chatCompletionChunkSchema.safeParse(JSON.parse(data));
+          if (chunk.success) this.countUsage(chunk.data.usage);
         } catch {
           // Not JSON: relayed untouched.
         }
