@@ -1,5 +1,5 @@
 // Every recipe hook plugged in by module path drives a real (tiny) embedded training step.
-import { mkdtemp, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -67,5 +67,39 @@ hooks:
     for (const key of teachers) {
       expect(key).toMatch(/^rollout\/mopd\/raw_reward_trainable_trajectory_mean\/teacher_[01]$/);
     }
+  }, 300_000);
+
+  it("rolls out with a generate hook given the run's proxy, with no agent module", async () => {
+    const directory = await mkdtemp(join(tmpdir(), 'dressage-generate-hook-'));
+    const twoTurn = join(here, '__fixtures__', 'two-turn-agent.ts');
+    await writeFile(
+      join(directory, 'prompts.jsonl'),
+      `${JSON.stringify({ prompt: 'Weather in Oslo?', metadata: { teacher_id: 'alpha', reward_fn: 'by_teacher' } })}\n`,
+    );
+    const recipePath = join(directory, 'recipe.yaml');
+    await writeFile(
+      recipePath,
+      `name: generate-hook
+output_dir: ${join(directory, 'run')}
+data: { path: prompts.jsonl, n_samples_per_prompt: 2, rollout_batch_size: 1 }
+rollout: { max_new_tokens: 6 }
+engine: { kind: embedded, model: { layers: 1, d_model: 16, heads: 2, context: 256 }, vocabulary_texts: ["And tomorrow?"] }
+trainer: { kind: embedded }
+proxy: { token_build_mode: snapshot, token_build_model: qwen3 }
+training: { steps: 1 }
+hooks:
+  generate: "${twoTurn}#twoTurnGenerate"
+  reward_modules: ["${twoTurn}"]
+`,
+    );
+    const summary = await runTraining(await loadRecipe(recipePath, {}), { log: () => undefined });
+    expect(summary.stepsCompleted).toBe(1);
+    const samples = (await readFile(join(directory, 'run', 'samples', 'step-000000.jsonl'), 'utf8'))
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line) as { segment_index: number; metadata: Record<string, unknown> });
+    // Two samples of the hook's two-request agent: two segments each, all marked by the hook.
+    expect(samples.map((sample) => sample.segment_index).sort()).toEqual([0, 0, 1, 1]);
+    for (const sample of samples) expect(sample.metadata.generated_by).toBe('hook');
   }, 300_000);
 });

@@ -1,10 +1,16 @@
 import { isAbsolute, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import type { WhiteboxAgentClass } from '@dressage/paddock';
+import type { TrajectoryProxy, WhiteboxAgentClass } from '@dressage/paddock';
 import type { PackedTrainBatch, Sample, TrainBatch } from '@dressage/protocol';
 import { DressageError } from '@dressage/protocol';
 import { defaultRewardRegistry, RewardRegistry } from '@dressage/reward-registry';
-import type { createRolloutScheduler, GenerateFunction, RolloutDataSource } from '@dressage/schedulers';
+import type {
+  createRolloutScheduler,
+  GenerateContext,
+  GenerateResult,
+  RolloutDataSource,
+  SamplingParams,
+} from '@dressage/schedulers';
 import type { ConvertOptions } from '@dressage/trainer-bridge';
 import type { Recipe } from './recipe.js';
 import type { WarmStartExample } from './warm-start.js';
@@ -67,10 +73,28 @@ export type RunDataSource = RolloutDataSource & {
   load?(directory: string, rolloutId?: number): Promise<unknown>;
 };
 
+/** What a `hooks.generate` function is called with besides the scheduler's context: the run's proxy. */
+export interface RunGenerateContext extends GenerateContext {
+  /** The recording proxy's base URL: the model endpoint (`/v1/chat/completions`) to send requests to. */
+  proxyUrl: string;
+  /** The same proxy's trajectory API (finalize, read), e.g. for paddock's `makeGenerate`. */
+  proxy: TrajectoryProxy;
+}
+
+/**
+ * `hooks.generate`: rolls out one sample, as a scheduler's generate function, with the run's proxy
+ * in its context.
+ */
+export type RunGenerateFunction = (
+  sample: Sample,
+  samplingParams: SamplingParams,
+  context: RunGenerateContext,
+) => GenerateResult | Promise<GenerateResult>;
+
 /** The recipe's pluggable hooks, loaded. `null` means the built-in behaviour. */
 export interface RunHooks {
-  /** `hooks.generate`: replaces the whitebox agent's generate function. */
-  generate: GenerateFunction | null;
+  /** `hooks.generate`: replaces the agent's generate function; see {@link RunGenerateFunction}. */
+  generate: RunGenerateFunction | null;
   /** `hooks.data_source`: builds the data source (default: the JSONL prompt source). */
   dataSource: ((context: DataSourceHookContext) => RunDataSource | Promise<RunDataSource>) | null;
   /** `hooks.rollout_scheduler`: builds the scheduler (same arguments as `createRolloutScheduler`). */

@@ -13,7 +13,7 @@ import {
 } from '@dressage/protocol';
 import { ProxyClient } from '@dressage/proxy';
 import { computeRewards, type RewardRegistry } from '@dressage/reward-registry';
-import { PromptDataSource, type RolloutScheduler } from '@dressage/schedulers';
+import { type GenerateContext, PromptDataSource, type RolloutScheduler } from '@dressage/schedulers';
 import {
   convertSamplesToPackedTrainBatch,
   type TrainerClient,
@@ -294,8 +294,17 @@ export async function runTraining(
         });
         log(`blackbox agents: ${blackbox.description}`);
       }
+      // A generate hook gets the run's proxy with the scheduler's context.
+      const hookGenerate = hooks.generate;
       const generate = errorLog.wrapGenerate(
-        hooks.generate ??
+        (hookGenerate === null
+          ? null
+          : (sample: Sample, samplingParams: Record<string, unknown>, context: GenerateContext) =>
+              hookGenerate(sample, samplingParams, {
+                ...context,
+                proxyUrl: stack.proxyUrl,
+                proxy: proxyClient,
+              })) ??
           blackbox?.generate ??
           makeGenerate(AgentClass as WhiteboxAgentClass, {
             proxy: proxyClient,

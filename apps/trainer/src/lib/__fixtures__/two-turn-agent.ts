@@ -1,7 +1,9 @@
-// An agent that asks twice in one session (in snapshot mode its trajectory has two segments), and a
-// reward by distillation teacher, for the segment and metric tests of a run.
-import { WhiteboxAgent, type WhiteboxRunContext } from '@dressage/paddock';
+// An agent that asks twice in one session (in snapshot mode its trajectory has two segments), a
+// generate hook that runs it and marks its samples, and a reward by distillation teacher, for the
+// segment, metric and hook tests of a run.
+import { makeGenerate, WhiteboxAgent, type WhiteboxRunContext } from '@dressage/paddock';
 import type { Sample } from '@dressage/protocol';
+import type { RunGenerateContext } from '../hooks.js';
 
 export class TwoTurnAgent extends WhiteboxAgent {
   async run(sample: Sample, context: WhiteboxRunContext): Promise<null> {
@@ -23,3 +25,17 @@ export const rewards = {
     return sample.metadata.teacher_id === 'alpha' ? 1 : 0;
   },
 };
+
+/** `hooks.generate`: the two-turn agent through the run's proxy, each sample marked as the hook's. */
+export function twoTurnGenerate(
+  sample: Sample,
+  samplingParams: Record<string, unknown>,
+  context: RunGenerateContext,
+) {
+  const marked = { ...sample, metadata: { ...sample.metadata, generated_by: 'hook' } };
+  return makeGenerate(TwoTurnAgent, { proxy: context.proxy, proxyUrl: context.proxyUrl })(
+    marked,
+    samplingParams,
+    context,
+  );
+}
