@@ -1,27 +1,11 @@
+import { sglangGenerateRequestSchema, sglangSamplingParamsSchema } from '@dressage/protocol';
 import { z } from 'zod';
 
-const tokenId = z.number().int().nonnegative();
-
-/** `sampling_params` of `/generate`: the keys the embedded engine honours (others are ignored). */
-export const samplingParamsSchema = z.object({
-  temperature: z.number().nonnegative().optional(),
-  top_p: z.number().gt(0).lte(1).optional(),
-  top_k: z
-    .number()
-    .int()
-    .refine((value) => value === -1 || value >= 1, 'top_k must be -1 (disabled) or at least 1')
-    .optional(),
-  max_new_tokens: z.number().int().nonnegative().nullable().optional(),
-  stop: z
-    .union([z.string(), z.array(z.string())])
-    .nullable()
-    .optional(),
-  stop_token_ids: z.array(tokenId).nullable().optional(),
-  ignore_eos: z.boolean().optional(),
-  skip_special_tokens: z.boolean().optional(),
-  no_stop_trim: z.boolean().optional(),
-  spaces_between_special_tokens: z.boolean().optional(),
-  sampling_seed: z.number().int().nullable().optional(),
+/**
+ * `sampling_params` of `/generate` as the embedded engine takes them: protocol's SGLang sampling
+ * params, refusing the penalties and minimum length it does not implement (other keys are ignored).
+ */
+export const samplingParamsSchema = sglangSamplingParamsSchema.extend({
   min_new_tokens: z.literal(0, 'min_new_tokens is not supported by the embedded engine (only 0)').optional(),
   repetition_penalty: z
     .literal(1, 'repetition_penalty is not supported by the embedded engine (only 1)')
@@ -34,18 +18,9 @@ export const samplingParamsSchema = z.object({
     .optional(),
 });
 
-/** The body of `POST /generate` (SGLang's `GenerateReqInput`, the single-request subset). */
-export const generateRequestSchema = z
-  .object({
-    input_ids: z.array(tokenId).optional(),
-    text: z.string().optional(),
-    sampling_params: samplingParamsSchema.nullable().optional(),
-    return_logprob: z.boolean().optional(),
-    logprob_start_len: z.number().int().gte(-1).optional(),
-    return_text_in_logprobs: z.boolean().optional(),
-    rid: z.string().min(1).optional(),
-    stream: z.boolean().optional(),
-  })
+/** The body of `POST /generate` as the embedded engine takes it: protocol's SGLang request, ids or text. */
+export const generateRequestSchema = sglangGenerateRequestSchema
+  .extend({ sampling_params: samplingParamsSchema.nullable().optional() })
   .refine((body) => (body.input_ids === undefined) !== (body.text === undefined), {
     message: 'Give exactly one of input_ids (a flat list of token ids) or text',
     path: ['input_ids'],

@@ -1,6 +1,7 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { sglangGenerateResponseSchema } from '@dressage/protocol';
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -77,6 +78,8 @@ describe('POST /generate', () => {
     const second = await generate({ sampling_params: sampling });
     const other = await generate({ sampling_params: { ...sampling, sampling_seed: 12 } });
     expect(first.status).toBe(200);
+    // The answer the proxy decodes: protocol's one schema of SGLang's /generate.
+    expect(sglangGenerateResponseSchema.safeParse(first.body).success).toBe(true);
     const { meta_info: meta } = first.body;
     expect(meta.id).toBe('seeded-1');
     expect(meta.finish_reason).toEqual({ type: 'length', length: 12 });

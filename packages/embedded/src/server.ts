@@ -1,7 +1,13 @@
 import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { DressageError, safeParseWire } from '@dressage/protocol';
+import {
+  DressageError,
+  type SglangGenerateResponse,
+  type SglangLogprobEntry,
+  type SglangMetaInfo,
+  safeParseWire,
+} from '@dressage/protocol';
 import {
   httpStatusOf,
   parseJsonBody,
@@ -100,8 +106,8 @@ function logprobEntries(
   ids: ArrayLike<number>,
   tokenizer: ServerTokenizer | undefined,
   withText: boolean,
-): Array<[number | null, number, string | null]> {
-  const entries: Array<[number | null, number, string | null]> = [];
+): SglangLogprobEntry[] {
+  const entries: SglangLogprobEntry[] = [];
   for (let index = 0; index < logprobs.length; index++) {
     const value = logprobs[index]!;
     const id = ids[index]!;
@@ -187,10 +193,10 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
     parsed: GenerateRequestBody,
     generation: GenerationRequest,
     snapshot: ResponseSnapshot,
-  ): Record<string, unknown> => {
+  ): SglangGenerateResponse => {
     const sampling = parsed.sampling_params ?? {};
     const withText = parsed.return_text_in_logprobs ?? false;
-    const metaInfo: Record<string, unknown> = {
+    const metaInfo: SglangMetaInfo = {
       id: snapshot.rid,
       finish_reason: snapshot.finishReason,
       prompt_tokens: snapshot.promptTokens,

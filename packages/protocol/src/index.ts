@@ -109,6 +109,19 @@ export {
   versionLabel,
 } from './schemas/segment.js';
 export {
+  type SglangFinishReason,
+  type SglangGenerateRequest,
+  type SglangGenerateResponse,
+  type SglangLogprobEntry,
+  type SglangMetaInfo,
+  type SglangSamplingParams,
+  sglangFinishReasonSchema,
+  sglangGenerateRequestSchema,
+  sglangGenerateResponseSchema,
+  sglangMetaInfoSchema,
+  sglangSamplingParamsSchema,
+} from './schemas/sglang-generate.js';
+export {
   normalizedMessageSchema,
   type RouteType,
   routeTypeSchema,

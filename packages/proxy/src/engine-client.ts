@@ -1,17 +1,25 @@
+import {
+  type SglangGenerateRequest,
+  type SglangLogprobEntry,
+  type SglangSamplingParams,
+  sglangGenerateResponseSchema,
+} from '@dressage/protocol';
 import { Agent, type Dispatcher, request } from 'undici';
 import { ProxyHttpError } from './http-error.js';
 import { idsJson } from './ids-json.js';
 
-/** A `/generate` request in SGLang's shape (only the fields the proxy sends). */
-export interface GenerateRequest {
+/**
+ * A `/generate` request as the proxy sends it: protocol's `SglangGenerateRequest`, with the prompt ids
+ * in a typed array (written straight into the body) and logprobs always asked for.
+ */
+export type GenerateRequest = Omit<SglangGenerateRequest, 'input_ids' | 'text' | 'sampling_params'> & {
   input_ids: Int32Array;
-  sampling_params: Record<string, unknown>;
+  sampling_params: SglangSamplingParams;
   return_logprob: true;
   logprob_start_len: number;
   return_text_in_logprobs: true;
   rid: string;
-  return_routed_experts?: boolean;
-}
+};
 
 /** What one `/generate` call produced, with token data in typed arrays. */
 export interface GenerateResult {
@@ -98,23 +106,23 @@ function isAbortError(error: unknown): boolean {
 }
 
 /** Decodes SGLang's `[[logprob, id, text], ...]` into typed arrays without keeping per-token objects. */
-function decodeLogprobEntries(entries: unknown): {
+// Logprobs and ids of checked entries into typed arrays. A null logprob (an engine serving NaN weights
+// sends null) is recorded as 0 and flags the output.
+function decodeLogprobEntries(entries: readonly SglangLogprobEntry[] | undefined): {
   logprobs: Float32Array;
-  ids: Int32Array | null;
+  ids: Int32Array;
   invalid: boolean;
 } {
-  if (!Array.isArray(entries)) return { logprobs: new Float32Array(0), ids: null, invalid: false };
+  if (entries === undefined) return { logprobs: new Float32Array(0), ids: new Int32Array(0), invalid: false };
   const logprobs = new Float32Array(entries.length);
-  let ids: Int32Array | null = new Int32Array(entries.length);
+  const ids = new Int32Array(entries.length);
   let invalid = false;
   for (let index = 0; index < entries.length; index++) {
-    const entry = entries[index] as unknown[] | null;
-    const logprob = Array.isArray(entry) ? entry[0] : null;
-    if (typeof logprob === 'number' && logprob - logprob === 0) logprobs[index] = logprob;
+    const entry = entries[index] as SglangLogprobEntry;
+    const logprob = entry[0];
+    if (logprob !== null && logprob - logprob === 0) logprobs[index] = logprob;
     else invalid = true;
-    const id = Array.isArray(entry) ? entry[1] : null;
-    if (ids !== null && typeof id === 'number') ids[index] = id;
-    else ids = null;
+    ids[index] = entry[1];
   }
   return { logprobs, ids, invalid };
 }
@@ -183,7 +191,7 @@ export class EngineClient {
         },
       });
     }
-    return parseGenerateResponse(payload);
+    return generateResultOf(payload);
   }
 
   // The hot path's POST through undici's dispatcher with a plain handler: no response stream, no
@@ -396,53 +404,43 @@ export class EngineClient {
   }
 }
 
-/** Decodes a `/generate` response body. Exported for tests of odd engine answers. */
-export function parseGenerateResponse(payload: unknown): GenerateResult {
-  const record = (typeof payload === 'object' && payload !== null ? payload : {}) as Record<string, unknown>;
-  const meta = (
-    typeof record.meta_info === 'object' && record.meta_info !== null ? record.meta_info : {}
-  ) as Record<string, unknown>;
-  const {
-    logprobs,
-    ids: logprobIds,
-    invalid: logprobsInvalid,
-  } = decodeLogprobEntries(meta.output_token_logprobs);
-  let outputIds: Int32Array | null = null;
-  if (Array.isArray(record.output_ids)) {
-    outputIds = new Int32Array(record.output_ids.length);
-    for (let index = 0; index < outputIds.length; index++)
-      outputIds[index] = Number(record.output_ids[index]) | 0;
-  } else if (logprobIds !== null && logprobIds.length > 0) {
-    outputIds = logprobIds;
+/**
+ * A `/generate` answer as a {@link GenerateResult}: checked against protocol's
+ * `sglangGenerateResponseSchema`, then its token data copied into typed arrays.
+ *
+ * @throws ProxyHttpError 500 naming the field when the engine's answer does not have SGLang's shape.
+ */
+export function generateResultOf(payload: unknown): GenerateResult {
+  const checked = sglangGenerateResponseSchema.safeParse(payload);
+  if (!checked.success) {
+    const issue = checked.error.issues[0];
+    throw new ProxyHttpError({
+      status: 500,
+      body: {
+        detail: `SGLang /generate answered a body of the wrong shape: ${issue?.path.join('.') || '(root)'}: ${issue?.message}`,
+      },
+    });
   }
-  const input = Array.isArray(meta.input_token_logprobs)
-    ? decodeLogprobEntries(meta.input_token_logprobs).logprobs
-    : null;
-  const finish = meta.finish_reason;
-  const finishReason =
-    typeof finish === 'string'
-      ? finish
-      : typeof finish === 'object' &&
-          finish !== null &&
-          typeof (finish as { type?: unknown }).type === 'string'
-        ? (finish as { type: string }).type
-        : null;
-  const finishMessage =
-    typeof finish === 'object' &&
-    finish !== null &&
-    typeof (finish as { message?: unknown }).message === 'string'
-      ? (finish as { message: string }).message
-      : null;
+  const response = checked.data;
+  const meta = response.meta_info ?? {};
+  const output = decodeLogprobEntries(meta.output_token_logprobs);
+  let outputIds: Int32Array | null = null;
+  if (response.output_ids !== undefined) outputIds = Int32Array.from(response.output_ids);
+  else if (output.ids.length > 0) outputIds = output.ids;
+  const finish = meta.finish_reason ?? null;
   return {
-    text: typeof record.text === 'string' ? record.text : '',
+    text: response.text ?? '',
     outputIds,
-    outputLogprobs: logprobs,
-    outputLogprobsInvalid: logprobsInvalid,
-    inputLogprobs: input,
+    outputLogprobs: output.logprobs,
+    outputLogprobsInvalid: output.invalid,
+    inputLogprobs:
+      meta.input_token_logprobs === undefined
+        ? null
+        : decodeLogprobEntries(meta.input_token_logprobs).logprobs,
     weightVersion: toVersion(meta.weight_version ?? meta.version),
-    finishReason,
-    finishMessage,
-    routedExperts: typeof meta.routed_experts === 'string' ? meta.routed_experts : null,
+    finishReason: typeof finish === 'string' ? finish : (finish?.type ?? null),
+    finishMessage: typeof finish === 'object' && finish !== null ? (finish.message ?? null) : null,
+    routedExperts: meta.routed_experts ?? null,
     routedExpertsStart:
       typeof meta.routed_experts_start_len === 'number' && meta.routed_experts_start_len > 0
         ? Math.floor(meta.routed_experts_start_len)

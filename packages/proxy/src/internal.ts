@@ -9,7 +9,7 @@ export {
   type EngineWorker,
   type GenerateRequest,
   type GenerateResult,
-  parseGenerateResponse,
+  generateResultOf,
 } from './engine-client.js';
 export {
   type GenerationChunk,
