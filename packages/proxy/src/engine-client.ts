@@ -1,9 +1,11 @@
 import {
+  DressageError,
   type SglangGenerateRequest,
   type SglangLogprobEntry,
   type SglangSamplingParams,
   sglangGenerateResponseSchema,
 } from '@dressage/protocol';
+import { codeOfHttpStatus } from '@dressage/protocol/http';
 import { Agent, type Dispatcher, request } from 'undici';
 import { ProxyHttpError } from './http-error.js';
 import { idsJson } from './ids-json.js';
@@ -380,7 +382,13 @@ export class EngineClient {
       bodyTimeout: controlTimeoutMs,
     });
     const text = await response.body.text();
-    if (response.statusCode >= 400) throw new Error(`GET ${url} returned HTTP ${response.statusCode}`);
+    if (response.statusCode >= 400) {
+      throw new DressageError({
+        code: codeOfHttpStatus(response.statusCode),
+        message: `GET ${url} returned HTTP ${response.statusCode}`,
+        details: { url, status: response.statusCode },
+      });
+    }
     return text === '' ? null : JSON.parse(text);
   }
 
@@ -394,7 +402,13 @@ export class EngineClient {
       bodyTimeout: controlTimeoutMs,
     });
     const text = await response.body.text();
-    if (response.statusCode >= 400) throw new Error(`POST ${url} returned HTTP ${response.statusCode}`);
+    if (response.statusCode >= 400) {
+      throw new DressageError({
+        code: codeOfHttpStatus(response.statusCode),
+        message: `POST ${url} returned HTTP ${response.statusCode}`,
+        details: { url, status: response.statusCode },
+      });
+    }
     if (text === '') return null;
     try {
       return JSON.parse(text);

@@ -931,7 +931,12 @@ export class TrajectoryStore {
               buffer.length - written,
               size + written,
             );
-            if (bytesWritten <= 0) throw new Error('no bytes written');
+            if (bytesWritten <= 0)
+              throw new DressageError({
+                code: 'data_loss',
+                message: 'compaction wrote no bytes',
+                details: { path: temporary },
+              });
             written += bytesWritten;
           }
           offsets.push(size);

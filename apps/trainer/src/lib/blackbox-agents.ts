@@ -10,6 +10,7 @@ import {
   ensureAgentInstalled,
   type TrajectoryProxy,
 } from '@dressage/paddock';
+import { DressageError } from '@dressage/protocol';
 import { LocalBwrapPool, LocalBwrapProvider } from '@dressage/sandbox';
 import type { GenerateFunction } from '@dressage/schedulers';
 import { expansionOptionsOf } from './expansion-options.js';
@@ -56,7 +57,8 @@ type BlackboxAgentName = NonNullable<LoadedRecipe['recipe']['blackbox']>['agent'
 export async function blackboxPlanOf(loaded: LoadedRecipe): Promise<BlackboxPlan> {
   const { recipe } = loaded;
   const settings = recipe.blackbox;
-  if (settings === undefined) throw new Error('blackboxPlanOf needs a blackbox section');
+  if (settings === undefined)
+    throw new DressageError({ code: 'internal', message: 'blackboxPlanOf needs a blackbox section' });
   const systemPrompt =
     settings.system_prompt === undefined
       ? null

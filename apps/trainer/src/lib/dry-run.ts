@@ -1,7 +1,8 @@
 import { execFile } from 'node:child_process';
 import { access } from 'node:fs/promises';
 import { promisify } from 'node:util';
-import { DressageError, HealthStatus } from '@dressage/protocol';
+import { DressageError, type ErrorCode, HealthStatus } from '@dressage/protocol';
+import { codeOfHttpStatus } from '@dressage/protocol/http';
 import { createProxyConfig, loadPromptRendering } from '@dressage/proxy';
 import { PromptDataSource } from '@dressage/schedulers';
 import { createTrainerClient } from '@dressage/trainer-bridge';
@@ -21,8 +22,20 @@ type Json = Record<string, unknown>;
 async function getJson(url: string, timeoutMs: number, headers: Record<string, string> = {}): Promise<Json> {
   const response = await fetch(url, { headers, signal: AbortSignal.timeout(timeoutMs) });
   const text = await response.text();
-  if (!response.ok) throw new Error(`HTTP ${response.status}: ${text.slice(0, 200)}`);
+  if (!response.ok) {
+    throw new DressageError({
+      code: codeOfHttpStatus(response.status),
+      message: `HTTP ${response.status}: ${text.slice(0, 200)}`,
+      details: { url, status: response.status },
+    });
+  }
   return JSON.parse(text) as Json;
+}
+
+// What a check found wrong: the deployment is not ready (`failed_precondition`) or not answering
+// (`unavailable`).
+function failed(code: ErrorCode, message: string): DressageError {
+  return new DressageError({ code, message });
 }
 
 async function check(name: string, checks: DeploymentCheck[], run: () => Promise<string>): Promise<void> {
@@ -60,7 +73,7 @@ export async function dryRun(
       metadataKey: recipe.data.metadata_key,
       validateOnOpen: true,
     });
-    if (source.size === 0) throw new Error(`${dataPath} has no prompts`);
+    if (source.size === 0) throw failed('failed_precondition', `${dataPath} has no prompts`);
     return `${source.size} prompts, every line valid`;
   });
 
@@ -88,10 +101,11 @@ export async function dryRun(
     const proxyUrl = recipe.proxy.url.replace(/\/+$/, '');
     await check('proxy: health', checks, async () => {
       const health = await getJson(`${proxyUrl}/health`, timeoutMs);
-      if (health.status !== 'ok') throw new Error(`status ${String(health.status)}`);
+      if (health.status !== 'ok') throw failed('unavailable', `status ${String(health.status)}`);
       const config = (health.config ?? {}) as Json;
       if (recipe.training.routing_replay !== undefined && config.use_rollout_routing_replay !== true) {
-        throw new Error(
+        throw failed(
+          'failed_precondition',
           'training.routing_replay needs the routed experts the proxy records, and this proxy was started ' +
             'without --use-rollout-routing-replay',
         );
@@ -101,12 +115,13 @@ export async function dryRun(
     await check('proxy: integration capabilities', checks, async () => {
       const capabilities = await getJson(`${proxyUrl}/integration/capabilities`, timeoutMs, proxyHeaders);
       if (capabilities.token_build_mode !== recipe.proxy.token_build_mode) {
-        throw new Error(
+        throw failed(
+          'failed_precondition',
           `token_build_mode is ${String(capabilities.token_build_mode)}, the recipe wants ${recipe.proxy.token_build_mode}`,
         );
       }
       if (capabilities.weight_versions_consistent === false)
-        throw new Error('the engines serve different weight versions');
+        throw failed('failed_precondition', 'the engines serve different weight versions');
       return `${String(capabilities.token_build_mode)}, weight version ${String(capabilities.current_weight_version)}, partial rollout ${String(capabilities.partial_rollout)}`;
     });
   }
@@ -118,14 +133,14 @@ export async function dryRun(
       const listing = await getJson(`${router}/workers`, timeoutMs);
       const workers = (listing.workers ?? []) as Json[];
       const healthy = workers.filter((worker) => worker.is_healthy !== false);
-      if (healthy.length === 0) throw new Error(`no healthy worker behind ${router}`);
+      if (healthy.length === 0) throw failed('unavailable', `no healthy worker behind ${router}`);
       const versions: string[] = [];
       for (const worker of healthy) {
         const url = String(worker.url).replace(/\/+$/, '');
         await getJson(`${url}/health`, timeoutMs).catch(async () => {
           // SGLang answers /health with an empty 200 body on some versions.
           const response = await fetch(`${url}/health`, { signal: AbortSignal.timeout(timeoutMs) });
-          if (!response.ok) throw new Error(`${url}/health answered ${response.status}`);
+          if (!response.ok) throw failed('unavailable', `${url}/health answered ${response.status}`);
         });
         const version = await getJson(`${url}/get_weight_version`, timeoutMs);
         versions.push(String(version.weight_version));
@@ -135,7 +150,7 @@ export async function dryRun(
     });
     await check('engine: consistent weight versions', checks, async () => {
       const distinct = new Set(engineVersions);
-      if (distinct.size > 1) throw new Error(`workers serve ${[...distinct].join(', ')}`);
+      if (distinct.size > 1) throw failed('failed_precondition', `workers serve ${[...distinct].join(', ')}`);
       return distinct.size === 1 ? `all ${[...distinct][0]}` : 'no worker answered';
     });
   }
@@ -148,7 +163,8 @@ export async function dryRun(
         const info = await client.getInfo();
         const longest = recipe.proxy.context_window ?? 0;
         if (longest > 0 && info.max_tokens_per_sample > 0 && longest > info.max_tokens_per_sample) {
-          throw new Error(
+          throw failed(
+            'failed_precondition',
             `the proxy context window ${longest} exceeds the trainer's max_tokens_per_sample ${info.max_tokens_per_sample}`,
           );
         }
@@ -157,7 +173,7 @@ export async function dryRun(
       await check('trainer: health', checks, async () => {
         const health = await client.health();
         if (health.status !== HealthStatus.STATUS_SERVING && health.status !== HealthStatus.STATUS_BUSY) {
-          throw new Error(`status ${health.status}: ${health.message}`);
+          throw failed('unavailable', `status ${health.status}: ${health.message}`);
         }
         return health.status === HealthStatus.STATUS_BUSY ? 'busy' : 'serving';
       });

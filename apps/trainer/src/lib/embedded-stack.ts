@@ -14,7 +14,7 @@ import {
   startEngineServer,
 } from '@dressage/embedded';
 import { hashSeed } from '@dressage/embedded/internal';
-import type { PackedTrainBatch } from '@dressage/protocol';
+import { DressageError, type PackedTrainBatch } from '@dressage/protocol';
 import {
   createPromptTokenizer,
   createProxyConfig,
@@ -144,7 +144,8 @@ export function embeddedProxyConfigOf(
 
 /** Where the embedded engine runs and listens: `engine.process` (unset: by rollout mode) and `engine.port`. */
 export function engineStartOf(recipe: Recipe): { process: 'own' | 'shared'; port: number } {
-  if (recipe.engine.kind !== 'embedded') throw new Error('engineStartOf needs an embedded engine');
+  if (recipe.engine.kind !== 'embedded')
+    throw new DressageError({ code: 'internal', message: 'engineStartOf needs an embedded engine' });
   return {
     process: recipe.engine.process ?? (recipe.rollout.mode === 'sync' ? 'shared' : 'own'),
     port: recipe.engine.port,
@@ -191,7 +192,8 @@ export function warmStartBatchesOf(
  */
 export async function startEmbeddedStack(options: EmbeddedStackOptions): Promise<EmbeddedStack> {
   const { recipe, log } = options;
-  if (recipe.engine.kind !== 'embedded') throw new Error('startEmbeddedStack needs an embedded engine');
+  if (recipe.engine.kind !== 'embedded')
+    throw new DressageError({ code: 'internal', message: 'startEmbeddedStack needs an embedded engine' });
   const backend = await initializeBackend({ backend: 'auto', log: (line: string) => log(line) });
   const modelSettings = recipe.engine.model;
   const proxyConfig = embeddedProxyConfigOf(recipe, options);
