@@ -1,4 +1,5 @@
 import { DressageError } from '@dressage/protocol';
+import { Waiters } from '@dressage/protocol/internal';
 import * as tf from '@tensorflow/tfjs';
 import { type CausalLanguageModel, type DecodeBatch, type NamedWeights, scaleLogits } from './model.js';
 import { hashSeed, SeededRandom } from './random.js';
@@ -155,8 +156,8 @@ export class InferenceEngine {
   #updatePending = false;
   #updateChain: Promise<unknown> = Promise.resolve();
   #loopActive = false;
-  #idleWaiters: Array<() => void> = [];
-  #drainWaiters: Array<() => void> = [];
+  readonly #idle = new Waiters();
+  readonly #drained = new Waiters();
   #closed = false;
   readonly #batch: DecodeBatch<RequestState>;
 
@@ -305,7 +306,7 @@ export class InferenceEngine {
   /** Resolves when no request is held. */
   idle(): Promise<void> {
     if (this.#running.length === 0 && this.#waiting.length === 0) return Promise.resolve();
-    return new Promise((resolve) => this.#idleWaiters.push(resolve));
+    return this.#idle.wait().then(() => undefined);
   }
 
   /** Aborts everything and refuses new requests. The model stays the caller's. */
@@ -524,22 +525,17 @@ export class InferenceEngine {
   }
 
   #waitForNoRunning(): Promise<void> {
-    return new Promise((resolve) => {
-      this.#drainWaiters.push(resolve);
-      this.#notifyIdle();
-    });
+    const drained = this.#drained.wait().then(() => undefined);
+    this.#notifyIdle();
+    return drained;
   }
 
   #notifyIdle(): void {
     if (this.#running.length === 0 || this.#paused !== null) {
-      const drained = this.#drainWaiters;
-      this.#drainWaiters = [];
-      for (const resolve of drained) resolve();
+      this.#drained.wakeAll();
     }
     if (this.#running.length === 0 && this.#waiting.length === 0) {
-      const idle = this.#idleWaiters;
-      this.#idleWaiters = [];
-      for (const resolve of idle) resolve();
+      this.#idle.wakeAll();
     }
   }
 }

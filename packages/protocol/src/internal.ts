@@ -1,6 +1,7 @@
 // Building blocks of @dressage/protocol for the packages that implement its formats: typed-array
 // packing, the Train stream's chunk codec and assembler with the finite-value check, bearer and
-// secret handling, and loopback checks. Not covered by the package's compatibility promise.
+// secret handling, loopback checks, and `sleep` and `Waiters` for code that waits. Not covered by
+// the package's compatibility promise.
 
 export { hostHeaderName, isLoopbackAddress, reachableHost } from './loopback.js';
 export {
@@ -24,3 +25,4 @@ export {
   trainBatchToChunks,
 } from './train-batch-packing.js';
 export { checkTrainBatchValues } from './train-batch-values.js';
+export { type SleepOptions, sleep, Waiters, type WaitOptions } from './waiting.js';

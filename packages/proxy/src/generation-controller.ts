@@ -6,6 +6,7 @@ import {
   type RolloutResumeResponse,
   UNKNOWN_TOKEN_VERSION,
 } from '@dressage/protocol';
+import { sleep, Waiters } from '@dressage/protocol/internal';
 import type { EngineClient, GenerateResult } from './engine-client.js';
 import { detailError } from './http-error.js';
 
@@ -122,7 +123,7 @@ export class GenerationController {
   #suspended = 0;
   #preemptedChunks = 0;
   #unrequestedPreemptions = 0;
-  #resumeWaiters: Array<() => void> = [];
+  readonly #resumed = new Waiters();
   readonly #readinessTimeoutMs: number;
 
   constructor(options: { engine: EngineClient; partialRollout: boolean; readinessTimeoutSeconds?: number }) {
@@ -162,14 +163,7 @@ export class GenerationController {
   async waitWhilePaused(signal?: AbortSignal): Promise<void> {
     while (this.paused) {
       if (signal?.aborted) throw cancelled();
-      await new Promise<void>((resolve) => {
-        const done = () => {
-          signal?.removeEventListener('abort', done);
-          resolve();
-        };
-        this.#resumeWaiters.push(done);
-        signal?.addEventListener('abort', done, { once: true });
-      });
+      await this.#resumed.wait({ signal });
     }
     if (signal?.aborted) throw cancelled();
   }
@@ -259,9 +253,7 @@ export class GenerationController {
     if (wasPaused) this.rolloutEpoch += 1;
     this.paused = false;
     this.reason = request.reason ?? null;
-    const waiters = this.#resumeWaiters;
-    this.#resumeWaiters = [];
-    for (const waiter of waiters) waiter();
+    this.#resumed.wakeAll();
     const body: RolloutResumeResponse = {
       status: wasPaused ? 'resumed' : 'already_running',
       reason: this.reason,
@@ -278,9 +270,7 @@ export class GenerationController {
   /** Marks shutdown and releases waiters so they fail fast. */
   shutdown(): void {
     this.shuttingDown = true;
-    const waiters = this.#resumeWaiters;
-    this.#resumeWaiters = [];
-    for (const waiter of waiters) waiter();
+    this.#resumed.wakeAll();
   }
 
   async #waitForReadiness(): Promise<Record<string, unknown>> {
@@ -295,7 +285,7 @@ export class GenerationController {
         };
       }
       if (Date.now() >= deadline) return { ready: false, healthy_http_workers: 0, worker_urls: [] };
-      await new Promise((resolve) => setTimeout(resolve, Math.min(1000, Math.max(1, deadline - Date.now()))));
+      await sleep(Math.min(1000, Math.max(1, deadline - Date.now())));
     }
   }
 

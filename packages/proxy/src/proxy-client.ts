@@ -21,6 +21,7 @@ import {
   trajectoryStatsSchema,
 } from '@dressage/protocol';
 import { codeOfHttpStatus } from '@dressage/protocol/http';
+import { sleep } from '@dressage/protocol/internal';
 import type { z } from 'zod';
 import { identifierProblem } from './identifiers.js';
 import type {
@@ -86,8 +87,6 @@ export interface ReadTrajectoryOptions {
   segmentView?: 'lineage' | 'timeline';
   drain?: boolean;
 }
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**
  * The rollout-side client of the proxy (§1.12). Retries with exponential backoff on 503 and on

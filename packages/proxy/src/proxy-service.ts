@@ -16,6 +16,7 @@ import {
   type TrajectoryReadResponse,
   type TrajectoryStats,
 } from '@dressage/protocol';
+import { sleep } from '@dressage/protocol/internal';
 import type { z } from 'zod';
 import type { ProxyConfig } from './config.js';
 import { EngineClient } from './engine-client.js';
@@ -854,8 +855,7 @@ export class ProxyService {
     if (this.#sweeper) clearInterval(this.#sweeper);
     this.#sweeper = null;
     const deadline = Date.now() + 10_000;
-    while (this.#inFlight > 0 && Date.now() < deadline)
-      await new Promise((resolve) => setTimeout(resolve, 10));
+    while (this.#inFlight > 0 && Date.now() < deadline) await sleep(10);
     await this.store.close();
     await this.engine.close();
   }

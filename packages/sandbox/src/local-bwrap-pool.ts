@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { DressageError } from '@dressage/protocol';
+import { Waiters } from '@dressage/protocol/internal';
 import type { SlotDirectories } from './bwrap-command.js';
 import { defaultSystemMounts } from './bwrap-command.js';
 import { type PoolMode, PoolStateFile, type PoolStatus, type SlotState } from './pool-state.js';
@@ -171,7 +172,7 @@ export class LocalBwrapPool {
   readonly #leases = new Map<string, PoolLease>();
   readonly #pendingAcquires = new Map<string, Promise<PoolLease>>();
   readonly #resets = new Set<Promise<void>>();
-  #waiters: (() => void)[] = [];
+  readonly #changed = new Waiters();
   #healthTimer: NodeJS.Timeout | null = null;
   #stopped = false;
   #started = false;
@@ -470,20 +471,12 @@ export class LocalBwrapPool {
   }
 
   // Waits until a slot changes state or `ms` pass, whichever comes first.
-  #waitForChange(ms: number): Promise<void> {
-    return new Promise<void>((resolve) => {
-      const timer = setTimeout(resolve, ms);
-      this.#waiters.push(() => {
-        clearTimeout(timer);
-        resolve();
-      });
-    });
+  async #waitForChange(ms: number): Promise<void> {
+    await this.#changed.wait({ timeoutMs: ms });
   }
 
   #notify(): void {
-    const waiters = this.#waiters;
-    this.#waiters = [];
-    for (const wake of waiters) wake();
+    this.#changed.wakeAll();
   }
 
   #checkLease(lease: PoolLease): Slot {

@@ -3,7 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { DressageError } from '@dressage/protocol';
-import { isLoopbackAddress } from '@dressage/protocol/internal';
+import { isLoopbackAddress, sleep } from '@dressage/protocol/internal';
 import {
   buildBwrapArgs,
   sandboxBaseEnv,
@@ -183,7 +183,7 @@ export class SlotSupervisor {
         if (options.isolated) await options.files.reclaimServerDirectory(slot);
         return;
       }
-      await new Promise((resolve) => setTimeout(resolve, 50));
+      await sleep(50);
     }
     killProcessGroup(child.pid);
     throw new DressageError({

@@ -3,6 +3,7 @@ import { mkdir, rm, stat, writeFile } from 'node:fs/promises';
 import { homedir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { DressageError } from '@dressage/protocol';
+import { sleep } from '@dressage/protocol/internal';
 import { runProcessGroup } from '@dressage/sandbox/internal';
 
 /** An agent CLI published on npm. */
@@ -115,7 +116,7 @@ export async function lockDirectory(path: string): Promise<() => Promise<void>> 
       if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
       const age = Date.now() - (await stat(path).catch(() => ({ mtimeMs: Date.now() }))).mtimeMs;
       if (age > staleLockMs) await rm(path, { recursive: true, force: true });
-      else await new Promise((resolve) => setTimeout(resolve, 1000));
+      else await sleep(1000);
     }
   }
 }

@@ -1,6 +1,7 @@
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { DressageError } from '@dressage/protocol';
+import { sleep } from '@dressage/protocol/internal';
 import { z } from 'zod';
 import {
   type AdapterContext,
@@ -179,7 +180,7 @@ export class OpencodeAdapter implements BlackboxAdapter {
           message: `opencode exited during startup: ${this.process.tail}`,
         });
       if (await this.health()) return;
-      await new Promise((resolve) => setTimeout(resolve, 200));
+      await sleep(200);
     }
     throw new DressageError({
       code: 'deadline_exceeded',

@@ -9,6 +9,7 @@ import type {
   BlackboxSessionCounts,
   BlackboxStatusResponse,
 } from '@dressage/protocol';
+import { sleep } from '@dressage/protocol/internal';
 import { type SocketPipe, startSocketPipe } from '@dressage/sandbox/internal';
 import type { z } from 'zod';
 import {
@@ -73,10 +74,6 @@ export function normalizeRouter(router: string, apiPath: string): { base: string
 }
 
 const now = () => new Date().toISOString();
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms).unref());
-}
 
 /**
  * The rollout the server is bound to and the agent behind it: registration (idempotent by
@@ -246,7 +243,8 @@ export class RolloutBinding {
     const retries = this.effective.runtime_health_check_retries;
     for (let attempt = 0; attempt <= retries; attempt++) {
       if (await adapter.health().catch(() => false)) return true;
-      if (attempt < retries) await sleep(this.effective.runtime_health_check_retry_delay * 1000);
+      if (attempt < retries)
+        await sleep(this.effective.runtime_health_check_retry_delay * 1000, { unref: true });
     }
     return false;
   }

@@ -25,7 +25,7 @@ import {
   sseDoneFrame,
   sseFrame,
 } from '@dressage/protocol/http';
-import { bearerMatches, secretsEqual } from '@dressage/protocol/internal';
+import { bearerMatches, secretsEqual, Waiters } from '@dressage/protocol/internal';
 import {
   anthropicErrorBody,
   anthropicRequestToChat,
@@ -172,8 +172,8 @@ export class RolloutLlmProxy {
   private server: Server | null = null;
   private origin = '';
   private paused = false;
-  private resumeWaiters: (() => void)[] = [];
-  private drainWaiters: (() => void)[] = [];
+  readonly #resumed = new Waiters();
+  readonly #drained = new Waiters();
   private inflight = 0;
   private turn: TurnCounters | null = null;
   private expectedVersion: string | null = null;
@@ -256,21 +256,13 @@ export class RolloutLlmProxy {
   resume(version: string | number | null | undefined): void {
     if (version !== null && version !== undefined) this.expectedVersion = String(version);
     this.paused = false;
-    const waiters = this.resumeWaiters;
-    this.resumeWaiters = [];
-    for (const wake of waiters) wake();
+    this.#resumed.wakeAll();
   }
 
   /** Resolves when no model request is in flight (or after `timeoutMs`, with false). */
   drain(timeoutMs = Number.POSITIVE_INFINITY): Promise<boolean> {
     if (this.inflight === 0) return Promise.resolve(true);
-    return new Promise((resolve) => {
-      const timer = Number.isFinite(timeoutMs) ? setTimeout(() => resolve(false), timeoutMs) : undefined;
-      this.drainWaiters.push(() => {
-        if (timer) clearTimeout(timer);
-        resolve(true);
-      });
-    });
+    return this.#drained.wait({ timeoutMs });
   }
 
   /** Sends the rollout pause to the Dressage proxy upstream (its pause is global). */
@@ -373,7 +365,7 @@ export class RolloutLlmProxy {
     const api = modelApiOf(request.method, path);
     if (api === null) return this.passThrough(request, response, path, body);
 
-    while (this.paused) await new Promise<void>((resolve) => this.resumeWaiters.push(resolve));
+    while (this.paused) await this.#resumed.wait();
     const turn = this.turn;
     const maxSteps = this.options.proxy.max_steps;
     if (turn && maxSteps !== null && turn.steps >= maxSteps) {
@@ -472,9 +464,7 @@ export class RolloutLlmProxy {
     } finally {
       this.inflight -= 1;
       if (this.inflight === 0) {
-        const waiters = this.drainWaiters;
-        this.drainWaiters = [];
-        for (const wake of waiters) wake();
+        this.#drained.wakeAll();
       }
     }
   }

@@ -1,5 +1,6 @@
 import { readFile } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
+import { sleep } from '@dressage/protocol/internal';
 import { LocalBwrapPool, type PoolMode, readPoolState } from '@dressage/sandbox';
 import { blackboxSlotServer } from './slot-server.js';
 
@@ -77,8 +78,7 @@ export async function runLocalBwrapCli(argv: readonly string[]): Promise<number>
       return 0;
     }
     process.kill(state.pid, 'SIGTERM');
-    for (let i = 0; i < 300 && alive(state.pid); i++)
-      await new Promise((resolve) => setTimeout(resolve, 100));
+    for (let i = 0; i < 300 && alive(state.pid); i++) await sleep(100);
     console.log(JSON.stringify({ stopped: !alive(state.pid), pid: state.pid }));
     return alive(state.pid) ? 1 : 0;
   }

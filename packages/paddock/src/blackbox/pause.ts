@@ -1,4 +1,5 @@
 import type { BlackboxPauseResponse, BlackboxPauseState, BlackboxResumeResponse } from '@dressage/protocol';
+import { Waiters } from '@dressage/protocol/internal';
 import { BlackboxHttpError, parseBody } from './http-error.js';
 import type { RolloutLlmProxy } from './llm-proxy.js';
 import { pauseRequestSchema, resumeRequestSchema } from './schemas.js';
@@ -21,7 +22,7 @@ export class PauseControl {
   private weightVersion: string | null = null;
   private pausedSince: number | null = null;
   private pausedTotalMs = 0;
-  private waiters: (() => void)[] = [];
+  readonly #resumed = new Waiters();
 
   constructor(private readonly context: PauseControlContext) {}
 
@@ -37,14 +38,12 @@ export class PauseControl {
 
   /** Resolves once the server is not paused (at once when it is not). */
   async whilePaused(): Promise<void> {
-    while (this.pausedFlag) await new Promise<void>((resolve) => this.waiters.push(resolve));
+    while (this.pausedFlag) await this.#resumed.wait();
   }
 
   /** Wakes everything waiting on a resume (a resume, or shutdown). */
   releaseWaiters(): void {
-    const waiters = this.waiters;
-    this.waiters = [];
-    for (const wake of waiters) wake();
+    this.#resumed.wakeAll();
   }
 
   /** `POST /v1/rollout/pause`: 503 `pause_timeout` when generations do not quiesce in time. */

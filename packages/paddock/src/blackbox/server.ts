@@ -3,7 +3,7 @@ import { chmod, rm } from 'node:fs/promises';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { parseJsonBody, readBody, sendJson } from '@dressage/protocol/http';
-import { bearerMatches, reachableHost } from '@dressage/protocol/internal';
+import { bearerMatches, reachableHost, sleep } from '@dressage/protocol/internal';
 import type { AdapterFactory } from './adapter.js';
 import { RolloutBinding } from './binding.js';
 import { type BlackboxServerConfig, defaultBlackboxConfig } from './config.js';
@@ -38,10 +38,6 @@ export interface BlackboxServerOptions {
 }
 
 const requestId = () => `req-${randomBytes(4).toString('hex')}`;
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms).unref());
-}
 
 /**
  * The BlackboxServer: an HTTP server bound to one rollout session that drives a third-party agent
@@ -153,7 +149,7 @@ export class BlackboxServer {
     binding.stopHealthMonitor();
     const pending = turns.shutdown();
     pause.releaseWaiters();
-    await Promise.race([Promise.all(pending), sleep(this.config.shutdown_timeout * 1000)]);
+    await Promise.race([Promise.all(pending), sleep(this.config.shutdown_timeout * 1000, { unref: true })]);
     await binding.teardown();
     const http = this.http;
     this.http = null;

@@ -12,6 +12,7 @@ import type {
   TurnBackend,
   TurnError,
 } from '@dressage/protocol';
+import { sleep } from '@dressage/protocol/internal';
 import { type AdapterTurnResult, AgentTurnError } from './adapter.js';
 import type { RolloutBinding } from './binding.js';
 import { fingerprintOf } from './fingerprint.js';
@@ -64,10 +65,6 @@ export type MessagesResult =
   | { status: 200; body: BlackboxMessagesResponse };
 
 const now = () => new Date().toISOString();
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms).unref());
-}
 
 /** True once a turn can no longer change. */
 export function isTerminal(status: BlackboxTurnStatus): boolean {
@@ -375,7 +372,8 @@ export class TurnEngine {
     const turn = session.turns.get(turnId);
     if (!turn) throw unknownTurn(turnId);
     const seconds = Math.min(Math.max(Number(wait ?? 0) || 0, 0), 60);
-    if (seconds > 0 && !isTerminal(turn.status)) await Promise.race([turn.done, sleep(seconds * 1000)]);
+    if (seconds > 0 && !isTerminal(turn.status))
+      await Promise.race([turn.done, sleep(seconds * 1000, { unref: true })]);
     return turnBody(session, turn);
   }
 

@@ -18,6 +18,7 @@ import {
   type Segment,
 } from '@dressage/protocol';
 import { codeOfHttpStatus } from '@dressage/protocol/http';
+import { sleep } from '@dressage/protocol/internal';
 import type { SandboxLease, SandboxProvider } from '@dressage/sandbox';
 import { sandboxPaths } from '@dressage/sandbox/internal';
 import type { z } from 'zod';
@@ -147,7 +148,7 @@ export class BlackboxClient {
         if (DressageError.isInstance(error) || attempt >= attempts) throw error;
       }
       const jittered = wait * (1 + (Math.random() * 2 - 1) * this.retry.jitter);
-      await new Promise((resolve) => setTimeout(resolve, Math.max(0, jittered) * 1000));
+      await sleep(Math.max(0, jittered) * 1000);
       delay = Math.min(delay * 2, this.retry.maxDelaySeconds);
     }
   }
