@@ -21,8 +21,8 @@ export {
 export {
   ContextOverflowError,
   defaultSampling,
-  type EngineStatistics,
   type FinishReason,
+  type EngineStatistics,
   type GenerationRequest,
   type GenerationResult,
   type GenerationSampling,
@@ -31,7 +31,7 @@ export {
   type PauseMode,
   type WeightUpdate,
 } from './engine.js';
-export { addedTokenIds, defaultEosTokenIds } from './engine-cli.js';
+export { defaultEosTokenIds } from './engine-cli.js';
 export { CausalLanguageModel, type NamedWeights } from './model.js';
 export {
   defaultModelConfig,

@@ -1,5 +1,5 @@
 // Building blocks of @dressage/embedded for code that embeds or tests parts of the engine and
-// trainer: decode batches and sequence caches, parameter specs, sampling math, the safetensors
+// trainer: the engine command line's token-id helpers, decode batches and sequence caches, parameter specs, sampling math, the safetensors
 // codec, the engine server's request-body schemas, seeded randomness, checkpoint and trainer-state
 // file names, and weight comparison. Not covered by the package's compatibility promise.
 
@@ -9,6 +9,7 @@ export {
   checkpointWeightsFile,
   weightsEqual,
 } from './checkpoint.js';
+export { addedTokenIds } from './engine-cli.js';
 export {
   DecodeBatch,
   defaultPrefillChunkLength,

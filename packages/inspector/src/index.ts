@@ -1,4 +1,5 @@
-// For users: start the inspector, or load and query a source programmatically.
+// For users: start the inspector, or load and query a source programmatically. The page's own
+// helpers (the standalone HTML export, token classification) are in `@dressage/inspector/internal`.
 
 export type {
   InspectedSegment,
@@ -6,7 +7,7 @@ export type {
   SegmentView,
   SessionSummary,
 } from './model.js';
-export { type InspectorServer, listenInspector, standaloneHtml } from './server.js';
+export { type InspectorServer, listenInspector } from './server.js';
 export {
   sessionDetail,
   sessionExport,
@@ -37,11 +38,4 @@ export type {
   TokenPage,
   TokenRow,
 } from './views/api-types.js';
-export {
-  classifyTokens,
-  type TokenKind,
-  tokenClassName,
-  type VersionSpan,
-  versionSpans,
-  visibleText,
-} from './views/token-kinds.js';
+export type { TokenKind, VersionSpan } from './views/token-kinds.js';

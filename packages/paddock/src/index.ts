@@ -36,7 +36,6 @@ export {
   agentTurnErrorStatus,
   type BlackboxAdapter,
   defaultCapabilities,
-  knownBackends,
 } from './blackbox/adapter.js';
 export {
   type BlackboxServerConfig,

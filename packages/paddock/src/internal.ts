@@ -7,6 +7,7 @@ export {
   opencodeMessagesToChat,
   qwenStreamToChat,
 } from './adapters/index.js';
+export { knownBackends } from './blackbox/adapter.js';
 export { normalizeRouter } from './blackbox/binding.js';
 export {
   anthropicRequestToChat,

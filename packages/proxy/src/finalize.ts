@@ -9,7 +9,7 @@ import {
 import type { ProxyConfig } from './config.js';
 import { type LineageSegment, type Session, type Step, snapshotMessages } from './session.js';
 import type { TokenBuffer } from './token-buffer.js';
-import type { StoredBlock, StoredRecord, StoredTrajectory } from './trajectory-store.js';
+import type { StoredBlock, StoredTrajectory, StoredRecord } from './trajectory-store.js';
 
 /** The finalize response body (§1.10). */
 export type FinalizeResult = FinalizeResponse;

@@ -4,17 +4,13 @@
 
 export {
   createProxyConfig,
-  defaultRouterUrl,
   type ParseBackend,
-  type ParsedArguments,
   type ProxyConfig,
   type ProxyConfigInput,
-  parseProxyArguments,
   proxyConfigSchema,
   type RoutedExpertsDtype,
   type TokenBuildMode,
   type TokenBuildModel,
-  usage,
 } from './config.js';
 export { ProxyHttpError, type ProxyHttpErrorOptions } from './http-error.js';
 export {

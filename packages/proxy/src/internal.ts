@@ -1,21 +1,23 @@
-// Building blocks of @dressage/proxy for code that embeds or tests parts of it: the engine client,
+// Building blocks of @dressage/proxy for code that embeds or tests parts of it: the command line's
+// parser and usage, the engine client,
 // the generation controller, the output parsers, the service behind the HTTP server, request bodies,
 // pseudo-streaming and the trajectory store. Not covered by the package's compatibility promise.
 
+export { defaultRouterUrl, type ParsedArguments, parseProxyArguments, usage } from './config.js';
 export {
   type AbortOutcome,
   EngineClient,
   type EngineClientOptions,
+  type GenerateResult,
   type EngineWorker,
   type GenerateRequest,
-  type GenerateResult,
   generateResultOf,
 } from './engine-client.js';
 export {
   type GenerationChunk,
   GenerationController,
-  type GenerationOutput,
   type GenerationRequest,
+  type GenerationOutput,
   type PauseRequest,
 } from './generation-controller.js';
 export { contextOverflowError, detailError, toHttpResponse } from './http-error.js';
@@ -40,8 +42,8 @@ export {
 export {
   discardRequestSchema,
   finalizeRequestSchema,
-  pauseRequestSchema,
   readRequestSchema,
+  pauseRequestSchema,
   resumeRequestSchema,
 } from './request-bodies.js';
 export { createProxyHttpServer } from './server.js';
@@ -49,8 +51,8 @@ export { completionToFrames } from './streaming.js';
 export {
   recordToSegment,
   type StoredBlock,
-  type StoredRecord,
   type StoredTrajectory,
+  type StoredRecord,
   type StoreFsyncPolicy,
   type StoreLogFile,
   type StoreRecovery,

@@ -27,8 +27,8 @@ import { identifierProblem } from './identifiers.js';
 import type {
   discardRequestSchema,
   finalizeRequestSchema,
-  pauseRequestSchema,
   readRequestSchema,
+  pauseRequestSchema,
   resumeRequestSchema,
 } from './request-bodies.js';
 

@@ -29,8 +29,8 @@ import type { PromptTokenizer } from './prompt-tokenizer.js';
 import {
   discardRequestSchema,
   finalizeRequestSchema,
-  pauseRequestSchema,
   readRequestSchema,
+  pauseRequestSchema,
   resumeRequestSchema,
 } from './request-bodies.js';
 import { type BodyLayout, continueBody, layoutOf, parseJson } from './request-bytes.js';

@@ -396,7 +396,11 @@ function float32ToNumber(value: number): number {
  * Materialises a record as a {@link Segment}: the token data in typed arrays (float64 logprobs,
  * each the shortest decimal of the stored float32), as `/trajectory/read` writes it.
  */
-export function recordToSegment(record: StoredRecord, block: StoredBlock, recordVersions: boolean): Segment {
+export function recordToSegment(
+  record: StoredRecord,
+  block: StoredBlock,
+  recordVersions: boolean,
+): Segment {
   const length = record.end;
   const tokens = block.ids.slice(0, length);
   const logprobs = new Float64Array(length);

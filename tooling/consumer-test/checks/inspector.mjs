@@ -5,6 +5,10 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startInspector } from '@dressage/inspector';
+import { classifyTokens } from '@dressage/inspector/internal';
+
+// The page's helpers are a subpath of their own: a trainable token is classed as one.
+assert.equal(classifyTokens(['Hello', ' world'], [0, 1])[1], 'trainable');
 
 const folder = mkdtempSync(join(tmpdir(), 'inspector-consumer-'));
 const file = join(folder, 'segments.jsonl');

@@ -3,7 +3,6 @@ import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import {
-  addedTokenIds,
   buildVocabulary,
   CausalLanguageModel,
   defaultEosTokenIds,
@@ -13,7 +12,7 @@ import {
   startEmbeddedTrainerServer,
   startEngineServer,
 } from '@dressage/embedded';
-import { hashSeed } from '@dressage/embedded/internal';
+import { addedTokenIds, hashSeed } from '@dressage/embedded/internal';
 import { DressageError, type PackedTrainBatch } from '@dressage/protocol';
 import {
   createPromptTokenizer,
