@@ -33,7 +33,7 @@ export interface GenerationRequest {
 }
 
 /** Why a generation ended, in SGLang's shape. */
-export type FinishReason =
+export type EngineFinishReason =
   | { type: 'stop'; matched: number | string }
   | { type: 'length'; length: number }
   | { type: 'abort'; message: string }
@@ -51,7 +51,7 @@ export interface GenerationResult {
    * and ids outside the vocabulary), or null when not requested.
    */
   inputLogprobs: Float32Array | null;
-  finishReason: FinishReason;
+  finishReason: EngineFinishReason;
   /** The weight version the output was produced with. */
   weightVersion: string;
   promptTokens: number;
@@ -489,7 +489,7 @@ export class InferenceEngine {
     }
   }
 
-  #finish(state: RequestState, finishReason: FinishReason): void {
+  #finish(state: RequestState, finishReason: EngineFinishReason): void {
     removeFrom(this.#running, state);
     removeFrom(this.#waiting, state);
     this.#batch.remove(state);

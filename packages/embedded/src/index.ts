@@ -21,7 +21,7 @@ export {
 export {
   ContextOverflowError,
   defaultSampling,
-  type FinishReason,
+  type EngineFinishReason,
   type EngineStatistics,
   type GenerationRequest,
   type GenerationResult,

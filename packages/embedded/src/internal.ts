@@ -34,7 +34,7 @@ export {
   abortRequestSchema,
   type GenerateRequestBody,
   generateRequestSchema,
-  pauseRequestSchema,
+  pauseGenerationRequestSchema,
   samplingParamsSchema,
   updateWeightsRequestSchema,
 } from './schemas.js';

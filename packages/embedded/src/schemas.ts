@@ -38,7 +38,7 @@ export const abortRequestSchema = z
   });
 
 /** The body of `POST /pause_generation`. */
-export const pauseRequestSchema = z.object({
+export const pauseGenerationRequestSchema = z.object({
   mode: z.enum(['abort', 'retract', 'in_place']).optional(),
 });
 

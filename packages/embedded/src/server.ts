@@ -24,7 +24,7 @@ import type { z } from 'zod';
 import { loadWeightsFor } from './checkpoint.js';
 import {
   defaultSampling,
-  type FinishReason,
+  type EngineFinishReason,
   type GenerationRequest,
   type GenerationResult,
   type InferenceEngine,
@@ -34,7 +34,7 @@ import {
   abortRequestSchema,
   type GenerateRequestBody,
   generateRequestSchema,
-  pauseRequestSchema,
+  pauseGenerationRequestSchema,
   updateWeightsRequestSchema,
 } from './schemas.js';
 
@@ -74,7 +74,7 @@ export interface EngineServer {
 type Handler = (context: RequestContext) => Promise<void> | void;
 
 /** A finished result, or a streaming chunk's view of one (no finish reason yet). */
-type ResponseSnapshot = Omit<GenerationResult, 'finishReason'> & { finishReason: FinishReason | null };
+type ResponseSnapshot = Omit<GenerationResult, 'finishReason'> & { finishReason: EngineFinishReason | null };
 
 interface RequestContext {
   request: IncomingMessage;
@@ -289,7 +289,7 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
     },
     '/pause_generation': {
       POST: async ({ response, body }) => {
-        const parsed = parse(pauseRequestSchema, await body(), 'pause request');
+        const parsed = parse(pauseGenerationRequestSchema, await body(), 'pause request');
         engine.pause(parsed.mode ?? 'abort');
         sendJson(response, 200, { message: 'Generation paused successfully.', status: 'ok' });
       },

@@ -38,4 +38,4 @@ export type {
   TokenPage,
   TokenRow,
 } from './views/api-types.js';
-export type { TokenKind, VersionSpan } from './views/token-kinds.js';
+export type { TokenKind, TokenVersionSpan } from './views/token-kinds.js';

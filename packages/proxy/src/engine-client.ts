@@ -24,7 +24,7 @@ export type GenerateRequest = Omit<SglangGenerateRequest, 'input_ids' | 'text' |
 };
 
 /** What one `/generate` call produced, with token data in typed arrays. */
-export interface GenerateResult {
+export interface EngineGenerateResult {
   text: string;
   /** Output ids; null when the engine sent neither `output_ids` nor id-bearing logprobs. */
   outputIds: Int32Array | null;
@@ -170,7 +170,7 @@ export class EngineClient {
   async generate(
     body: GenerateRequest,
     options: { routingKey: string; signal?: AbortSignal },
-  ): Promise<GenerateResult> {
+  ): Promise<EngineGenerateResult> {
     const { input_ids: inputIds, ...rest } = body;
     const json = idsJson('{"input_ids":[', inputIds, `],${JSON.stringify(rest).slice(1)}`);
     const reply = await this.#post('/generate', json, options.routingKey, options.signal);
@@ -419,12 +419,12 @@ export class EngineClient {
 }
 
 /**
- * A `/generate` answer as a {@link GenerateResult}: checked against protocol's
+ * A `/generate` answer as a {@link EngineGenerateResult}: checked against protocol's
  * `sglangGenerateResponseSchema`, then its token data copied into typed arrays.
  *
  * @throws ProxyHttpError 500 naming the field when the engine's answer does not have SGLang's shape.
  */
-export function generateResultOf(payload: unknown): GenerateResult {
+export function generateResultOf(payload: unknown): EngineGenerateResult {
   const checked = sglangGenerateResponseSchema.safeParse(payload);
   if (!checked.success) {
     const issue = checked.error.issues[0];

@@ -9,7 +9,7 @@ import {
 import type { ProxyConfig } from './config.js';
 import { type LineageSegment, type Session, type Step, snapshotMessages } from './session.js';
 import type { TokenBuffer } from './token-buffer.js';
-import type { StoredBlock, StoredTrajectory, StoredRecord } from './trajectory-store.js';
+import type { StoredBlock, StoredTrajectory, StoredTrajectoryRecord } from './trajectory-store.js';
 
 /** The finalize response body (§1.10). */
 export type FinalizeResult = FinalizeResponse;
@@ -96,7 +96,7 @@ export function buildTrajectory(
   const finalizationId = randomBytes(16).toString('hex');
   const tito = config.tokenBuildMode === 'tito';
   const blocks: StoredBlock[] = [];
-  const records: StoredRecord[] = [];
+  const records: StoredTrajectoryRecord[] = [];
   const common = (step: Step) => ({
     session_id: session.id,
     trajectory_id: session.id,

@@ -7,7 +7,7 @@ import {
   UNKNOWN_TOKEN_VERSION,
 } from '@dressage/protocol';
 import { sleep, Waiters } from '@dressage/protocol/internal';
-import type { EngineClient, GenerateResult } from './engine-client.js';
+import type { EngineClient, EngineGenerateResult } from './engine-client.js';
 import { detailError } from './http-error.js';
 
 /** One engine request (chunk) of an agent call. */
@@ -47,7 +47,7 @@ export interface RoutedExpertsPiece {
 }
 
 /** What a generation needs from its caller. */
-export interface GenerationRequest {
+export interface GenerationControllerRequest {
   sessionId: string;
   instanceId: string;
   turnId: string;
@@ -297,8 +297,8 @@ export class GenerationController {
    *   when the engine aborted the request without a pause of this proxy), epoch changes and
    *   version pins; 500 when the engine answers an HTTP error.
    */
-  async generate(request: GenerationRequest): Promise<GenerationOutput> {
-    const pieces: GenerateResult[] = [];
+  async generate(request: GenerationControllerRequest): Promise<GenerationOutput> {
+    const pieces: EngineGenerateResult[] = [];
     const chunks: GenerationChunk[] = [];
     const versionRuns: Array<{ end: number; version: string }> = [];
     let generated = 0;
@@ -353,7 +353,7 @@ export class GenerationController {
           }),
         };
         this.#active.set(rid, generation);
-        let result: GenerateResult;
+        let result: EngineGenerateResult;
         try {
           result = await this.#engine.generate(
             {

@@ -8,7 +8,7 @@ export {
   type AbortOutcome,
   EngineClient,
   type EngineClientOptions,
-  type GenerateResult,
+  type EngineGenerateResult,
   type EngineWorker,
   type GenerateRequest,
   generateResultOf,
@@ -16,7 +16,7 @@ export {
 export {
   type GenerationChunk,
   GenerationController,
-  type GenerationRequest,
+  type GenerationControllerRequest,
   type GenerationOutput,
   type PauseRequest,
 } from './generation-controller.js';
@@ -43,8 +43,8 @@ export {
   discardRequestSchema,
   finalizeRequestSchema,
   readRequestSchema,
-  pauseRequestSchema,
-  resumeRequestSchema,
+  rolloutPauseRequestSchema,
+  rolloutResumeRequestSchema,
 } from './request-bodies.js';
 export { createProxyHttpServer } from './server.js';
 export { completionToFrames } from './streaming.js';
@@ -52,7 +52,7 @@ export {
   recordToSegment,
   type StoredBlock,
   type StoredTrajectory,
-  type StoredRecord,
+  type StoredTrajectoryRecord,
   type StoreFsyncPolicy,
   type StoreLogFile,
   type StoreRecovery,

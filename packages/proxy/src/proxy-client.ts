@@ -28,8 +28,8 @@ import type {
   discardRequestSchema,
   finalizeRequestSchema,
   readRequestSchema,
-  pauseRequestSchema,
-  resumeRequestSchema,
+  rolloutPauseRequestSchema,
+  rolloutResumeRequestSchema,
 } from './request-bodies.js';
 
 /** A chat completion request as a caller writes it (any OpenAI keys beside those the proxy reads). */
@@ -217,7 +217,7 @@ export class ProxyClient {
 
   /** `POST /v1/rollout/pause`. */
   pauseRollout(reason = 'weight_update', timeoutSeconds?: number): Promise<RolloutPauseResponse> {
-    const body: z.input<typeof pauseRequestSchema> = { reason };
+    const body: z.input<typeof rolloutPauseRequestSchema> = { reason };
     if (timeoutSeconds !== undefined) body.timeout_seconds = timeoutSeconds;
     return this.#call('POST', '/v1/rollout/pause', body).then((answer) =>
       this.#answer(rolloutPauseResponseSchema, answer, '/v1/rollout/pause'),
@@ -226,7 +226,7 @@ export class ProxyClient {
 
   /** `POST /v1/rollout/resume`. */
   resumeRollout(version?: string, reason = 'weight_update'): Promise<RolloutResumeResponse> {
-    const body: z.input<typeof resumeRequestSchema> = { reason };
+    const body: z.input<typeof rolloutResumeRequestSchema> = { reason };
     if (version !== undefined) body.version = version;
     return this.#call('POST', '/v1/rollout/resume', body).then((answer) =>
       this.#answer(rolloutResumeResponseSchema, answer, '/v1/rollout/resume'),

@@ -30,8 +30,8 @@ import {
   discardRequestSchema,
   finalizeRequestSchema,
   readRequestSchema,
-  pauseRequestSchema,
-  resumeRequestSchema,
+  rolloutPauseRequestSchema,
+  rolloutResumeRequestSchema,
 } from './request-bodies.js';
 import { type BodyLayout, continueBody, layoutOf, parseJson } from './request-bytes.js';
 import { commitStep, type PlanOptions, planStep, Session, type StepPlan } from './session.js';
@@ -745,7 +745,7 @@ export class ProxyService {
 
   /** `POST /v1/rollout/pause`. */
   async pause(rawBody: unknown): Promise<RolloutPauseResponse> {
-    const body = parseBody(pauseRequestSchema, rawBody ?? {}, 'pause request');
+    const body = parseBody(rolloutPauseRequestSchema, rawBody ?? {}, 'pause request');
     return this.controller.pause({
       session_id: body.session_id ?? null,
       instance_id: body.instance_id ?? null,
@@ -757,7 +757,7 @@ export class ProxyService {
 
   /** `POST /v1/rollout/resume`. */
   async resume(rawBody: unknown): Promise<RolloutResumeResponse> {
-    const body = parseBody(resumeRequestSchema, rawBody ?? {}, 'resume request');
+    const body = parseBody(rolloutResumeRequestSchema, rawBody ?? {}, 'resume request');
     return this.controller.resume({
       version: body.version === null || body.version === undefined ? null : String(body.version),
       reason: body.reason ?? null,

@@ -45,7 +45,7 @@ export const readRequestSchema = z.looseObject({
 });
 
 /** Body of `POST /v1/rollout/pause`. */
-export const pauseRequestSchema = z.looseObject({
+export const rolloutPauseRequestSchema = z.looseObject({
   session_id: z.string().nullish(),
   instance_id: z.string().nullish(),
   reason: z.string().nullish(),
@@ -54,7 +54,7 @@ export const pauseRequestSchema = z.looseObject({
 });
 
 /** Body of `POST /v1/rollout/resume`. */
-export const resumeRequestSchema = z.looseObject({
+export const rolloutResumeRequestSchema = z.looseObject({
   version: z.union([z.string(), z.number()]).nullish(),
   reason: z.string().nullish(),
 });

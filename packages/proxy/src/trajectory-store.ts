@@ -26,7 +26,7 @@ export interface StoredBlock {
 }
 
 /** One segment record: JSON fields plus a window into a block. */
-export interface StoredRecord {
+export interface StoredTrajectoryRecord {
   view: 'lineage' | 'timeline';
   segmentIndex: number;
   /** Every segment field except the token arrays and `aligned_response_length`. */
@@ -45,7 +45,7 @@ export interface StoredTrajectory {
   instanceId: string;
   finalizedAt: number;
   recordVersions: boolean;
-  records: StoredRecord[];
+  records: StoredTrajectoryRecord[];
   /** Null while evicted to disk. */
   blocks: StoredBlock[] | null;
 }
@@ -397,7 +397,7 @@ function float32ToNumber(value: number): number {
  * each the shortest decimal of the stored float32), as `/trajectory/read` writes it.
  */
 export function recordToSegment(
-  record: StoredRecord,
+  record: StoredTrajectoryRecord,
   block: StoredBlock,
   recordVersions: boolean,
 ): Segment {

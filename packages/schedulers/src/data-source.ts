@@ -14,7 +14,7 @@ import {
   InMemoryPromptStore,
   JsonlPromptStore,
   type PromptStore,
-  type StoredRecord,
+  type StoredPromptRecord,
 } from './prompt-store.js';
 import { seededPermutation } from './seeded-shuffle.js';
 
@@ -277,7 +277,7 @@ export class PromptDataSource implements RolloutDataSource {
     return this.order === null ? offset : (this.order[offset] as number);
   }
 
-  private fail(record: StoredRecord, field: string, message: string, cause?: unknown): never {
+  private fail(record: StoredPromptRecord, field: string, message: string, cause?: unknown): never {
     const where =
       record.text === null ? `${record.source} record ${record.line}` : `${record.source}:${record.line}`;
     throw new DressageError({
@@ -288,7 +288,7 @@ export class PromptDataSource implements RolloutDataSource {
     });
   }
 
-  private parseRecord(record: StoredRecord): Record<string, unknown> {
+  private parseRecord(record: StoredPromptRecord): Record<string, unknown> {
     let value = record.value;
     if (record.text !== null) {
       try {
@@ -306,7 +306,7 @@ export class PromptDataSource implements RolloutDataSource {
     return parsed.data as Record<string, unknown>;
   }
 
-  private makeGroup(record: StoredRecord): Sample[] {
+  private makeGroup(record: StoredPromptRecord): Sample[] {
     const data = this.parseRecord(record);
     const { inputKey, labelKey, metadataKey } = this.keys;
     const metadata: Record<string, unknown> = structuredClone(

@@ -42,7 +42,7 @@ export {
   InMemoryPromptStore,
   JsonlPromptStore,
   type PromptStore,
-  type StoredRecord,
+  type StoredPromptRecord,
 } from './prompt-store.js';
 export type {
   RolloutCallOptions,

@@ -2,7 +2,7 @@ import { createReadStream } from 'node:fs';
 import { open } from 'node:fs/promises';
 
 /** One prompt record's raw text and where it came from. */
-export interface StoredRecord {
+export interface StoredPromptRecord {
   /** The JSON text of the line (or the value itself for in-memory stores). */
   text: string | null;
   /** The value when the store already holds parsed objects. */
@@ -18,7 +18,7 @@ export interface PromptStore {
   /** Number of records. */
   readonly size: number;
   /** Reads the records at the given 0-based positions, in that order. */
-  read(positions: readonly number[]): Promise<StoredRecord[]>;
+  read(positions: readonly number[]): Promise<StoredPromptRecord[]>;
 }
 
 // Growable typed arrays: 16 bytes of index per line, instead of the line itself.
@@ -119,11 +119,11 @@ export class JsonlPromptStore implements PromptStore {
     return this.index.bytes;
   }
 
-  async read(positions: readonly number[]): Promise<StoredRecord[]> {
+  async read(positions: readonly number[]): Promise<StoredPromptRecord[]> {
     if (positions.length === 0) return [];
     const handle = await open(this.path, 'r');
     try {
-      const records: StoredRecord[] = [];
+      const records: StoredPromptRecord[] = [];
       for (const position of positions) {
         const length = this.index.lengths[position] as number;
         const buffer = Buffer.allocUnsafe(length);
@@ -152,7 +152,7 @@ export class InMemoryPromptStore implements PromptStore {
     return this.records.length;
   }
 
-  async read(positions: readonly number[]): Promise<StoredRecord[]> {
+  async read(positions: readonly number[]): Promise<StoredPromptRecord[]> {
     return positions.map((position) => ({
       text: null,
       value: this.records[position],

@@ -1,5 +1,5 @@
 import type { SegmentView, SessionSummary } from '../model.js';
-import type { TokenKind, VersionSpan } from './token-kinds.js';
+import type { TokenKind, TokenVersionSpan } from './token-kinds.js';
 
 /** One page of the session list. */
 export interface SessionPage {
@@ -39,7 +39,7 @@ export interface SegmentDetail {
   reason: string | null;
   reasons: string[];
   finishReason: string | null;
-  versionSpans: VersionSpan[];
+  versionSpans: TokenVersionSpan[];
   messages: unknown[];
   extraInfo: Record<string, unknown>;
   /** Every token, only in exports. */

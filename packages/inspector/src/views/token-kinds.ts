@@ -4,7 +4,7 @@
 export type TokenKind = 'trainable' | 'context' | 'tool';
 
 /** A run of consecutive tokens with the same weight version; `end` is exclusive. */
-export interface VersionSpan {
+export interface TokenVersionSpan {
   start: number;
   end: number;
   version: string;
@@ -45,9 +45,9 @@ export function tokenClassName(kind: TokenKind): string {
 }
 
 /** Groups per-token versions into runs. */
-export function versionSpans(versions: readonly string[] | null): VersionSpan[] {
+export function versionSpans(versions: readonly string[] | null): TokenVersionSpan[] {
   if (versions === null) return [];
-  const spans: VersionSpan[] = [];
+  const spans: TokenVersionSpan[] = [];
   for (let index = 0; index < versions.length; index++) {
     const version = versions[index]!;
     const last = spans.at(-1);

@@ -2,7 +2,7 @@ import type { BlackboxPauseResponse, BlackboxPauseState, BlackboxResumeResponse 
 import { Waiters } from '@dressage/protocol/internal';
 import { BlackboxHttpError, parseBody } from './http-error.js';
 import type { RolloutLlmProxy } from './llm-proxy.js';
-import { pauseRequestSchema, resumeRequestSchema } from './schemas.js';
+import { blackboxPauseRequestSchema, resumeRequestSchema } from './schemas.js';
 
 /** What the pause control reads from the rest of the server. */
 export interface PauseControlContext {
@@ -48,7 +48,7 @@ export class PauseControl {
 
   /** `POST /v1/rollout/pause`: 503 `pause_timeout` when generations do not quiesce in time. */
   async pause(body: unknown): Promise<BlackboxPauseResponse> {
-    const request = parseBody(pauseRequestSchema, body, 'pause request');
+    const request = parseBody(blackboxPauseRequestSchema, body, 'pause request');
     if (!this.pausedFlag) {
       this.pausedFlag = true;
       this.pausedSince = Date.now();

@@ -69,7 +69,7 @@ export const executeCommandRequestSchema = z.strictObject({
 });
 
 /** POST /v1/rollout/pause. */
-export const pauseRequestSchema = z.strictObject({
+export const blackboxPauseRequestSchema = z.strictObject({
   reason: z.string().min(1).default('weight_update'),
   timeout_seconds: z.number().positive().nullable().optional(),
 });
