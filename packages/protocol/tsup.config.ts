@@ -2,7 +2,7 @@ import { defineConfig } from 'tsup';
 
 export default defineConfig([
   {
-    entry: ['src/index.ts', 'src/http.ts', 'src/internal.ts'],
+    entry: ['src/index.ts', 'src/blackbox.ts', 'src/http.ts', 'src/internal.ts'],
     format: ['esm'],
     dts: true,
     sourcemap: true,

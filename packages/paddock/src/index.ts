@@ -7,7 +7,7 @@ export type {
   BlackboxServerStatus as ServerStatus,
   BlackboxSessionState as SessionState,
   BlackboxTurnStatus as TurnStatus,
-} from '@dressage/protocol';
+} from '@dressage/protocol/blackbox';
 export {
   type AgentPackage,
   agentBinDirectories,

@@ -13,7 +13,6 @@ export {
   httpStatusByCode,
   isErrorCode,
 } from './errors.js';
-export * from './schemas/blackbox-responses.js';
 export {
   type AssistantMessage,
   assistantMessageSchema,

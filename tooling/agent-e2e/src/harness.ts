@@ -21,7 +21,8 @@ import {
   createBlackboxGenerate,
   ensureAgentInstalled,
 } from '@dressage/paddock';
-import { type BlackboxTurn, createSample, type Sample, type Segment } from '@dressage/protocol';
+import { createSample, type Sample, type Segment } from '@dressage/protocol';
+import type { BlackboxTurn } from '@dressage/protocol/blackbox';
 import { ProxyClient } from '@dressage/proxy';
 import { LocalBwrapProvider } from '@dressage/sandbox';
 import { findFreePortRange } from '@dressage/sandbox/internal';

@@ -1,4 +1,5 @@
-import { type BlackboxCapabilities, DressageError, issuesFromZodError } from '@dressage/protocol';
+import { DressageError, issuesFromZodError } from '@dressage/protocol';
+import type { BlackboxCapabilities } from '@dressage/protocol/blackbox';
 import type { z } from 'zod';
 import type { BlackboxMessage, ProxyOptions } from './schemas.js';
 

@@ -8,7 +8,7 @@ import type {
   BlackboxServerStatus,
   BlackboxSessionCounts,
   BlackboxStatusResponse,
-} from '@dressage/protocol';
+} from '@dressage/protocol/blackbox';
 import { sleep } from '@dressage/protocol/internal';
 import { type SocketPipe, startSocketPipe } from '@dressage/sandbox/internal';
 import type { z } from 'zod';

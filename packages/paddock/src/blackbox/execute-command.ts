@@ -1,4 +1,4 @@
-import type { BlackboxExecuteCommandResponse } from '@dressage/protocol';
+import type { BlackboxExecuteCommandResponse } from '@dressage/protocol/blackbox';
 import { runProcessGroup } from '@dressage/sandbox/internal';
 import { BlackboxHttpError, parseBody } from './http-error.js';
 import { executeCommandRequestSchema } from './schemas.js';

@@ -1,4 +1,8 @@
-import type { BlackboxPauseResponse, BlackboxPauseState, BlackboxResumeResponse } from '@dressage/protocol';
+import type {
+  BlackboxPauseResponse,
+  BlackboxPauseState,
+  BlackboxResumeResponse,
+} from '@dressage/protocol/blackbox';
 import { Waiters } from '@dressage/protocol/internal';
 import { BlackboxHttpError, parseBody } from './http-error.js';
 import type { RolloutLlmProxy } from './llm-proxy.js';

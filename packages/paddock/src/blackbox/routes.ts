@@ -1,5 +1,5 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { BlackboxHealth } from '@dressage/protocol';
+import type { BlackboxHealth } from '@dressage/protocol/blackbox';
 import { decodePathParameter, RouteTable, requestPath, serve } from '@dressage/protocol/http';
 import type { RolloutBinding } from './binding.js';
 import { executeCommand } from './execute-command.js';

@@ -1,4 +1,4 @@
-import { type BlackboxMessage, blackboxMessageSchema, type TurnUsage } from '@dressage/protocol';
+import { type BlackboxMessage, blackboxMessageSchema, type TurnUsage } from '@dressage/protocol/blackbox';
 import { z } from 'zod';
 
 export type { BlackboxMessage, TurnUsage };

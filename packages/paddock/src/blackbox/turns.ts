@@ -11,7 +11,7 @@ import type {
   BlackboxTurnStatus,
   TurnBackend,
   TurnError,
-} from '@dressage/protocol';
+} from '@dressage/protocol/blackbox';
 import { sleep } from '@dressage/protocol/internal';
 import { type AdapterTurnResult, AgentTurnError } from './adapter.js';
 import type { RolloutBinding } from './binding.js';

@@ -1,22 +1,24 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { expandSegmentsToSamples, markAbortedNoGrad } from '@dressage/multi-segment';
 import {
-  type BlackboxErrorBody,
-  type BlackboxExecuteCommandResponse,
-  type BlackboxRegisterResponse,
-  type BlackboxTurn,
-  blackboxErrorBodySchema,
-  blackboxExecuteCommandResponseSchema,
   blackboxExecuteCommandsSchema,
-  blackboxMessagesAcceptedSchema,
-  blackboxRegisterResponseSchema,
-  blackboxTurnSchema,
   type DiscardResponse,
   DressageError,
   type FinalizeResponse,
   type Sample,
   type Segment,
 } from '@dressage/protocol';
+import {
+  type BlackboxErrorBody,
+  type BlackboxExecuteCommandResponse,
+  type BlackboxRegisterResponse,
+  type BlackboxTurn,
+  blackboxErrorBodySchema,
+  blackboxExecuteCommandResponseSchema,
+  blackboxMessagesAcceptedSchema,
+  blackboxRegisterResponseSchema,
+  blackboxTurnSchema,
+} from '@dressage/protocol/blackbox';
 import { codeOfHttpStatus } from '@dressage/protocol/http';
 import { sleep } from '@dressage/protocol/internal';
 import type { SandboxLease, SandboxProvider } from '@dressage/sandbox';
