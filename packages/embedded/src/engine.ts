@@ -1,7 +1,8 @@
 import { DressageError } from '@dressage/protocol';
 import { Waiters } from '@dressage/protocol/internal';
 import * as tf from '@tensorflow/tfjs';
-import { type CausalLanguageModel, type DecodeBatch, type NamedWeights, scaleLogits } from './model.js';
+import type { DecodeBatch } from './decode-batch.js';
+import { type CausalLanguageModel, type NamedWeights, scaleLogits } from './model.js';
 import { hashSeed, SeededRandom } from './random.js';
 import { logprobTemperature, type SamplingSettings, sampleClass } from './sampling.js';
 

@@ -9,16 +9,14 @@ export {
   checkpointWeightsFile,
   weightsEqual,
 } from './checkpoint.js';
+export { DecodeBatch } from './decode-batch.js';
 export { addedTokenIds } from './engine-cli.js';
 export {
-  DecodeBatch,
   defaultPrefillChunkLength,
-  disposeCache,
   type ForwardOptions,
   type ParameterSpec,
   type PreparedBatch,
   parameterSpecs,
-  type SequenceCache,
   scaleLogits,
 } from './model.js';
 export { hashSeed, SeededRandom } from './random.js';
@@ -38,5 +36,6 @@ export {
   samplingParamsSchema,
   updateWeightsRequestSchema,
 } from './schemas.js';
+export { disposeCache, type SequenceCache } from './sequence-cache.js';
 export { nextWeightVersion } from './trainer/embedded-trainer.js';
 export { optimizerStateFile, referenceStateFile, trainerStateFile } from './trainer/trainer-state.js';

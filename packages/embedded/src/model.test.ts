@@ -3,8 +3,9 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { smallConfig, testVocabulary } from './__fixtures__/embedded-fixture.js';
 import { initializeBackend } from './backend.js';
 import { weightsEqual } from './checkpoint.js';
-import { CausalLanguageModel, disposeCache } from './model.js';
+import { CausalLanguageModel } from './model.js';
 import { modelConfigSchema, resolveModelConfig } from './model-config.js';
+import { disposeCache } from './sequence-cache.js';
 import { SupervisedTrainer } from './supervised-trainer.js';
 import type { TokenVocabulary } from './vocabulary.js';
 

@@ -29,7 +29,6 @@ import {
   type GenerationResult,
   type InferenceEngine,
 } from './engine.js';
-import { disposeCache } from './model.js';
 import {
   abortRequestSchema,
   type GenerateRequestBody,
@@ -37,6 +36,7 @@ import {
   pauseGenerationRequestSchema,
   updateWeightsRequestSchema,
 } from './schemas.js';
+import { disposeCache } from './sequence-cache.js';
 
 /** What the server needs of a tokenizer (a `TitoTokenizer` fits). */
 export interface ServerTokenizer {
