@@ -71,7 +71,10 @@ interface ActiveGeneration {
   rid: string;
   sessionId: string;
   instanceId: string;
-  preempted: boolean;
+  /** A pause of this proxy asked the engine to abort it. */
+  abortRequested: boolean;
+  /** Its chunk came back preempted (set before `settled` resolves). */
+  preemptedChunk: boolean;
   settled: Promise<void>;
 }
 
@@ -189,7 +192,7 @@ export class GenerationController {
         (!request.session_id || generation.sessionId === request.session_id) &&
         (!request.instance_id || generation.instanceId === request.instance_id),
     );
-    for (const generation of targets) generation.preempted = true;
+    for (const generation of targets) generation.abortRequested = true;
     const outcomes = await Promise.all(targets.map((generation) => this.#engine.abort(generation.rid)));
     const succeeded = outcomes.filter((outcome) => outcome.succeeded).map((outcome) => outcome.rid);
     const failed = outcomes.filter((outcome) => !outcome.succeeded);
@@ -209,12 +212,15 @@ export class GenerationController {
             }),
           ]);
     if (timer) clearTimeout(timer);
+    // As the reference reports it: the requests whose chunk came back preempted. One that reached
+    // its own end before the abort landed is not among them.
+    const preempted = targets.filter((generation) => generation.preemptedChunk);
     return {
       status: wasPaused ? 'already_paused' : 'paused',
       reason,
       mode,
       quiesced,
-      preempted: targets.length > 0,
+      preempted: preempted.length > 0,
       fallback: failed.length > 0 ? 'wait_natural_completion' : null,
       active_sglang_generations: this.#active.size,
       suspended_generations: this.#suspended,
@@ -223,7 +229,7 @@ export class GenerationController {
       abort_succeeded_request_ids: succeeded,
       abort_failed_request_ids: failed.map((outcome) => outcome.rid),
       abort_errors: Object.fromEntries(failed.map((outcome) => [outcome.rid, outcome.error])),
-      preempted_request_ids: targets.map((generation) => generation.rid),
+      preempted_request_ids: preempted.map((generation) => generation.rid),
     };
   }
 
@@ -347,7 +353,8 @@ export class GenerationController {
           rid,
           sessionId: request.sessionId,
           instanceId: request.instanceId,
-          preempted: false,
+          abortRequested: false,
+          preemptedChunk: false,
           settled: new Promise<void>((resolve) => {
             settle = resolve;
           }),
@@ -368,7 +375,7 @@ export class GenerationController {
             { routingKey: request.sessionId, signal: request.signal },
           );
         } catch (error) {
-          if (!generation.preempted || request.signal?.aborted) throw error;
+          if (!generation.abortRequested || request.signal?.aborted) throw error;
           // The abort broke the call itself: resume from the previous prefix, logprobs unknown.
           result = {
             text: '',
@@ -429,13 +436,17 @@ export class GenerationController {
             sequenceLength: inputIds.length + count,
           });
         }
-        // Every chunk the engine ended early is preempted, as in the reference: slime pauses its
-        // engines itself around a weight update (not through this proxy), and those requests come
-        // back as `abort` too. The ones this proxy did not ask for are counted.
-        const preempted = generation.preempted || preemptedFinishReasons.has(result.finishReason ?? '');
+        // The engine's finish reason decides, as in the reference: a chunk is preempted when the
+        // engine ended it early, whoever asked (slime pauses its engines itself around a weight
+        // update, and those requests come back as `abort` too; the ones this proxy did not ask for
+        // are counted). A request that reached its own end while this proxy's abort was on its way
+        // comes back `stop` or `length` and is finished: continuing it would append a second
+        // answer after the end-of-turn token.
+        const preempted = preemptedFinishReasons.has(result.finishReason ?? '');
+        generation.preemptedChunk = preempted;
         if (preempted) {
           this.#preemptedChunks += 1;
-          if (!generation.preempted) this.#unrequestedPreemptions += 1;
+          if (!generation.abortRequested) this.#unrequestedPreemptions += 1;
         }
         pieces.push(result);
         text += result.text;

@@ -141,6 +141,32 @@ describe('pause and resume (§1.5)', () => {
     }
   });
 
+  it('a request that ended on its own while the pause aborted it is not continued', async () => {
+    // The pause targets every request in flight, but one may reach its stop token before the
+    // abort lands: the engine then answers `stop`, and that answer is the truth (the reference
+    // judges a chunk by its finish reason). Continuing it would append a second answer after the
+    // end-of-turn token.
+    harness = await startHarness({ config: { partialRollout: true, recordTokenVersions: true } });
+    harness.engine.script = () => ({ text: 'abcdef', tokenDelayMs: 20, ignoreAbort: true });
+    const call = chat();
+    await harness.engine.waitForTokens(2);
+    const paused = await harness.call('POST', '/v1/rollout/pause', {
+      reason: 'weight_update',
+      timeout_seconds: 10,
+    });
+    expect(paused.body).toMatchObject({ status: 'paused', quiesced: true, preempted: false });
+    expect(harness.engine.aborts).toHaveLength(1);
+    harness.engine.version = 'v2';
+    await harness.call('POST', '/v1/rollout/resume', { version: 'v2' });
+    const response = await call;
+    expect(response.status).toBe(200);
+    expect(response.body.choices[0].message.content).toBe('abcdef');
+    expect(response.body.choices[0].finish_reason).toBe('stop');
+    expect(harness.engine.requests).toHaveLength(1);
+    const state = await harness.call('GET', '/v1/rollout/pause_state');
+    expect(state.body).toMatchObject({ preempted_chunks: 0, unrequested_preemptions: 0 });
+  });
+
   it('engine aborts at v1, v2, then stop at v3 with N=1 → 502 staleness after 3 engine calls', async () => {
     harness = await startHarness({ config: { partialRollout: true, maxPartialRolloutPreempts: 1 } });
     const versions = ['v1', 'v2', 'v3'];

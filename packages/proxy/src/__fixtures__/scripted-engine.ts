@@ -18,6 +18,11 @@ export interface ScriptedReply {
   /** Answer with this HTTP status and body instead. */
   status?: number;
   body?: string;
+  /**
+   * Let an abort find nothing to stop: the request runs to its own end, as SGLang answers a
+   * request that finished while the abort was on its way.
+   */
+  ignoreAbort?: boolean;
   /** Never answer (until aborted or the client goes away). */
   hang?: boolean;
   /** Leave out `output_ids` (the proxy falls back to logprob ids or text). */
@@ -180,7 +185,12 @@ export class ScriptedEngine {
           this.#running.delete(body.rid);
           resolve(value);
         };
-        this.#running.set(body.rid, { abort: () => finishWith(true), emitted: () => emitted });
+        this.#running.set(body.rid, {
+          abort: () => {
+            if (!reply.ignoreAbort) finishWith(true);
+          },
+          emitted: () => emitted,
+        });
         request.socket.once('close', () => finishWith(true));
         if (!reply.hang) {
           timer = setInterval(() => {
