@@ -2,7 +2,7 @@
 // (one block, loss mask on the second half of each turn) with one timeline record per turn.
 
 import { segmentMeta } from '../src/__fixtures__/segment-meta.js';
-import type { StoredTrajectory } from '../src/trajectory-store.js';
+import type { StoredTrajectory } from '../src/store-records.js';
 
 /** Trajectory `t<index>` of instance group `g<index % 64>`. */
 export function syntheticTrajectory(index: number, tokens: number, turns = 20): StoredTrajectory {

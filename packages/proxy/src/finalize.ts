@@ -8,8 +8,8 @@ import {
 } from '@dressage/protocol';
 import type { ProxyConfig } from './config.js';
 import { type LineageSegment, type Session, type Step, snapshotMessages } from './session.js';
+import type { StoredBlock, StoredTrajectory, StoredTrajectoryRecord } from './store-records.js';
 import type { TokenBuffer } from './token-buffer.js';
-import type { StoredBlock, StoredTrajectory, StoredTrajectoryRecord } from './trajectory-store.js';
 
 /** The finalize response body (§1.10). */
 export type FinalizeResult = FinalizeResponse;

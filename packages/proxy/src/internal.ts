@@ -47,12 +47,14 @@ export {
   rolloutResumeRequestSchema,
 } from './request-bodies.js';
 export { createProxyHttpServer } from './server.js';
-export { completionToFrames } from './streaming.js';
 export {
   recordToSegment,
   type StoredBlock,
   type StoredTrajectory,
   type StoredTrajectoryRecord,
+} from './store-records.js';
+export { completionToFrames } from './streaming.js';
+export {
   type StoreFsyncPolicy,
   type StoreLogFile,
   type StoreRecovery,

@@ -5,7 +5,8 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { temporaryDirectory } from './__fixtures__/harness.js';
 import { segmentMeta } from './__fixtures__/segment-meta.js';
 import { ProxyHttpError } from './http-error.js';
-import { type StoredTrajectory, type StoreLogFile, TrajectoryStore } from './trajectory-store.js';
+import type { StoredTrajectory } from './store-records.js';
+import { type StoreLogFile, TrajectoryStore } from './trajectory-store.js';
 
 const directories: Array<{ remove: () => void }> = [];
 afterEach(() => {
