@@ -120,116 +120,128 @@ function logprobEntries(
   return entries;
 }
 
-/**
- * Starts the SGLang-compatible HTTP server of an {@link InferenceEngine}: `/generate`,
- * `/abort_request`, `/pause_generation`, `/continue_generation`, `/update_weights_from_disk`,
- * `/get_weight_version`, `/flush_cache`, `/health`, `/health_generate`, `/v1/models`, `/v1/loads`,
- * `/get_server_info`, and the router's `/workers` listing (the engine lists itself, so a client's
- * abort-by-worker path works without a router).
- *
- * @example
- * ```ts
- * const server = await startEngineServer({ engine, tokenizer, port: 30000 });
- * const response = await fetch(`${server.url}/generate`, {
- *   method: 'POST',
- *   body: JSON.stringify({ input_ids: [9707, 1879], sampling_params: { max_new_tokens: 8 }, return_logprob: true }),
- * });
- * ```
- */
-export async function startEngineServer(options: EngineServerOptions): Promise<EngineServer> {
-  const { engine, tokenizer } = options;
-  const modelName = options.modelName ?? 'dressage-embedded';
-  const maxBodyBytes = options.maxBodyBytes ?? 64 * 1024 * 1024;
-  const workerId = randomUUID();
-  const createdAt = Math.floor(Date.now() / 1000);
-  const specialIds = new Set(tokenizer?.specialTokens.values() ?? []);
-  let advertisedUrl = options.advertisedUrl ?? '';
+/** What the engine server's routes read: the engine, its tokenizer and how the server presents itself. */
+interface EngineServerContext {
+  engine: InferenceEngine;
+  tokenizer: ServerTokenizer | undefined;
+  modelName: string;
+  workerId: string;
+  createdAt: number;
+  /** Ids `skip_special_tokens` leaves out of the text. */
+  specialIds: ReadonlySet<number>;
+  /** The URL `/workers` advertises: given, or the listening address once known. */
+  advertisedUrl: string;
+}
 
-  const responseText = (result: ResponseSnapshot, skipSpecial: boolean, noStopTrim: boolean): string => {
-    if (tokenizer === undefined) return '';
-    let ids = Array.from(result.outputIds);
-    const { finishReason } = result;
-    if (!noStopTrim && finishReason?.type === 'stop' && typeof finishReason.matched === 'number') {
-      ids = ids.slice(0, -1);
-    }
-    if (skipSpecial) ids = ids.filter((id) => !specialIds.has(id));
-    let text = ids.length === 0 ? '' : tokenizer.decode(ids);
-    if (!noStopTrim && finishReason?.type === 'stop' && typeof finishReason.matched === 'string') {
-      const at = text.indexOf(finishReason.matched);
-      if (at >= 0) text = text.slice(0, at);
-    }
-    return text;
+type Routes = Record<string, Partial<Record<'GET' | 'POST', Handler>>>;
+
+// The text of an answer as SGLang writes it: the matched stop token or string trimmed unless
+// `no_stop_trim`, special tokens left out with `skip_special_tokens`.
+function responseText(
+  context: EngineServerContext,
+  result: ResponseSnapshot,
+  skipSpecial: boolean,
+  noStopTrim: boolean,
+): string {
+  const { tokenizer, specialIds } = context;
+  if (tokenizer === undefined) return '';
+  let ids = Array.from(result.outputIds);
+  const { finishReason } = result;
+  if (!noStopTrim && finishReason?.type === 'stop' && typeof finishReason.matched === 'number') {
+    ids = ids.slice(0, -1);
+  }
+  if (skipSpecial) ids = ids.filter((id) => !specialIds.has(id));
+  let text = ids.length === 0 ? '' : tokenizer.decode(ids);
+  if (!noStopTrim && finishReason?.type === 'stop' && typeof finishReason.matched === 'string') {
+    const at = text.indexOf(finishReason.matched);
+    if (at >= 0) text = text.slice(0, at);
+  }
+  return text;
+}
+
+// A `/generate` body as the engine's request: ids (or the text encoded), sampling with SGLang's defaults.
+function generationRequestOf(context: EngineServerContext, body: GenerateRequestBody): GenerationRequest {
+  const { tokenizer } = context;
+  const sampling = body.sampling_params ?? {};
+  let inputIds: ArrayLike<number>;
+  if (body.input_ids !== undefined) inputIds = body.input_ids;
+  else if (tokenizer !== undefined) inputIds = tokenizer.encode(body.text ?? '');
+  else
+    throw new DressageError({
+      code: 'invalid_argument',
+      message: 'text prompts need an engine with a tokenizer',
+    });
+  const stop = sampling.stop ?? [];
+  return {
+    rid: body.rid ?? randomUUID().replaceAll('-', ''),
+    inputIds,
+    sampling: {
+      temperature: sampling.temperature ?? defaultSampling.temperature,
+      topP: sampling.top_p ?? defaultSampling.topP,
+      topK: sampling.top_k ?? defaultSampling.topK,
+      maxNewTokens: sampling.max_new_tokens ?? defaultSampling.maxNewTokens,
+      stopTokenIds: sampling.stop_token_ids ?? [],
+      stop: typeof stop === 'string' ? [stop] : stop,
+      ignoreEos: sampling.ignore_eos ?? false,
+      seed: sampling.sampling_seed ?? null,
+    },
+    logprobStartLength: body.return_logprob ? (body.logprob_start_len ?? -1) : -1,
   };
+}
 
-  const toGenerationRequest = (body: GenerateRequestBody): GenerationRequest => {
-    const sampling = body.sampling_params ?? {};
-    let inputIds: ArrayLike<number>;
-    if (body.input_ids !== undefined) inputIds = body.input_ids;
-    else if (tokenizer !== undefined) inputIds = tokenizer.encode(body.text ?? '');
-    else
-      throw new DressageError({
-        code: 'invalid_argument',
-        message: 'text prompts need an engine with a tokenizer',
-      });
-    const stop = sampling.stop ?? [];
-    return {
-      rid: body.rid ?? randomUUID().replaceAll('-', ''),
-      inputIds,
-      sampling: {
-        temperature: sampling.temperature ?? defaultSampling.temperature,
-        topP: sampling.top_p ?? defaultSampling.topP,
-        topK: sampling.top_k ?? defaultSampling.topK,
-        maxNewTokens: sampling.max_new_tokens ?? defaultSampling.maxNewTokens,
-        stopTokenIds: sampling.stop_token_ids ?? [],
-        stop: typeof stop === 'string' ? [stop] : stop,
-        ignoreEos: sampling.ignore_eos ?? false,
-        seed: sampling.sampling_seed ?? null,
-      },
-      logprobStartLength: body.return_logprob ? (body.logprob_start_len ?? -1) : -1,
-    };
+// An answer (or a streamed chunk's view of one) in SGLang's shape.
+function renderGenerateResponse(
+  context: EngineServerContext,
+  parsed: GenerateRequestBody,
+  generation: GenerationRequest,
+  snapshot: ResponseSnapshot,
+): SglangGenerateResponse {
+  const { tokenizer } = context;
+  const sampling = parsed.sampling_params ?? {};
+  const withText = parsed.return_text_in_logprobs ?? false;
+  const metaInfo: SglangMetaInfo = {
+    id: snapshot.rid,
+    finish_reason: snapshot.finishReason,
+    prompt_tokens: snapshot.promptTokens,
+    completion_tokens: snapshot.outputIds.length,
+    cached_tokens: 0,
+    weight_version: snapshot.weightVersion,
+    e2e_latency: snapshot.latencySeconds,
   };
-
-  const renderResponse = (
-    parsed: GenerateRequestBody,
-    generation: GenerationRequest,
-    snapshot: ResponseSnapshot,
-  ): SglangGenerateResponse => {
-    const sampling = parsed.sampling_params ?? {};
-    const withText = parsed.return_text_in_logprobs ?? false;
-    const metaInfo: SglangMetaInfo = {
-      id: snapshot.rid,
-      finish_reason: snapshot.finishReason,
-      prompt_tokens: snapshot.promptTokens,
-      completion_tokens: snapshot.outputIds.length,
-      cached_tokens: 0,
-      weight_version: snapshot.weightVersion,
-      e2e_latency: snapshot.latencySeconds,
-    };
-    if (parsed.return_logprob) {
-      metaInfo.output_token_logprobs = logprobEntries(
-        snapshot.outputLogprobs,
-        snapshot.outputIds,
-        tokenizer,
-        withText,
-      );
-      if (snapshot.inputLogprobs !== null) {
-        const ids = Array.from(generation.inputIds).slice(generation.logprobStartLength);
-        metaInfo.input_token_logprobs = logprobEntries(snapshot.inputLogprobs, ids, tokenizer, withText);
-      }
+  if (parsed.return_logprob) {
+    metaInfo.output_token_logprobs = logprobEntries(
+      snapshot.outputLogprobs,
+      snapshot.outputIds,
+      tokenizer,
+      withText,
+    );
+    if (snapshot.inputLogprobs !== null) {
+      const ids = Array.from(generation.inputIds).slice(generation.logprobStartLength);
+      metaInfo.input_token_logprobs = logprobEntries(snapshot.inputLogprobs, ids, tokenizer, withText);
     }
-    return {
-      text: responseText(snapshot, sampling.skip_special_tokens ?? true, sampling.no_stop_trim ?? false),
-      output_ids: Array.from(snapshot.outputIds),
-      meta_info: metaInfo,
-    };
+  }
+  return {
+    text: responseText(
+      context,
+      snapshot,
+      sampling.skip_special_tokens ?? true,
+      sampling.no_stop_trim ?? false,
+    ),
+    output_ids: Array.from(snapshot.outputIds),
+    meta_info: metaInfo,
   };
+}
 
-  const routes: Record<string, Partial<Record<'GET' | 'POST', Handler>>> = {
+// `/generate`, streamed (SSE of cumulative chunks) or not.
+function generateRoutes(context: EngineServerContext): Routes {
+  const { engine } = context;
+  return {
     '/generate': {
       POST: async ({ response, body }) => {
         const parsed = parse(generateRequestSchema, await body(), 'generate request');
-        const generation = toGenerationRequest(parsed);
-        const render = (snapshot: ResponseSnapshot) => renderResponse(parsed, generation, snapshot);
+        const generation = generationRequestOf(context, parsed);
+        const render = (snapshot: ResponseSnapshot) =>
+          renderGenerateResponse(context, parsed, generation, snapshot);
         const startedAt = performance.now();
         const stream = parsed.stream ? new SseWriter(response) : null;
         if (stream !== null) {
@@ -279,6 +291,13 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
         sendJson(response, 200, render(result));
       },
     },
+  };
+}
+
+// Aborts, pause and continue, weight updates and the cache flush.
+function controlRoutes(context: EngineServerContext): Routes {
+  const { engine } = context;
+  return {
     '/abort_request': {
       POST: async ({ response, body }) => {
         const parsed = parse(abortRequestSchema, await body(), 'abort request');
@@ -326,15 +345,31 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
         }
       },
     },
+    '/flush_cache': {
+      GET: ({ response }) => flushCache(engine, response),
+      POST: ({ response }) => flushCache(engine, response),
+    },
+  };
+}
+
+function flushCache(engine: InferenceEngine, response: ServerResponse): void {
+  if (engine.flushCache()) sendJson(response, 200, { message: 'Cache flushed.', success: true });
+  else
+    sendJson(response, 400, {
+      message: 'Cannot flush the cache while requests are running or waiting.',
+      success: false,
+    });
+}
+
+// Health, weight version, models, loads, server info and the router's worker listing.
+function informationRoutes(context: EngineServerContext): Routes {
+  const { engine, modelName, createdAt, workerId } = context;
+  return {
     '/get_weight_version': {
       GET: ({ response }) => sendJson(response, 200, { weight_version: engine.weightVersion }),
     },
     '/weight_version': {
       GET: ({ response }) => sendJson(response, 200, { weight_version: engine.weightVersion }),
-    },
-    '/flush_cache': {
-      GET: ({ response }) => flushCache(response),
-      POST: ({ response }) => flushCache(response),
     },
     '/health': { GET: ({ response }) => sendJson(response, 200, undefined) },
     '/health_generate': {
@@ -390,7 +425,7 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
           workers: [
             {
               id: workerId,
-              url: advertisedUrl,
+              url: context.advertisedUrl,
               model_id: modelName,
               worker_type: 'regular',
               connection_mode: 'http',
@@ -405,15 +440,41 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
         }),
     },
   };
+}
 
-  function flushCache(response: ServerResponse): void {
-    if (engine.flushCache()) sendJson(response, 200, { message: 'Cache flushed.', success: true });
-    else
-      sendJson(response, 400, {
-        message: 'Cannot flush the cache while requests are running or waiting.',
-        success: false,
-      });
-  }
+/**
+ * Starts the SGLang-compatible HTTP server of an {@link InferenceEngine}: `/generate`,
+ * `/abort_request`, `/pause_generation`, `/continue_generation`, `/update_weights_from_disk`,
+ * `/get_weight_version`, `/flush_cache`, `/health`, `/health_generate`, `/v1/models`, `/v1/loads`,
+ * `/get_server_info`, and the router's `/workers` listing (the engine lists itself, so a client's
+ * abort-by-worker path works without a router).
+ *
+ * @example
+ * ```ts
+ * const server = await startEngineServer({ engine, tokenizer, port: 30000 });
+ * const response = await fetch(`${server.url}/generate`, {
+ *   method: 'POST',
+ *   body: JSON.stringify({ input_ids: [9707, 1879], sampling_params: { max_new_tokens: 8 }, return_logprob: true }),
+ * });
+ * ```
+ */
+export async function startEngineServer(options: EngineServerOptions): Promise<EngineServer> {
+  const { engine, tokenizer } = options;
+  const maxBodyBytes = options.maxBodyBytes ?? 64 * 1024 * 1024;
+  const context: EngineServerContext = {
+    engine,
+    tokenizer,
+    modelName: options.modelName ?? 'dressage-embedded',
+    workerId: randomUUID(),
+    createdAt: Math.floor(Date.now() / 1000),
+    specialIds: new Set(tokenizer?.specialTokens.values() ?? []),
+    advertisedUrl: options.advertisedUrl ?? '',
+  };
+  const routes: Routes = {
+    ...generateRoutes(context),
+    ...controlRoutes(context),
+    ...informationRoutes(context),
+  };
 
   const table = new RouteTable<Handler>();
   for (const [path, methods] of Object.entries(routes)) {
@@ -452,7 +513,7 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
   const address = server.address() as AddressInfo;
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   const url = `http://${host}:${address.port}`;
-  if (advertisedUrl === '') advertisedUrl = url;
+  if (context.advertisedUrl === '') context.advertisedUrl = url;
 
   return {
     url,
