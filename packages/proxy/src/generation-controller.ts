@@ -7,7 +7,7 @@ import {
   UNKNOWN_TOKEN_VERSION,
 } from '@dressage/protocol';
 import { sleep, Waiters } from '@dressage/protocol/internal';
-import type { EngineClient, EngineGenerateResult } from './engine-client.js';
+import type { EngineClient, EngineGenerateResult, GenerateRequest } from './engine-client.js';
 import { detailError } from './http-error.js';
 
 /** One engine request (chunk) of an agent call. */
@@ -313,7 +313,7 @@ export class GenerationController {
     let inputLogprobs: Float32Array | null = null;
     const routedExperts: RoutedExpertsPiece[] = [];
     let wasSuspended = false;
-    const context = { session_id: request.sessionId, instance_id: request.instanceId };
+    const context: ErrorContext = { session_id: request.sessionId, instance_id: request.instanceId };
     try {
       for (;;) {
         if (this.paused && chunks.length > 0 && !wasSuspended) {
@@ -326,16 +326,7 @@ export class GenerationController {
           this.#suspended -= 1;
           wasSuspended = false;
         }
-        if (this.shuttingDown) throw detailError(503, { error: 'proxy_shutting_down' });
-        if (request.boundEpoch !== null && request.boundEpoch !== this.rolloutEpoch) {
-          throw detailError(502, {
-            error: 'trajectory_version_changed',
-            message: 'The rollout epoch changed (a resume happened) during this non-partial trajectory.',
-            session_epoch: request.boundEpoch,
-            current_epoch: this.rolloutEpoch,
-            ...context,
-          });
-        }
+        this.#checkContinuable(request, context);
         const remaining = request.maxNewTokens === null ? null : request.maxNewTokens - generated;
         if (remaining !== null && remaining <= 0) break;
         const inputIds =
@@ -348,86 +339,29 @@ export class GenerationController {
             : { ...request.samplingParams, max_new_tokens: remaining };
         // randomUUID draws from a cached entropy pool: cheaper than randomBytes on the hot path.
         const rid = `dressage-${request.sessionId}-${request.turnId}-${randomUUID().replaceAll('-', '')}`;
-        let settle!: () => void;
-        const generation: ActiveGeneration = {
-          rid,
-          sessionId: request.sessionId,
-          instanceId: request.instanceId,
-          abortRequested: false,
-          preemptedChunk: false,
-          settled: new Promise<void>((resolve) => {
-            settle = resolve;
-          }),
-        };
-        this.#active.set(rid, generation);
+        const { generation, settle } = this.#register(rid, request);
         let result: EngineGenerateResult;
         try {
           result = await this.#engine.generate(
-            {
-              input_ids: inputIds,
-              sampling_params: samplingParams,
-              return_logprob: true,
-              logprob_start_len: chunks.length === 0 ? request.firstLogprobStartLen : -1,
-              return_text_in_logprobs: true,
-              rid,
-              ...(request.returnRoutedExperts ? { return_routed_experts: true } : {}),
-            },
+            engineRequestOf(request, { inputIds, samplingParams, rid, first: chunks.length === 0 }),
             { routingKey: request.sessionId, signal: request.signal },
           );
         } catch (error) {
           if (!generation.abortRequested || request.signal?.aborted) throw error;
           // The abort broke the call itself: resume from the previous prefix, logprobs unknown.
-          result = {
-            text: '',
-            outputIds: new Int32Array(0),
-            outputLogprobs: new Float32Array(0),
-            outputLogprobsInvalid: true,
-            inputLogprobs: null,
-            weightVersion: null,
-            finishReason: 'abort',
-            finishMessage: null,
-            routedExperts: null,
-            routedExpertsStart: 0,
-          };
+          result = abortedChunkResult();
           logprobsInvalid = true;
         } finally {
           this.#active.delete(rid);
           // Everything below runs synchronously, so the chunk is appended before a pause resumes.
           settle();
         }
-        if (result.outputIds === null) {
-          result.outputIds = request.encodeText(result.text);
-          logprobsInvalid = true;
-        }
-        // A null or NaN logprob is recorded as 0 and flagged, never passed off as a real 0.
-        if (result.outputLogprobsInvalid) logprobsInvalid = true;
-        const count = result.outputIds.length;
-        if (result.outputLogprobs.length !== count) {
-          const normalized = new Float32Array(count);
-          normalized.set(result.outputLogprobs.subarray(0, count));
-          result.outputLogprobs = normalized;
-          logprobsInvalid = true;
-        }
+        if (normalizeChunk(result, request)) logprobsInvalid = true;
+        const outputIds = result.outputIds as Int32Array;
+        const count = outputIds.length;
         this.observeVersion(result.weightVersion);
         const version = result.weightVersion ?? UNKNOWN_TOKEN_VERSION;
-        if (request.expectedVersion !== null) {
-          if (!isRealVersion(result.weightVersion)) {
-            throw detailError(502, {
-              error: 'weight_version_unavailable',
-              message: 'X-Dressage-Expected-Version is set but the engine reported no weight version.',
-              expected: request.expectedVersion,
-              ...context,
-            });
-          }
-          if (result.weightVersion !== request.expectedVersion) {
-            throw detailError(502, {
-              error: 'weight_version_mismatch',
-              expected: request.expectedVersion,
-              observed: result.weightVersion,
-              ...context,
-            });
-          }
-        }
+        checkExpectedVersion(result, request, context);
         if (chunks.length === 0) inputLogprobs = result.inputLogprobs;
         if (result.routedExperts) {
           routedExperts.push({
@@ -451,11 +385,7 @@ export class GenerationController {
         pieces.push(result);
         text += result.text;
         generated += count;
-        if (count > 0) {
-          const last = versionRuns.at(-1);
-          if (last && last.version === version) last.end = generated;
-          else versionRuns.push({ end: generated, version });
-        }
+        if (count > 0) extendVersionRuns(versionRuns, generated, version);
         chunks.push({ numOutputTokens: count, version, finishReason: result.finishReason, preempted });
         if (!preempted) break;
         if (!this.partialRollout) {
@@ -471,16 +401,10 @@ export class GenerationController {
       if (wasSuspended) this.#suspended -= 1;
     }
     const ids = concatInt32(pieces.map((piece) => piece.outputIds!));
-    const logprobs = new Float32Array(ids.length);
-    let offset = 0;
-    for (const piece of pieces) {
-      logprobs.set(piece.outputLogprobs, offset);
-      offset += piece.outputLogprobs.length;
-    }
     return {
       text,
       ids,
-      logprobs,
+      logprobs: concatLogprobs(pieces, ids.length),
       versionRuns,
       chunks,
       // A preempted last chunk means the budget ran out across continuations.
@@ -490,6 +414,151 @@ export class GenerationController {
       routedExperts,
     };
   }
+
+  // A request may go on: the proxy is not shutting down and, for a non-partial trajectory, no
+  // resume moved the rollout epoch since it started.
+  #checkContinuable(request: GenerationControllerRequest, context: ErrorContext): void {
+    if (this.shuttingDown) throw detailError(503, { error: 'proxy_shutting_down' });
+    if (request.boundEpoch !== null && request.boundEpoch !== this.rolloutEpoch) {
+      throw detailError(502, {
+        error: 'trajectory_version_changed',
+        message: 'The rollout epoch changed (a resume happened) during this non-partial trajectory.',
+        session_epoch: request.boundEpoch,
+        current_epoch: this.rolloutEpoch,
+        ...context,
+      });
+    }
+  }
+
+  // One engine request in flight, findable by a pause; `settle` tells the pause it has come back.
+  #register(
+    rid: string,
+    request: GenerationControllerRequest,
+  ): { generation: ActiveGeneration; settle: () => void } {
+    let settle!: () => void;
+    const generation: ActiveGeneration = {
+      rid,
+      sessionId: request.sessionId,
+      instanceId: request.instanceId,
+      abortRequested: false,
+      preemptedChunk: false,
+      settled: new Promise<void>((resolve) => {
+        settle = resolve;
+      }),
+    };
+    this.#active.set(rid, generation);
+    return { generation, settle };
+  }
+}
+
+/** The ids every error of a generation names. */
+interface ErrorContext {
+  session_id: string;
+  instance_id: string;
+}
+
+// What a chunk whose engine call an abort broke contributes: nothing, its logprobs unknown.
+function abortedChunkResult(): EngineGenerateResult {
+  return {
+    text: '',
+    outputIds: new Int32Array(0),
+    outputLogprobs: new Float32Array(0),
+    outputLogprobsInvalid: true,
+    inputLogprobs: null,
+    weightVersion: null,
+    finishReason: 'abort',
+    finishMessage: null,
+    routedExperts: null,
+    routedExpertsStart: 0,
+  };
+}
+
+// Gives a chunk output ids (its text encoded when the engine sent none) and exactly one logprob per
+// id; true when its logprobs cannot be trusted (missing, null or NaN ones are recorded as 0 and
+// flagged, never passed off as a real 0).
+function normalizeChunk(result: EngineGenerateResult, request: GenerationControllerRequest): boolean {
+  let invalid = result.outputLogprobsInvalid;
+  if (result.outputIds === null) {
+    result.outputIds = request.encodeText(result.text);
+    invalid = true;
+  }
+  const count = result.outputIds.length;
+  if (result.outputLogprobs.length !== count) {
+    const normalized = new Float32Array(count);
+    normalized.set(result.outputLogprobs.subarray(0, count));
+    result.outputLogprobs = normalized;
+    invalid = true;
+  }
+  return invalid;
+}
+
+// X-Dressage-Expected-Version pins the weights: a chunk from other weights, or of unknown ones, fails.
+function checkExpectedVersion(
+  result: EngineGenerateResult,
+  request: GenerationControllerRequest,
+  context: ErrorContext,
+): void {
+  if (request.expectedVersion === null) return;
+  if (!isRealVersion(result.weightVersion)) {
+    throw detailError(502, {
+      error: 'weight_version_unavailable',
+      message: 'X-Dressage-Expected-Version is set but the engine reported no weight version.',
+      expected: request.expectedVersion,
+      ...context,
+    });
+  }
+  if (result.weightVersion !== request.expectedVersion) {
+    throw detailError(502, {
+      error: 'weight_version_mismatch',
+      expected: request.expectedVersion,
+      observed: result.weightVersion,
+      ...context,
+    });
+  }
+}
+
+// The `/generate` request of one chunk: logprobs of the output (and of the prompt from
+// `firstLogprobStartLen` for the first chunk), routed experts when asked.
+function engineRequestOf(
+  request: GenerationControllerRequest,
+  chunk: {
+    inputIds: Int32Array;
+    samplingParams: GenerateRequest['sampling_params'];
+    rid: string;
+    first: boolean;
+  },
+): GenerateRequest {
+  return {
+    input_ids: chunk.inputIds,
+    sampling_params: chunk.samplingParams,
+    return_logprob: true,
+    logprob_start_len: chunk.first ? request.firstLogprobStartLen : -1,
+    return_text_in_logprobs: true,
+    rid: chunk.rid,
+    ...(request.returnRoutedExperts ? { return_routed_experts: true } : {}),
+  };
+}
+
+// Tokens up to `end` carry `version`: the last run grows, or a new one starts.
+function extendVersionRuns(
+  runs: Array<{ end: number; version: string }>,
+  end: number,
+  version: string,
+): void {
+  const last = runs.at(-1);
+  if (last && last.version === version) last.end = end;
+  else runs.push({ end, version });
+}
+
+// The chunks' logprobs end to end.
+function concatLogprobs(pieces: readonly EngineGenerateResult[], length: number): Float32Array {
+  const logprobs = new Float32Array(length);
+  let offset = 0;
+  for (const piece of pieces) {
+    logprobs.set(piece.outputLogprobs, offset);
+    offset += piece.outputLogprobs.length;
+  }
+  return logprobs;
 }
 
 /** Concatenates int32 arrays into one. */
