@@ -122,35 +122,7 @@ export function buildTrajectory(
     const last = segment.steps.at(-1)!;
     blockOfSegment.set(segment, blocks.length);
     blocks.push(freeze(segment.buffer, segment.buffer.length, config.maskNonlastVersionTokens));
-    const reasons: SegmentReason[] = segment.reasons.length > 0 ? segment.reasons : ['initial'];
-    const turnIds = distinctTurns(segment.steps);
-    const extra: LineageExtraInfo = {
-      alignment_method: 'tito',
-      token_build_mode: 'tito',
-      segment_view: 'lineage',
-      context_token_count: segment.contextCount,
-      context_delta_token_count: segment.contextCount,
-      output_token_count: segment.outputCount,
-      num_steps: segment.steps.length,
-      num_turns: turnIds.length,
-      turn_ids: turnIds,
-      lineage_id: last.lineage.id,
-      lineage_index: last.lineage.index,
-      branch_from_step_id: last.lineage.branchFromStepId,
-      step_ids: segment.steps.map((step) => step.stepId),
-      timestamp: String(last.timestamp),
-      history_rewritten: session.historyRewritten,
-      segment_reason: reasons[0] ?? 'initial',
-      segment_reasons: reasons,
-      trajectory_num_segments: lineageSegments.length,
-      mask_nonlast_version_tokens: config.maskNonlastVersionTokens,
-      finalization_complete: true,
-      finalization_id: finalizationId,
-    };
-    if (segment.logprobsInvalid) extra.tito_logprobs_invalid = true;
-    if (segment.incrementalFailed) extra.tito_incremental_tokenization_failed = true;
-    const hooks = lineageHookMetadata(segment.steps);
-    if (hooks !== null) extra.tool_call_hooks = hooks;
+    const extra = lineageExtraInfo(session, segment, lineageSegments.length, config, finalizationId);
     records.push({
       view: 'lineage',
       segmentIndex,
@@ -174,33 +146,7 @@ export function buildTrajectory(
       block = blocks.length;
       blocks.push(freeze(step.buffer, step.responseEnd, false));
     }
-    const reasons: SegmentReason[] =
-      step.segmentReasonsBefore.length > 0 ? step.segmentReasonsBefore : ['initial'];
-    const extra: TimelineExtraInfo = {
-      alignment_method: 'snapshot_step',
-      token_build_mode: config.tokenBuildMode,
-      segment_view: 'timeline',
-      context_token_count: step.promptEnd,
-      output_token_count: step.responseEnd - step.promptEnd,
-      num_steps: 1,
-      num_turns: 1,
-      turn_ids: [step.turnId],
-      step_id: step.stepId,
-      lineage_id: step.lineage.id,
-      lineage_index: step.lineage.index,
-      route_type: step.routeType,
-      route_base_step_id: step.routeBaseStepId,
-      segment_reason: reasons[0] ?? 'initial',
-      segment_reasons: reasons,
-      timestamp: String(step.timestamp),
-      history_rewritten: session.historyRewritten,
-      trajectory_num_segments: session.steps.length,
-      mask_nonlast_version_tokens: config.maskNonlastVersionTokens,
-      finalization_complete: true,
-      finalization_id: finalizationId,
-    };
-    if (step.logprobsInvalid) extra.snapshot_logprobs_invalid = true;
-    if (step.toolCallHookMetadata !== null) extra.tool_call_hooks = { ...step.toolCallHookMetadata };
+    const extra = timelineExtraInfo(session, step, config, finalizationId);
     records.push({
       view: 'timeline',
       segmentIndex,
@@ -227,15 +173,106 @@ export function buildTrajectory(
     records,
     blocks,
   };
-  const result: FinalizeResult = {
+  const result = finalizeResultOf(session, config, {
+    finalizationId,
+    segments: tito ? lineageSegments.length : session.steps.length,
+  });
+  return { trajectory, result };
+}
+
+// The extra_info of a lineage record: what the segment holds and why it starts where it does.
+function lineageExtraInfo(
+  session: Session,
+  segment: LineageSegment,
+  segmentCount: number,
+  config: ProxyConfig,
+  finalizationId: string,
+): LineageExtraInfo {
+  const last = segment.steps.at(-1)!;
+  const reasons: SegmentReason[] = segment.reasons.length > 0 ? segment.reasons : ['initial'];
+  const turnIds = distinctTurns(segment.steps);
+  const extra: LineageExtraInfo = {
+    alignment_method: 'tito',
+    token_build_mode: 'tito',
+    segment_view: 'lineage',
+    context_token_count: segment.contextCount,
+    context_delta_token_count: segment.contextCount,
+    output_token_count: segment.outputCount,
+    num_steps: segment.steps.length,
+    num_turns: turnIds.length,
+    turn_ids: turnIds,
+    lineage_id: last.lineage.id,
+    lineage_index: last.lineage.index,
+    branch_from_step_id: last.lineage.branchFromStepId,
+    step_ids: segment.steps.map((step) => step.stepId),
+    timestamp: String(last.timestamp),
+    history_rewritten: session.historyRewritten,
+    segment_reason: reasons[0] ?? 'initial',
+    segment_reasons: reasons,
+    trajectory_num_segments: segmentCount,
+    mask_nonlast_version_tokens: config.maskNonlastVersionTokens,
+    finalization_complete: true,
+    finalization_id: finalizationId,
+  };
+  if (segment.logprobsInvalid) extra.tito_logprobs_invalid = true;
+  if (segment.incrementalFailed) extra.tito_incremental_tokenization_failed = true;
+  const hooks = lineageHookMetadata(segment.steps);
+  if (hooks !== null) extra.tool_call_hooks = hooks;
+  return extra;
+}
+
+// The extra_info of a timeline record: one step, its route and why a segment boundary preceded it.
+function timelineExtraInfo(
+  session: Session,
+  step: Step,
+  config: ProxyConfig,
+  finalizationId: string,
+): TimelineExtraInfo {
+  const reasons: SegmentReason[] =
+    step.segmentReasonsBefore.length > 0 ? step.segmentReasonsBefore : ['initial'];
+  const extra: TimelineExtraInfo = {
+    alignment_method: 'snapshot_step',
+    token_build_mode: config.tokenBuildMode,
+    segment_view: 'timeline',
+    context_token_count: step.promptEnd,
+    output_token_count: step.responseEnd - step.promptEnd,
+    num_steps: 1,
+    num_turns: 1,
+    turn_ids: [step.turnId],
+    step_id: step.stepId,
+    lineage_id: step.lineage.id,
+    lineage_index: step.lineage.index,
+    route_type: step.routeType,
+    route_base_step_id: step.routeBaseStepId,
+    segment_reason: reasons[0] ?? 'initial',
+    segment_reasons: reasons,
+    timestamp: String(step.timestamp),
+    history_rewritten: session.historyRewritten,
+    trajectory_num_segments: session.steps.length,
+    mask_nonlast_version_tokens: config.maskNonlastVersionTokens,
+    finalization_complete: true,
+    finalization_id: finalizationId,
+  };
+  if (step.logprobsInvalid) extra.snapshot_logprobs_invalid = true;
+  if (step.toolCallHookMetadata !== null) extra.tool_call_hooks = { ...step.toolCallHookMetadata };
+  return extra;
+}
+
+// The answer of `/session/finalize`.
+function finalizeResultOf(
+  session: Session,
+  config: ProxyConfig,
+  counts: { finalizationId: string; segments: number },
+): FinalizeResult {
+  return {
     success: true,
     session_id: session.id,
     trajectory_id: session.id,
     instance_id: session.instanceId,
-    finalization_id: finalizationId,
+    finalization_id: counts.finalizationId,
     num_steps: session.steps.length,
     num_turns: session.numTurns,
-    num_segments: tito ? lineageSegments.length : session.steps.length,
+    num_segments: counts.segments,
     num_timeline_segments: session.steps.length,
     history_rewritten: session.historyRewritten,
     token_build_mode: config.tokenBuildMode,
@@ -243,5 +280,4 @@ export function buildTrajectory(
     record_token_versions: config.recordTokenVersions,
     mask_nonlast_version_tokens: config.maskNonlastVersionTokens,
   };
-  return { trajectory, result };
 }
