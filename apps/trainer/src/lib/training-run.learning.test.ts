@@ -134,12 +134,13 @@ describe('the shipped weather recipe', () => {
   it('learns as well in fully-async mode, losing no request to preemption', async () => {
     // Fully-async learns from feedback one update late and rises later than sync with the Qwen3
     // template, hence 40 steps. The shipped variant takes the rollout logprobs as PPO's old policy
-    // (loss.use_rollout_logprobs) and Dr. GRPO advantages. Measured from the 500-step warm-start,
-    // seeds 7, 13 and 17: mean reward over steps 38-40 from 0.80 to 0.99 (seed 7: one step at 0.44).
-    // (With std-divided advantages one run scored 0 at steps 28-38; with truncated importance
-    // sampling instead, one run ended 0.19, 0.94, 0.34 over steps 38-40.)
+    // (loss.use_rollout_logprobs), Dr. GRPO advantages and the recipe's gradient-spike clip.
+    // Without the clip, one gradient spike from a rare failure (norm 40x the usual) collapsed runs
+    // for good (every later step at 0); the README's table records every run with it.
     const { summary, rl } = await train('fully-async.yaml', 'fully-async', 'tito', 40);
     expect(summary.stepsCompleted).toBe(40);
+    // No collapse: once learned, no step falls below half (the README's robustness criterion).
+    expect(Math.min(...summary.rewards.slice(20))).toBeGreaterThanOrEqual(0.5);
     // Rollouts overlap training: most trained tokens come from the weights before the trainer's.
     expect(summary.meanVersionGap).toBeGreaterThan(0.3);
     // Parity holds on the tokens of the trainer's own weights; older tokens are the off-policy gap.
