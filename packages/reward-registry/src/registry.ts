@@ -92,16 +92,16 @@ function isModuleNotFound(error: unknown): boolean {
  * modules cannot silently shadow each other.
  */
 export class RewardRegistry {
-  private readonly functions = new Map<string, RewardFunction>();
+  readonly #functions = new Map<string, RewardFunction>();
   // Keyed by resolved URL so "./a.js" and its absolute path load once; the promise makes
   // concurrent loads of one module share a single import.
-  private readonly loadedModules = new Map<string, Promise<void>>();
+  readonly #loadedModules = new Map<string, Promise<void>>();
 
-  private readonly parent: RewardRegistry | null;
+  readonly #parent: RewardRegistry | null;
 
   /** Creates a registry; with `builtins` (default true) it starts with the built-in rewards. */
   constructor(options: RewardRegistryOptions = {}) {
-    this.parent = options.parent ?? null;
+    this.#parent = options.parent ?? null;
     if (options.builtins ?? true) {
       for (const [name, fn] of Object.entries(builtinRewards)) this.register(name, fn);
     }
@@ -121,29 +121,29 @@ export class RewardRegistry {
         message: `Reward "${name}" must be a function, got ${typeof fn}`,
       });
     }
-    if (this.functions.has(name)) {
+    if (this.#functions.has(name)) {
       throw new DressageError({
         code: 'already_exists',
         message: `A reward function named "${name}" is already registered`,
         details: { name },
       });
     }
-    this.functions.set(name, fn);
+    this.#functions.set(name, fn);
   }
 
   /** True when a function is registered under `name` here or in the parent registry. */
   has(name: string): boolean {
-    return this.functions.has(name) || (this.parent?.has(name) ?? false);
+    return this.#functions.has(name) || (this.#parent?.has(name) ?? false);
   }
 
   /** The registered names (with the parent registry's), sorted. */
   names(): string[] {
-    return [...new Set([...this.functions.keys(), ...(this.parent?.names() ?? [])])].sort();
+    return [...new Set([...this.#functions.keys(), ...(this.#parent?.names() ?? [])])].sort();
   }
 
   /** The function registered under `name`. Throws `not_found` listing the registered names. */
   get(name: string): RewardFunction {
-    const fn = this.functions.get(name) ?? (this.parent?.has(name) ? this.parent.get(name) : undefined);
+    const fn = this.#functions.get(name) ?? (this.#parent?.has(name) ? this.#parent.get(name) : undefined);
     if (fn === undefined) {
       const names = this.names();
       throw new DressageError({
@@ -176,12 +176,12 @@ export class RewardRegistry {
     await Promise.all(
       specifiers.map(async (specifier) => {
         const url = moduleUrl(specifier, baseDirectory);
-        let pending = this.loadedModules.get(url);
+        let pending = this.#loadedModules.get(url);
         if (pending === undefined) {
-          pending = this.importModule(specifier, url);
-          this.loadedModules.set(url, pending);
+          pending = this.#importModule(specifier, url);
+          this.#loadedModules.set(url, pending);
           // A failed load may be retried after the cause is fixed.
-          pending.catch(() => this.loadedModules.delete(url));
+          pending.catch(() => this.#loadedModules.delete(url));
           loaded.push(specifier);
         }
         await pending;
@@ -190,7 +190,7 @@ export class RewardRegistry {
     return loaded;
   }
 
-  private async importModule(specifier: string, url: string): Promise<void> {
+  async #importModule(specifier: string, url: string): Promise<void> {
     let imported: RewardModule;
     try {
       imported = (await import(url)) as RewardModule;

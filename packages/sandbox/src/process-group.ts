@@ -40,23 +40,27 @@ export function killProcessGroup(pid: number | undefined, signal: NodeJS.Signals
 }
 
 class BoundedBuffer {
-  private readonly chunks: Buffer[] = [];
-  private size = 0;
+  readonly #chunks: Buffer[] = [];
+  #size = 0;
   truncated = false;
-  constructor(private readonly limit: number) {}
+  readonly #limit: number;
+
+  constructor(limit: number) {
+    this.#limit = limit;
+  }
   push(chunk: Buffer): void {
-    if (this.size >= this.limit) {
+    if (this.#size >= this.#limit) {
       this.truncated = true;
       return;
     }
-    const room = this.limit - this.size;
+    const room = this.#limit - this.#size;
     const kept = chunk.length > room ? chunk.subarray(0, room) : chunk;
     if (kept.length < chunk.length) this.truncated = true;
-    this.chunks.push(kept);
-    this.size += kept.length;
+    this.#chunks.push(kept);
+    this.#size += kept.length;
   }
   text(): string {
-    return Buffer.concat(this.chunks).toString('utf8');
+    return Buffer.concat(this.#chunks).toString('utf8');
   }
 }
 

@@ -76,17 +76,19 @@ function detectLayout(): CgroupLayout | null {
  * and sandboxes run without them.
  */
 export class SlotCgroups {
-  private readonly layout: CgroupLayout | null;
+  readonly #layout: CgroupLayout | null;
   readonly support: LimitSupport;
 
-  constructor(
-    private readonly name: string,
-    private readonly limits: ResourceLimits,
-  ) {
+  readonly #name: string;
+  readonly #limits: ResourceLimits;
+
+  constructor(name: string, limits: ResourceLimits) {
+    this.#name = name;
+    this.#limits = limits;
     const wanted = limits.memoryBytes !== undefined || limits.maxProcesses !== undefined;
-    this.layout = wanted ? detectLayout() : null;
-    const memory = limits.memoryBytes !== undefined && this.layout?.memoryParent != null;
-    const processes = limits.maxProcesses !== undefined && this.layout?.pidsParent != null;
+    this.#layout = wanted ? detectLayout() : null;
+    const memory = limits.memoryBytes !== undefined && this.#layout?.memoryParent != null;
+    const processes = limits.maxProcesses !== undefined && this.#layout?.pidsParent != null;
     const missing: string[] = [];
     if (limits.memoryBytes !== undefined && !memory) missing.push('memory');
     if (limits.maxProcesses !== undefined && !processes) missing.push('pids');
@@ -100,13 +102,13 @@ export class SlotCgroups {
   /** The cgroup.procs files a slot's sandbox joins; created on first use with the limits written. */
   procsFiles(slotId: number): string[] {
     const files: string[] = [];
-    const group = `${this.name}-slot-${String(slotId).padStart(4, '0')}`;
-    const layout = this.layout;
+    const group = `${this.#name}-slot-${String(slotId).padStart(4, '0')}`;
+    const layout = this.#layout;
     if (layout === null) return files;
     if (this.support.memory && layout.memoryParent !== null) {
       const dir = join(layout.memoryParent, group);
       mkdirSync(dir, { recursive: true });
-      const limit = String(this.limits.memoryBytes);
+      const limit = String(this.#limits.memoryBytes);
       writeFileSync(join(dir, layout.version === 1 ? 'memory.limit_in_bytes' : 'memory.max'), limit);
       if (layout.version === 2) writeFileSync(join(dir, 'memory.swap.max'), '0');
       files.push(join(dir, 'cgroup.procs'));
@@ -115,7 +117,7 @@ export class SlotCgroups {
       // Under v2 both controllers share one group directory.
       const dir = join(layout.pidsParent, group);
       mkdirSync(dir, { recursive: true });
-      writeFileSync(join(dir, 'pids.max'), String(this.limits.maxProcesses));
+      writeFileSync(join(dir, 'pids.max'), String(this.#limits.maxProcesses));
       const procs = join(dir, 'cgroup.procs');
       if (!files.includes(procs)) files.push(procs);
     }
@@ -132,10 +134,10 @@ export class SlotCgroups {
 
   /** Removes the slot cgroups (only empty ones can go; the rest are left for the kernel). */
   remove(slotCount: number): void {
-    const layout = this.layout;
+    const layout = this.#layout;
     if (layout === null) return;
     for (let slot = 0; slot < slotCount; slot++) {
-      const group = `${this.name}-slot-${String(slot).padStart(4, '0')}`;
+      const group = `${this.#name}-slot-${String(slot).padStart(4, '0')}`;
       for (const parent of [layout.memoryParent, layout.pidsParent]) {
         if (parent === null) continue;
         try {

@@ -57,26 +57,29 @@ function withMetadata(sample: Sample, extra: Record<string, unknown>): Sample {
  */
 export class AsyncRolloutScheduler implements RolloutScheduler {
   readonly options: SchedulerOptions;
-  private readonly worker: AsyncRolloutWorker;
-  private readonly tracker: StalenessTracker;
-  private readonly janitor: SessionJanitor;
-  private readonly logger: SchedulerLogger;
-  private readonly shutdownController = new AbortController();
-  private warnedTarget = false;
-  private collecting = false;
+  readonly #worker: AsyncRolloutWorker;
+  readonly #tracker: StalenessTracker;
+  readonly #janitor: SessionJanitor;
+  readonly #logger: SchedulerLogger;
+  readonly #shutdownController = new AbortController();
+  #warnedTarget = false;
+  #collecting = false;
   // Groups recalled in flight since the last call returned, reported by the next one.
-  private recalled = { groups: 0, givenUp: 0 };
+  #recalled = { groups: 0, givenUp: 0 };
+
+  readonly #dependencies: SchedulerDependencies;
 
   constructor(
     readonly mode: 'fully-async' | 'partial-async',
-    private readonly dependencies: SchedulerDependencies,
+    dependencies: SchedulerDependencies,
     options: SchedulerOptions,
   ) {
+    this.#dependencies = dependencies;
     this.options = options;
-    this.logger = dependencies.logger ?? consoleLogger;
-    this.janitor = new SessionJanitor(dependencies.sessionDiscarder, this.logger);
-    this.tracker = new StalenessTracker(options.stalenessKeepVersions);
-    this.worker = new AsyncRolloutWorker({
+    this.#logger = dependencies.logger ?? consoleLogger;
+    this.#janitor = new SessionJanitor(dependencies.sessionDiscarder, this.#logger);
+    this.#tracker = new StalenessTracker(options.stalenessKeepVersions);
+    this.#worker = new AsyncRolloutWorker({
       dataSource: dependencies.dataSource,
       generate: dependencies.generate,
       samplingParams: options.samplingParams,
@@ -91,25 +94,25 @@ export class AsyncRolloutScheduler implements RolloutScheduler {
       ...(options.asyncMaxOutstandingGroups === undefined
         ? {}
         : { maxOutstandingGroups: options.asyncMaxOutstandingGroups }),
-      logger: this.logger,
-      onCancelled: (outcome) => this.janitor.discard(sessionIdsOf(outcome)),
-      onRecalled: (outcome) => this.recycle(outcome),
+      logger: this.#logger,
+      onCancelled: (outcome) => this.#janitor.discard(sessionIdsOf(outcome)),
+      onRecalled: (outcome) => this.#recycle(outcome),
       ...(mode === 'partial-async' ? { prepare: stampSubmitted } : {}),
     });
   }
 
   /** The staleness tracker (versions seen so far). */
   get staleness(): StalenessTracker {
-    return this.tracker;
+    return this.#tracker;
   }
 
   /** Groups in flight, their calls running and completed groups waiting (dashboards, tests). */
   get pipeline(): { active: number; activeSamples: number; queued: number; running: boolean } {
     return {
-      active: this.worker.activeCount,
-      activeSamples: this.worker.activeSampleCount,
-      queued: this.worker.queuedCount,
-      running: this.worker.running,
+      active: this.#worker.activeCount,
+      activeSamples: this.#worker.activeSampleCount,
+      queued: this.#worker.queuedCount,
+      running: this.#worker.running,
     };
   }
 
@@ -120,34 +123,34 @@ export class AsyncRolloutScheduler implements RolloutScheduler {
       return { groups, samples: groups * this.options.nSamplesPerPrompt };
     }
     const target = partialRolloutTarget(this.options);
-    if (target.warning !== undefined && !this.warnedTarget) {
-      this.warnedTarget = true;
-      this.logger.warn(target.warning);
+    if (target.warning !== undefined && !this.#warnedTarget) {
+      this.#warnedTarget = true;
+      this.#logger.warn(target.warning);
     }
     return { groups: target.groups, samples: target.samples };
   }
 
   async generateRollout(rolloutId: number, callOptions: RolloutCallOptions = {}): Promise<RolloutResult> {
-    if (this.shutdownController.signal.aborted) throw cancelledError(`the ${this.mode} scheduler`);
+    if (this.#shutdownController.signal.aborted) throw cancelledError(`the ${this.mode} scheduler`);
     // Two collectors would split the worker's output between them; one call at a time.
-    if (this.collecting) {
+    if (this.#collecting) {
       throw new DressageError({
         code: 'failed_precondition',
         message: `the ${this.mode} scheduler is already collecting a rollout; await it before the next call`,
       });
     }
-    this.collecting = true;
+    this.#collecting = true;
     try {
-      return await this.collect(rolloutId, callOptions);
+      return await this.#collect(rolloutId, callOptions);
     } finally {
-      this.collecting = false;
+      this.#collecting = false;
     }
   }
 
-  private async collect(rolloutId: number, callOptions: RolloutCallOptions): Promise<RolloutResult> {
+  async #collect(rolloutId: number, callOptions: RolloutCallOptions): Promise<RolloutResult> {
     const signal = callOptions.signal
-      ? AbortSignal.any([callOptions.signal, this.shutdownController.signal])
-      : this.shutdownController.signal;
+      ? AbortSignal.any([callOptions.signal, this.#shutdownController.signal])
+      : this.#shutdownController.signal;
     const target = this.targetGroups();
     const maxDropped = this.options.asyncMaxDroppedFailedGroups ?? Math.max(target.groups * 10, 100);
     const counters = {
@@ -160,20 +163,20 @@ export class AsyncRolloutScheduler implements RolloutScheduler {
     };
     let batch: CompletedGroup[] = [];
     let unprocessed: CompletedGroup[] = [];
-    if (callOptions.weightVersion !== undefined && this.tracker.observeVersion(callOptions.weightVersion))
-      this.recallStale(0);
+    if (callOptions.weightVersion !== undefined && this.#tracker.observeVersion(callOptions.weightVersion))
+      this.#recallStale(0);
 
-    this.worker.start(rolloutId);
+    this.#worker.start(rolloutId);
     const warnAfterMs = this.options.asyncNoProgressWarnSec * 1000;
     let lastProgress = Date.now();
     let timer: NodeJS.Timeout | undefined;
     const arm = () => {
       clearTimeout(timer);
       timer = setTimeout(() => {
-        this.logger.warn(
+        this.#logger.warn(
           `${this.mode} rollout ${rolloutId}: no group completed for ${Math.round((Date.now() - lastProgress) / 1000)} s ` +
-            `(${batch.length}/${target.groups} collected, ${this.worker.activeCount} in flight)`,
-          { rolloutId, collected: batch.length, target: target.groups, active: this.worker.activeCount },
+            `(${batch.length}/${target.groups} collected, ${this.#worker.activeCount} in flight)`,
+          { rolloutId, collected: batch.length, target: target.groups, active: this.#worker.activeCount },
         );
         arm();
       }, warnAfterMs);
@@ -181,11 +184,11 @@ export class AsyncRolloutScheduler implements RolloutScheduler {
     arm();
     try {
       while (batch.length < target.groups) {
-        this.worker.throwIfFailed();
+        this.#worker.throwIfFailed();
         // Take only what the batch still needs; the rest stays queued (and counts for backpressure).
-        const completed = this.worker.take(target.groups - batch.length);
+        const completed = this.#worker.take(target.groups - batch.length);
         if (completed.length === 0) {
-          await this.worker.waitForChange(signal);
+          await this.#worker.waitForChange(signal);
           continue;
         }
         lastProgress = Date.now();
@@ -193,20 +196,20 @@ export class AsyncRolloutScheduler implements RolloutScheduler {
         // A pass observes every completed group (also those left queued), so the batch is judged
         // against the newest weights known; groups that failed say nothing final and are skipped.
         let advanced = false;
-        for (const entry of [...completed, ...this.worker.peek()]) {
-          if (!entry.outcome.failed) advanced = this.tracker.observe(entry.outcome.samples) || advanced;
+        for (const entry of [...completed, ...this.#worker.peek()]) {
+          if (!entry.outcome.failed) advanced = this.#tracker.observe(entry.outcome.samples) || advanced;
         }
         if (advanced) {
-          const kept = batch.filter((pending) => !this.tracker.isStale(pending.outcome.samples));
+          const kept = batch.filter((pending) => !this.#tracker.isStale(pending.outcome.samples));
           counters.staleDropped += batch.length - kept.length;
           batch = kept;
-          this.recallStale(0);
+          this.#recallStale(0);
         }
         unprocessed = completed;
         while (unprocessed.length > 0) {
           const entry = unprocessed.shift() as CompletedGroup;
           if (entry.outcome.failed) {
-            this.handleFailure(entry, counters);
+            this.#handleFailure(entry, counters);
             if (counters.dropped > maxDropped) {
               throw new DressageError({
                 code: 'resource_exhausted',
@@ -219,7 +222,7 @@ export class AsyncRolloutScheduler implements RolloutScheduler {
             }
             continue;
           }
-          if (this.tracker.isStale(entry.outcome.samples)) {
+          if (this.#tracker.isStale(entry.outcome.samples)) {
             counters.staleDropped++;
             continue;
           }
@@ -228,17 +231,17 @@ export class AsyncRolloutScheduler implements RolloutScheduler {
       }
     } catch (error) {
       // Nothing collected is wasted: a cancelled or failed call leaves its groups for the next one.
-      this.worker.putBack([...batch, ...unprocessed]);
+      this.#worker.putBack([...batch, ...unprocessed]);
       throw error;
     } finally {
       clearTimeout(timer);
     }
     // The batch is full: a group still in flight can only be trained after the next weight update.
-    this.recallStale(1);
-    counters.staleDropped += this.recalled.givenUp;
-    const recalledGroups = this.recalled.groups;
-    this.recalled = { groups: 0, givenUp: 0 };
-    this.tracker.droppedGroups += counters.staleDropped;
+    this.#recallStale(1);
+    counters.staleDropped += this.#recalled.givenUp;
+    const recalledGroups = this.#recalled.groups;
+    this.#recalled = { groups: 0, givenUp: 0 };
+    this.#tracker.droppedGroups += counters.staleDropped;
 
     const isFinal = this.options.numRollout !== undefined && rolloutId + 1 >= this.options.numRollout;
     const drain =
@@ -246,10 +249,10 @@ export class AsyncRolloutScheduler implements RolloutScheduler {
       (this.mode === 'fully-async'
         ? this.options.drainFullyAsyncWorkerOnFinalRollout
         : this.options.drainPartialWorkerOnFinalRollout);
-    const queuedCompleted = this.worker.queuedCount;
+    const queuedCompleted = this.#worker.queuedCount;
     let drainedCompleted = 0;
     if (drain) {
-      const leftovers = await this.worker.stop(this.options.asyncWorkerStopTimeoutSec * 1000);
+      const leftovers = await this.#worker.stop(this.options.asyncWorkerStopTimeoutSec * 1000);
       drainedCompleted = leftovers.length;
     }
 
@@ -271,8 +274,8 @@ export class AsyncRolloutScheduler implements RolloutScheduler {
     const prefix = this.mode === 'partial-async' ? 'dressage/partial_rollout_' : 'dressage/fully_async_';
     const metrics: Record<string, number> = {
       ...computeMultiSegmentMetrics(groups.flat()),
-      ...this.tracker.metrics(groups, counters.staleDropped),
-      ...(this.tracker.enabled ? { 'staleness/recalled_groups': recalledGroups } : {}),
+      ...this.#tracker.metrics(groups, counters.staleDropped),
+      ...(this.#tracker.enabled ? { 'staleness/recalled_groups': recalledGroups } : {}),
       [`${prefix}target_groups`]: target.groups,
       [`${prefix}target_samples`]: target.samples,
       [`${prefix}full_groups`]: this.options.rolloutBatchSize,
@@ -294,9 +297,9 @@ export class AsyncRolloutScheduler implements RolloutScheduler {
   }
 
   async shutdown(): Promise<void> {
-    this.shutdownController.abort(cancelledError(`the ${this.mode} scheduler`));
-    await this.worker.stop(this.options.asyncWorkerStopTimeoutSec * 1000);
-    await this.janitor.settle();
+    this.#shutdownController.abort(cancelledError(`the ${this.mode} scheduler`));
+    await this.#worker.stop(this.options.asyncWorkerStopTimeoutSec * 1000);
+    await this.#janitor.settle();
   }
 
   /**
@@ -304,19 +307,19 @@ export class AsyncRolloutScheduler implements RolloutScheduler {
    * ended on a version that is outside the kept window now (`versionsAhead` 0) or will be once the
    * trainer holds `versionsAhead` newer versions. Finishing it would only produce a group to drop.
    */
-  private recallStale(versionsAhead: number): void {
-    if (!this.tracker.enabled || !this.options.stalenessRecallInFlight) return;
+  #recallStale(versionsAhead: number): void {
+    if (!this.#tracker.enabled || !this.options.stalenessRecallInFlight) return;
     // Completed groups that will be stale when collected leave the queue now, making room.
     if (versionsAhead > 0) {
-      const stale = this.worker.discardQueued(
-        (entry) => !entry.outcome.failed && this.tracker.isStale(entry.outcome.samples, versionsAhead),
+      const stale = this.#worker.discardQueued(
+        (entry) => !entry.outcome.failed && this.#tracker.isStale(entry.outcome.samples, versionsAhead),
       );
-      this.recalled.givenUp += stale.length;
+      this.#recalled.givenUp += stale.length;
     }
-    for (const { asyncGroupId, run } of this.worker.inFlight()) {
+    for (const { asyncGroupId, run } of this.#worker.inFlight()) {
       const finished = run.finishedSamples();
-      if (finished.length === 0 || !this.tracker.isStale(finished, versionsAhead)) continue;
-      this.worker.recall(
+      if (finished.length === 0 || !this.#tracker.isStale(finished, versionsAhead)) continue;
+      this.#worker.recall(
         asyncGroupId,
         new DressageError({
           code: 'aborted',
@@ -328,17 +331,17 @@ export class AsyncRolloutScheduler implements RolloutScheduler {
 
   // A recalled group's prompt goes back to the data source (as a failed group's would) while
   // retries remain; its sessions are discarded either way.
-  private recycle(outcome: GroupOutcome): void {
-    this.janitor.discard(sessionIdsOf(outcome));
-    this.recalled.groups++;
+  #recycle(outcome: GroupOutcome): void {
+    this.#janitor.discard(sessionIdsOf(outcome));
+    this.#recalled.groups++;
     if (retryCountOf(outcome.group) < this.options.maxRetries) {
-      this.dependencies.dataSource.addSamples([outcome.group.map(incrementRetry)]);
+      this.#dependencies.dataSource.addSamples([outcome.group.map(incrementRetry)]);
     } else {
-      this.recalled.givenUp++;
+      this.#recalled.givenUp++;
     }
   }
 
-  private handleFailure(
+  #handleFailure(
     entry: CompletedGroup,
     counters: {
       retried: number;
@@ -354,16 +357,16 @@ export class AsyncRolloutScheduler implements RolloutScheduler {
       counters.rejectedGroups++;
       counters.rejectedSamples += outcome.group.length;
     }
-    this.janitor.discard(sessionIdsOf(outcome));
+    this.#janitor.discard(sessionIdsOf(outcome));
     if (retryCountOf(outcome.group) < this.options.maxRetries) {
       // A group that will be retried says nothing final about weight versions: it is not observed.
       counters.retried++;
-      this.dependencies.dataSource.addSamples([outcome.group.map(incrementRetry)]);
+      this.#dependencies.dataSource.addSamples([outcome.group.map(incrementRetry)]);
       return;
     }
     counters.dropped++;
-    this.tracker.observe(outcome.samples);
-    this.logger.warn(
+    this.#tracker.observe(outcome.samples);
+    this.#logger.warn(
       `dropping group ${outcome.group[0]?.group_index ?? '?'} after ${this.options.maxRetries} retries`,
       {
         group_index: outcome.group[0]?.group_index ?? null,

@@ -63,39 +63,43 @@ interface ActiveGroup {
  * holds no timer.
  */
 export class AsyncRolloutWorker {
-  private readonly active = new Map<number, ActiveGroup>();
-  private runningSamples = 0;
+  readonly #active = new Map<number, ActiveGroup>();
+  #runningSamples = 0;
   // A fetched group waiting for room under `maxActiveSamples`.
-  private held: Sample[] | null = null;
-  private queue: CompletedGroup[] = [];
-  private readonly listeners = new Set<() => void>();
-  private filling: Promise<void> | null = null;
-  private state: 'idle' | 'running' | 'stopped' = 'idle';
-  private failure: unknown;
-  private hasFailure = false;
-  private nextGroupId = 0;
+  #held: Sample[] | null = null;
+  #queue: CompletedGroup[] = [];
+  readonly #listeners = new Set<() => void>();
+  #filling: Promise<void> | null = null;
+  #state: 'idle' | 'running' | 'stopped' = 'idle';
+  #failure: unknown;
+  #hasFailure = false;
+  #nextGroupId = 0;
   // A source that ran dry is asked again after a growing delay, never in a tight loop.
-  private emptyFetches = 0;
-  private retryTimer: NodeJS.Timeout | undefined;
+  #emptyFetches = 0;
+  #retryTimer: NodeJS.Timeout | undefined;
   /** The rollout stamped on groups submitted from now on. */
   rolloutId = 0;
 
-  constructor(private readonly options: AsyncRolloutWorkerOptions) {}
+  readonly #options: AsyncRolloutWorkerOptions;
+
+  constructor(options: AsyncRolloutWorkerOptions) {
+    this.#options = options;
+  }
 
   /** Groups in flight. */
   get activeCount(): number {
-    return this.active.size;
+    return this.#active.size;
   }
 
   /** Generate calls running now (samples of groups in flight that have not finished). */
   get activeSampleCount(): number {
-    return this.runningSamples;
+    return this.#runningSamples;
   }
 
   /** Groups in flight (not recalled), oldest first. */
   inFlight(): InFlightGroup[] {
     const groups: InFlightGroup[] = [];
-    for (const [asyncGroupId, group] of this.active)
+    for (const [asyncGroupId, group] of this.#active)
       if (!group.recalled) groups.push({ asyncGroupId, run: group.run });
     return groups;
   }
@@ -105,7 +109,7 @@ export class AsyncRolloutWorker {
    * have settled its outcome goes to `onRecalled` instead of the queue (never to a batch).
    */
   recall(asyncGroupId: number, reason: unknown): void {
-    const group = this.active.get(asyncGroupId);
+    const group = this.#active.get(asyncGroupId);
     if (group === undefined || group.recalled) return;
     group.recalled = true;
     group.controller.abort(reason);
@@ -113,51 +117,51 @@ export class AsyncRolloutWorker {
 
   /** Completed groups waiting to be collected. */
   get queuedCount(): number {
-    return this.queue.length;
+    return this.#queue.length;
   }
 
   /** True between {@link start} and {@link stop}. */
   get running(): boolean {
-    return this.state === 'running';
+    return this.#state === 'running';
   }
 
   /** Starts (or restarts after a stop) dispatching, stamping new groups with `rolloutId`. */
   start(rolloutId: number): void {
     this.rolloutId = rolloutId;
-    this.state = 'running';
-    this.pump();
+    this.#state = 'running';
+    this.#pump();
   }
 
   /** Throws the error that stopped dispatching (a data source failure), if any. */
   throwIfFailed(): void {
-    if (this.hasFailure) throw this.failure;
+    if (this.#hasFailure) throw this.#failure;
   }
 
   /** Takes up to `limit` completed groups, oldest first, and tops the pipeline up. */
   take(limit = Number.POSITIVE_INFINITY): CompletedGroup[] {
-    const taken = this.queue.splice(0, limit);
-    this.pump();
+    const taken = this.#queue.splice(0, limit);
+    this.#pump();
     return taken;
   }
 
   /** The completed groups waiting, oldest first, without taking them. */
   peek(): readonly CompletedGroup[] {
-    return this.queue;
+    return this.#queue;
   }
 
   /** Removes the completed groups `reject` returns true for, and tops the pipeline up. */
   discardQueued(reject: (entry: CompletedGroup) => boolean): CompletedGroup[] {
-    const removed = this.queue.filter(reject);
+    const removed = this.#queue.filter(reject);
     if (removed.length > 0) {
-      this.queue = this.queue.filter((entry) => !reject(entry));
-      this.pump();
+      this.#queue = this.#queue.filter((entry) => !reject(entry));
+      this.#pump();
     }
     return removed;
   }
 
   /** Puts completed groups back at the front of the queue (collected but not returned). */
   putBack(groups: readonly CompletedGroup[]): void {
-    if (groups.length > 0) this.queue.unshift(...groups);
+    if (groups.length > 0) this.#queue.unshift(...groups);
   }
 
   /** Resolves on the next completion, failure or stop; rejects with `cancelled` when `signal` aborts. */
@@ -168,14 +172,14 @@ export class AsyncRolloutWorker {
         return;
       }
       const onAbort = () => {
-        this.listeners.delete(listener);
+        this.#listeners.delete(listener);
         reject(cancelledError('waiting for rollouts', signal.reason));
       };
       const listener = () => {
         signal.removeEventListener('abort', onAbort);
         resolve();
       };
-      this.listeners.add(listener);
+      this.#listeners.add(listener);
       signal.addEventListener('abort', onAbort, { once: true });
     });
   }
@@ -185,15 +189,15 @@ export class AsyncRolloutWorker {
    * Returns the completed groups nobody collected.
    */
   async stop(timeoutMs: number): Promise<CompletedGroup[]> {
-    this.state = 'stopped';
-    clearTimeout(this.retryTimer);
-    this.retryTimer = undefined;
+    this.#state = 'stopped';
+    clearTimeout(this.#retryTimer);
+    this.#retryTimer = undefined;
     const reason = cancelledError('the rollout worker');
-    const pending = [...this.active.values()];
+    const pending = [...this.#active.values()];
     for (const { controller } of pending) controller.abort(reason);
     const settled = Promise.allSettled([
       ...pending.map(({ done }) => done),
-      this.filling ?? Promise.resolve(),
+      this.#filling ?? Promise.resolve(),
     ]);
     let timer: NodeJS.Timeout | undefined;
     const timedOut = await Promise.race([
@@ -204,136 +208,136 @@ export class AsyncRolloutWorker {
     ]);
     clearTimeout(timer);
     if (timedOut) {
-      this.options.logger.warn(
-        `rollout worker stop timed out after ${timeoutMs} ms; ${this.active.size} group(s) still running`,
-        { active: this.active.size },
+      this.#options.logger.warn(
+        `rollout worker stop timed out after ${timeoutMs} ms; ${this.#active.size} group(s) still running`,
+        { active: this.#active.size },
       );
     }
-    if (this.held !== null) {
+    if (this.#held !== null) {
       // Fetched but never started: back to the source, unstarted.
-      this.options.dataSource.addSamples([this.held]);
-      this.held = null;
+      this.#options.dataSource.addSamples([this.#held]);
+      this.#held = null;
     }
-    const leftovers = this.queue;
-    this.queue = [];
-    this.notify();
+    const leftovers = this.#queue;
+    this.#queue = [];
+    this.#notify();
     return leftovers;
   }
 
-  private canDispatch(): boolean {
+  #canDispatch(): boolean {
     return (
-      this.state === 'running' &&
-      !this.hasFailure &&
-      this.held === null &&
-      this.active.size < this.options.maxActiveGroups &&
-      this.active.size + this.queue.length <
-        (this.options.maxOutstandingGroups ?? Number.POSITIVE_INFINITY) &&
-      this.queue.length < 0.8 * this.options.outputQueueSize
+      this.#state === 'running' &&
+      !this.#hasFailure &&
+      this.#held === null &&
+      this.#active.size < this.#options.maxActiveGroups &&
+      this.#active.size + this.#queue.length <
+        (this.#options.maxOutstandingGroups ?? Number.POSITIVE_INFINITY) &&
+      this.#queue.length < 0.8 * this.#options.outputQueueSize
     );
   }
 
   // A group larger than the whole sample budget still runs, alone.
-  private fits(group: readonly Sample[]): boolean {
-    const limit = this.options.maxActiveSamples;
-    return limit === undefined || this.runningSamples === 0 || this.runningSamples + group.length <= limit;
+  #fits(group: readonly Sample[]): boolean {
+    const limit = this.#options.maxActiveSamples;
+    return limit === undefined || this.#runningSamples === 0 || this.#runningSamples + group.length <= limit;
   }
 
-  private pump(): void {
-    if (this.held !== null && this.state === 'running' && this.fits(this.held)) {
-      const group = this.held;
-      this.held = null;
-      this.launch(group);
+  #pump(): void {
+    if (this.#held !== null && this.#state === 'running' && this.#fits(this.#held)) {
+      const group = this.#held;
+      this.#held = null;
+      this.#launch(group);
     }
-    if (this.filling !== null || this.retryTimer !== undefined || !this.canDispatch()) return;
-    this.filling = this.fill().finally(() => {
-      this.filling = null;
+    if (this.#filling !== null || this.#retryTimer !== undefined || !this.#canDispatch()) return;
+    this.#filling = this.#fill().finally(() => {
+      this.#filling = null;
       // A completion may have arrived while the last fetch was finishing.
-      if (this.canDispatch()) this.pump();
+      if (this.#canDispatch()) this.#pump();
     });
   }
 
-  private async fill(): Promise<void> {
+  async #fill(): Promise<void> {
     try {
-      while (this.canDispatch()) {
-        const [group] = await this.options.dataSource.getSamples(1);
+      while (this.#canDispatch()) {
+        const [group] = await this.#options.dataSource.getSamples(1);
         if (group === undefined) {
-          this.backOff();
+          this.#backOff();
           return;
         }
-        this.emptyFetches = 0;
-        if (this.state !== 'running') {
+        this.#emptyFetches = 0;
+        if (this.#state !== 'running') {
           // Stopped while fetching: the group goes back, unstarted.
-          this.options.dataSource.addSamples([group]);
+          this.#options.dataSource.addSamples([group]);
           return;
         }
-        if (!this.fits(group)) {
-          this.held = group;
+        if (!this.#fits(group)) {
+          this.#held = group;
           return;
         }
-        this.launch(group);
+        this.#launch(group);
       }
     } catch (error) {
-      this.failure = error;
-      this.hasFailure = true;
-      this.notify();
+      this.#failure = error;
+      this.#hasFailure = true;
+      this.#notify();
     }
   }
 
   // An empty answer (a custom source running dry) would otherwise be asked again at once, forever,
   // in microtasks that starve every timer and socket: wait 10 ms, doubling up to 1 s (slime's
   // worker tops up once a second).
-  private backOff(): void {
-    const delay = Math.min(emptySourceMaxDelayMs, emptySourceFirstDelayMs * 2 ** this.emptyFetches);
-    this.emptyFetches++;
-    if (this.emptyFetches === 1) {
-      this.options.logger.warn(
+  #backOff(): void {
+    const delay = Math.min(emptySourceMaxDelayMs, emptySourceFirstDelayMs * 2 ** this.#emptyFetches);
+    this.#emptyFetches++;
+    if (this.#emptyFetches === 1) {
+      this.#options.logger.warn(
         `the data source returned no samples; asking again every ${emptySourceMaxDelayMs} ms at most`,
-        { active: this.active.size, queued: this.queue.length },
+        { active: this.#active.size, queued: this.#queue.length },
       );
     }
-    this.retryTimer = setTimeout(() => {
-      this.retryTimer = undefined;
-      this.pump();
+    this.#retryTimer = setTimeout(() => {
+      this.#retryTimer = undefined;
+      this.#pump();
     }, delay);
   }
 
-  private launch(group: Sample[]): void {
-    const asyncGroupId = this.nextGroupId++;
+  #launch(group: Sample[]): void {
+    const asyncGroupId = this.#nextGroupId++;
     const submittedRolloutId = this.rolloutId;
-    const prepared = this.options.prepare?.(group, asyncGroupId, submittedRolloutId) ?? group;
+    const prepared = this.#options.prepare?.(group, asyncGroupId, submittedRolloutId) ?? group;
     const controller = new AbortController();
     const run = new GroupRun(
       prepared,
-      this.options.generate,
-      this.options.samplingParams,
-      { rolloutId: submittedRolloutId, attempt: retryCountOf(prepared), mode: this.options.mode },
+      this.#options.generate,
+      this.#options.samplingParams,
+      { rolloutId: submittedRolloutId, attempt: retryCountOf(prepared), mode: this.#options.mode },
       controller.signal,
       {
         started: () => {
-          this.runningSamples++;
+          this.#runningSamples++;
         },
         settled: () => {
-          this.runningSamples--;
+          this.#runningSamples--;
           // A finished sample frees its place under the sample budget at once.
-          if (this.options.maxActiveSamples !== undefined) this.pump();
+          if (this.#options.maxActiveSamples !== undefined) this.#pump();
         },
       },
     );
     const entry: ActiveGroup = { controller, run, done: Promise.resolve(), recalled: false };
-    this.active.set(asyncGroupId, entry);
+    this.#active.set(asyncGroupId, entry);
     entry.done = run.done.then((outcome) => {
-      this.active.delete(asyncGroupId);
-      if (entry.recalled) this.options.onRecalled?.(outcome);
-      else if (outcome.cancelled) this.options.onCancelled?.(outcome);
-      else this.queue.push({ asyncGroupId, submittedRolloutId, outcome });
-      this.notify();
-      this.pump();
+      this.#active.delete(asyncGroupId);
+      if (entry.recalled) this.#options.onRecalled?.(outcome);
+      else if (outcome.cancelled) this.#options.onCancelled?.(outcome);
+      else this.#queue.push({ asyncGroupId, submittedRolloutId, outcome });
+      this.#notify();
+      this.#pump();
     });
   }
 
-  private notify(): void {
-    const listeners = [...this.listeners];
-    this.listeners.clear();
+  #notify(): void {
+    const listeners = [...this.#listeners];
+    this.#listeners.clear();
     for (const listener of listeners) listener();
   }
 }

@@ -75,39 +75,39 @@ export function dataSourceStateFile(directory: string, rolloutId: number): strin
  * reshuffled with a seed per epoch. Its position (and buffer) can be saved and restored.
  */
 export class PromptDataSource implements RolloutDataSource {
-  private readonly keys: Required<PromptKeys>;
-  private readonly recordSchema: ReturnType<typeof createPromptRecordSchema>;
-  private readonly nSamplesPerPrompt: number;
-  private readonly shuffle: boolean;
-  private readonly seed: number;
-  private buffer: Sample[][] = [];
-  private order: Uint32Array | null = null;
-  private sampleOffset = 0;
-  private epochId = 0;
-  private sampleGroupIndex = 0;
-  private sampleIndex = 0;
-  private metadata: Record<string, unknown> = {};
+  readonly #keys: Required<PromptKeys>;
+  readonly #recordSchema: ReturnType<typeof createPromptRecordSchema>;
+  readonly #nSamplesPerPrompt: number;
+  readonly #shuffle: boolean;
+  readonly #seed: number;
+  #buffer: Sample[][] = [];
+  #order: Uint32Array | null = null;
+  #sampleOffset = 0;
+  #epochId = 0;
+  #sampleGroupIndex = 0;
+  #sampleIndex = 0;
+  #metadata: Record<string, unknown> = {};
 
-  constructor(
-    private readonly store: PromptStore,
-    options: PromptDataSourceOptions = {},
-  ) {
-    this.keys = {
+  readonly #store: PromptStore;
+
+  constructor(store: PromptStore, options: PromptDataSourceOptions = {}) {
+    this.#store = store;
+    this.#keys = {
       inputKey: options.inputKey ?? defaultKeys.inputKey,
       labelKey: options.labelKey ?? defaultKeys.labelKey,
       metadataKey: options.metadataKey ?? defaultKeys.metadataKey,
     };
-    this.recordSchema = createPromptRecordSchema(this.keys);
-    this.nSamplesPerPrompt = options.nSamplesPerPrompt ?? 1;
-    if (!Number.isInteger(this.nSamplesPerPrompt) || this.nSamplesPerPrompt < 1) {
+    this.#recordSchema = createPromptRecordSchema(this.#keys);
+    this.#nSamplesPerPrompt = options.nSamplesPerPrompt ?? 1;
+    if (!Number.isInteger(this.#nSamplesPerPrompt) || this.#nSamplesPerPrompt < 1) {
       throw new DressageError({
         code: 'invalid_argument',
-        message: `nSamplesPerPrompt must be a positive integer, got ${this.nSamplesPerPrompt}`,
+        message: `nSamplesPerPrompt must be a positive integer, got ${this.#nSamplesPerPrompt}`,
       });
     }
-    this.shuffle = options.shuffle ?? false;
-    this.seed = options.seed ?? 42;
-    this.reorder();
+    this.#shuffle = options.shuffle ?? false;
+    this.#seed = options.seed ?? 42;
+    this.#reorder();
   }
 
   /** Opens a JSONL prompt file (streamed; never held in memory whole). */
@@ -124,25 +124,28 @@ export class PromptDataSource implements RolloutDataSource {
 
   /** Prompts per epoch. */
   get size(): number {
-    return this.store.size;
+    return this.#store.size;
   }
 
   /** Groups waiting in the buffer. */
   get bufferLength(): number {
-    return this.buffer.length;
+    return this.#buffer.length;
   }
 
   /** The current epoch (0-based). */
   get epoch(): number {
-    return this.epochId;
+    return this.#epochId;
   }
 
   /** Parses every record once, failing on the first bad one. Reads in bounded chunks. */
   async validateAll(): Promise<void> {
     const chunk = 4096;
-    for (let start = 0; start < this.store.size; start += chunk) {
-      const positions = Array.from({ length: Math.min(chunk, this.store.size - start) }, (_, i) => start + i);
-      for (const record of await this.store.read(positions)) this.parseRecord(record);
+    for (let start = 0; start < this.#store.size; start += chunk) {
+      const positions = Array.from(
+        { length: Math.min(chunk, this.#store.size - start) },
+        (_, i) => start + i,
+      );
+      for (const record of await this.#store.read(positions)) this.#parseRecord(record);
     }
   }
 
@@ -150,10 +153,10 @@ export class PromptDataSource implements RolloutDataSource {
     if (!Number.isInteger(count) || count < 0) {
       throw new DressageError({ code: 'invalid_argument', message: `cannot get ${count} groups` });
     }
-    const groups = this.buffer.splice(0, count);
+    const groups = this.#buffer.splice(0, count);
     const missing = count - groups.length;
     if (missing === 0) return groups;
-    if (this.store.size === 0) {
+    if (this.#store.size === 0) {
       throw new DressageError({
         code: 'failed_precondition',
         message: `the prompt data set is empty; ${missing} more group(s) were requested`,
@@ -161,49 +164,49 @@ export class PromptDataSource implements RolloutDataSource {
     }
     const positions: number[] = [];
     for (let i = 0; i < missing; i++) {
-      if (this.sampleOffset >= this.store.size) {
-        this.epochId++;
-        this.sampleOffset = 0;
-        this.reorder();
+      if (this.#sampleOffset >= this.#store.size) {
+        this.#epochId++;
+        this.#sampleOffset = 0;
+        this.#reorder();
       }
-      positions.push(this.position(this.sampleOffset++));
+      positions.push(this.#position(this.#sampleOffset++));
     }
-    for (const record of await this.store.read(positions)) groups.push(this.makeGroup(record));
+    for (const record of await this.#store.read(positions)) groups.push(this.#makeGroup(record));
     return groups;
   }
 
   addSamples(groups: readonly (readonly Sample[])[]): void {
     for (const [position, group] of groups.entries()) {
-      if (group.length !== this.nSamplesPerPrompt) {
+      if (group.length !== this.#nSamplesPerPrompt) {
         throw new DressageError({
           code: 'invalid_argument',
-          message: `group ${position} has ${group.length} samples; n_samples_per_prompt is ${this.nSamplesPerPrompt}`,
-          details: { group: position, size: group.length, expected: this.nSamplesPerPrompt },
+          message: `group ${position} has ${group.length} samples; n_samples_per_prompt is ${this.#nSamplesPerPrompt}`,
+          details: { group: position, size: group.length, expected: this.#nSamplesPerPrompt },
         });
       }
     }
-    for (const group of groups) this.buffer.push([...group]);
+    for (const group of groups) this.#buffer.push([...group]);
   }
 
   /** Free-form metadata saved with the position (slime's `update_metadata`). */
   updateMetadata(metadata: Record<string, unknown>): void {
-    this.metadata = { ...this.metadata, ...metadata };
+    this.#metadata = { ...this.#metadata, ...metadata };
   }
 
   /** The saved metadata. */
   getMetadata(): Record<string, unknown> {
-    return { ...this.metadata };
+    return { ...this.#metadata };
   }
 
   /** The current position, buffer included. */
   state(): DataSourceState {
     return {
-      sample_offset: this.sampleOffset,
-      epoch_id: this.epochId,
-      sample_group_index: this.sampleGroupIndex,
-      sample_index: this.sampleIndex,
-      metadata: structuredClone(this.metadata),
-      buffer: structuredClone(this.buffer),
+      sample_offset: this.#sampleOffset,
+      epoch_id: this.#epochId,
+      sample_group_index: this.#sampleGroupIndex,
+      sample_index: this.#sampleIndex,
+      metadata: structuredClone(this.#metadata),
+      buffer: structuredClone(this.#buffer),
     };
   }
 
@@ -212,13 +215,13 @@ export class PromptDataSource implements RolloutDataSource {
     const parsed = safeParseWire(dataSourceStateSchema, state, 'data source state');
     if (!parsed.success) throw parsed.error;
     const { data } = parsed;
-    this.sampleOffset = data.sample_offset;
-    this.epochId = data.epoch_id;
-    this.sampleGroupIndex = data.sample_group_index;
-    this.sampleIndex = data.sample_index;
-    this.metadata = data.metadata;
-    this.buffer = data.buffer;
-    this.reorder();
+    this.#sampleOffset = data.sample_offset;
+    this.#epochId = data.epoch_id;
+    this.#sampleGroupIndex = data.sample_group_index;
+    this.#sampleIndex = data.sample_index;
+    this.#metadata = data.metadata;
+    this.#buffer = data.buffer;
+    this.#reorder();
   }
 
   /** Writes the state to `{directory}/rollout/global_dataset_state_dict_{rolloutId}.json` (atomically). */
@@ -268,16 +271,16 @@ export class PromptDataSource implements RolloutDataSource {
     return id;
   }
 
-  private reorder(): void {
+  #reorder(): void {
     // Without shuffling the identity order is implicit; no array is needed.
-    this.order = this.shuffle ? seededPermutation(this.store.size, this.seed + this.epochId) : null;
+    this.#order = this.#shuffle ? seededPermutation(this.#store.size, this.#seed + this.#epochId) : null;
   }
 
-  private position(offset: number): number {
-    return this.order === null ? offset : (this.order[offset] as number);
+  #position(offset: number): number {
+    return this.#order === null ? offset : (this.#order[offset] as number);
   }
 
-  private fail(record: StoredPromptRecord, field: string, message: string, cause?: unknown): never {
+  #fail(record: StoredPromptRecord, field: string, message: string, cause?: unknown): never {
     const where =
       record.text === null ? `${record.source} record ${record.line}` : `${record.source}:${record.line}`;
     throw new DressageError({
@@ -288,27 +291,27 @@ export class PromptDataSource implements RolloutDataSource {
     });
   }
 
-  private parseRecord(record: StoredPromptRecord): Record<string, unknown> {
+  #parseRecord(record: StoredPromptRecord): Record<string, unknown> {
     let value = record.value;
     if (record.text !== null) {
       try {
         value = JSON.parse(record.text);
       } catch (error) {
-        this.fail(record, '(root)', `not valid JSON (${(error as Error).message})`, error);
+        this.#fail(record, '(root)', `not valid JSON (${(error as Error).message})`, error);
       }
     }
-    const parsed = safeParseWire(this.recordSchema, value, 'prompt record');
+    const parsed = safeParseWire(this.#recordSchema, value, 'prompt record');
     if (!parsed.success) {
       const issues = (parsed.error.details.issues ?? []) as { path: string; message: string }[];
       const first = issues[0] ?? { path: '(root)', message: parsed.error.message };
-      this.fail(record, first.path, first.message, parsed.error);
+      this.#fail(record, first.path, first.message, parsed.error);
     }
     return parsed.data as Record<string, unknown>;
   }
 
-  private makeGroup(record: StoredPromptRecord): Sample[] {
-    const data = this.parseRecord(record);
-    const { inputKey, labelKey, metadataKey } = this.keys;
+  #makeGroup(record: StoredPromptRecord): Sample[] {
+    const data = this.#parseRecord(record);
+    const { inputKey, labelKey, metadataKey } = this.#keys;
     const metadata: Record<string, unknown> = structuredClone(
       (data[metadataKey] as Record<string, unknown> | undefined) ?? {},
     );
@@ -335,10 +338,10 @@ export class PromptDataSource implements RolloutDataSource {
       metadata,
       generate_function_path: generatePath,
     });
-    const groupIndex = this.sampleGroupIndex++;
+    const groupIndex = this.#sampleGroupIndex++;
     const group: Sample[] = [];
-    for (let copy = 0; copy < this.nSamplesPerPrompt; copy++) {
-      group.push({ ...structuredClone(template), group_index: groupIndex, index: this.sampleIndex++ });
+    for (let copy = 0; copy < this.#nSamplesPerPrompt; copy++) {
+      group.push({ ...structuredClone(template), group_index: groupIndex, index: this.#sampleIndex++ });
     }
     return group;
   }

@@ -41,8 +41,8 @@ export function trajectoryVersions(samples: readonly Sample[]): TrajectoryVersio
  * `staleness/*` metric is reported.
  */
 export class StalenessTracker {
-  private readonly order: string[] = [];
-  private readonly positions = new Map<string, number>();
+  readonly #order: string[] = [];
+  readonly #positions = new Map<string, number>();
   droppedGroups = 0;
 
   constructor(readonly keepVersions: number | null) {
@@ -61,18 +61,18 @@ export class StalenessTracker {
 
   /** Versions seen so far, oldest first. */
   get versions(): readonly string[] {
-    return this.order;
+    return this.#order;
   }
 
   /** Index of the newest version seen; -1 before any. */
   get currentIndex(): number {
-    return this.order.length - 1;
+    return this.#order.length - 1;
   }
 
   /** Trajectories on versions with a lower index are stale. */
   get cutoffIndex(): number {
     if (!this.enabled) return 0;
-    return Math.max(0, this.order.length - (this.keepVersions as number));
+    return Math.max(0, this.#order.length - (this.keepVersions as number));
   }
 
   /**
@@ -93,9 +93,9 @@ export class StalenessTracker {
    * With the control off nothing is recorded.
    */
   observeVersion(version: string): boolean {
-    if (!this.enabled || !isRealVersion(version) || this.positions.has(version)) return false;
-    this.positions.set(version, this.order.length);
-    this.order.push(version);
+    if (!this.enabled || !isRealVersion(version) || this.#positions.has(version)) return false;
+    this.#positions.set(version, this.#order.length);
+    this.#order.push(version);
     return true;
   }
 
@@ -105,9 +105,9 @@ export class StalenessTracker {
    */
   isStale(samples: readonly Sample[], versionsAhead = 0): boolean {
     if (!this.enabled) return false;
-    const cutoff = Math.max(0, this.order.length + versionsAhead - (this.keepVersions as number));
+    const cutoff = Math.max(0, this.#order.length + versionsAhead - (this.keepVersions as number));
     return trajectoryVersions(samples).some(
-      ({ version }) => (this.positions.get(version) ?? cutoff) < cutoff,
+      ({ version }) => (this.#positions.get(version) ?? cutoff) < cutoff,
     );
   }
 
@@ -115,7 +115,7 @@ export class StalenessTracker {
   gaps(samples: readonly Sample[]): number[] {
     const current = this.currentIndex;
     return trajectoryVersions(samples)
-      .map(({ version }) => this.positions.get(version))
+      .map(({ version }) => this.#positions.get(version))
       .filter((index): index is number => index !== undefined)
       .map((index) => current - index);
   }

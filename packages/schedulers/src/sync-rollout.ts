@@ -29,28 +29,28 @@ import type {
 export class SyncRolloutScheduler implements RolloutScheduler {
   readonly mode = 'sync' as const;
   readonly options: SchedulerOptions;
-  private readonly markAbortedNoGrad: MarkAbortedNoGrad;
-  private readonly janitor: SessionJanitor;
-  private readonly shutdownController = new AbortController();
+  readonly #markAbortedNoGrad: MarkAbortedNoGrad;
+  readonly #janitor: SessionJanitor;
+  readonly #shutdownController = new AbortController();
 
-  constructor(
-    private readonly dependencies: SchedulerDependencies,
-    options: SchedulerOptions,
-  ) {
+  readonly #dependencies: SchedulerDependencies;
+
+  constructor(dependencies: SchedulerDependencies, options: SchedulerOptions) {
+    this.#dependencies = dependencies;
     this.options = options;
-    this.markAbortedNoGrad = dependencies.markAbortedNoGrad ?? defaultMarkAbortedNoGrad;
-    this.janitor = new SessionJanitor(dependencies.sessionDiscarder, dependencies.logger ?? consoleLogger);
+    this.#markAbortedNoGrad = dependencies.markAbortedNoGrad ?? defaultMarkAbortedNoGrad;
+    this.#janitor = new SessionJanitor(dependencies.sessionDiscarder, dependencies.logger ?? consoleLogger);
   }
 
   async generateRollout(rolloutId: number, callOptions: RolloutCallOptions = {}): Promise<RolloutResult> {
-    if (this.shutdownController.signal.aborted) throw cancelledError('the sync scheduler');
+    if (this.#shutdownController.signal.aborted) throw cancelledError('the sync scheduler');
     const { rolloutBatchSize } = this.options;
     const signal = callOptions.signal
-      ? AbortSignal.any([callOptions.signal, this.shutdownController.signal])
-      : this.shutdownController.signal;
+      ? AbortSignal.any([callOptions.signal, this.#shutdownController.signal])
+      : this.#shutdownController.signal;
     // Every group of the batch listens on this one signal; that is expected, not a leak.
     setMaxListeners(0, signal);
-    const groups = await this.dependencies.dataSource.getSamples(rolloutBatchSize);
+    const groups = await this.#dependencies.dataSource.getSamples(rolloutBatchSize);
     if (groups.length < rolloutBatchSize) {
       throw new DressageError({
         code: 'failed_precondition',
@@ -67,13 +67,13 @@ export class SyncRolloutScheduler implements RolloutScheduler {
           const attempt = retryCountOf(group);
           const outcome = await runGroup(
             group,
-            this.dependencies.generate,
+            this.#dependencies.generate,
             this.options.samplingParams,
             { rolloutId, attempt, mode: this.mode },
             signal,
           );
           if (!outcome.failed) return outcome.samples;
-          this.janitor.discard(sessionIdsOf(outcome));
+          this.#janitor.discard(sessionIdsOf(outcome));
           if (outcome.cancelled) throw cancelledError(`rollout ${rolloutId}`, signal.reason);
           if (attempt < this.options.maxRetries) {
             retriedGroups++;
@@ -81,7 +81,7 @@ export class SyncRolloutScheduler implements RolloutScheduler {
             continue;
           }
           failedGroups++;
-          return outcome.group.map((sample) => this.placeholder(sample));
+          return outcome.group.map((sample) => this.#placeholder(sample));
         }
       }),
     );
@@ -98,12 +98,12 @@ export class SyncRolloutScheduler implements RolloutScheduler {
   }
 
   async shutdown(): Promise<void> {
-    this.shutdownController.abort(cancelledError('the sync scheduler'));
-    await this.janitor.settle();
+    this.#shutdownController.abort(cancelledError('the sync scheduler'));
+    await this.#janitor.settle();
   }
 
-  private placeholder(sample: Sample): Sample {
-    return this.markAbortedNoGrad(sample, {
+  #placeholder(sample: Sample): Sample {
+    return this.#markAbortedNoGrad(sample, {
       sessionId:
         typeof sample.metadata.session_id === 'string' ? sample.metadata.session_id : sample.session_id,
       instanceId: typeof sample.metadata.instance_id === 'string' ? sample.metadata.instance_id : null,

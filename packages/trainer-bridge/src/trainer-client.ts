@@ -114,13 +114,13 @@ export class TrainerClient {
   /** The underlying grpc-js client, for anything this wrapper does not cover. */
   readonly grpcClient: TrainerServiceClient;
   readonly address: string;
-  private readonly deadlineMs: number;
-  private readonly trainDeadlineMs: number;
+  readonly #deadlineMs: number;
+  readonly #trainDeadlineMs: number;
 
   constructor(address: string, options: TrainerClientOptions = {}) {
     this.address = address;
-    this.deadlineMs = options.deadlineMs ?? 60_000;
-    this.trainDeadlineMs = options.trainDeadlineMs ?? 3_600_000;
+    this.#deadlineMs = options.deadlineMs ?? 60_000;
+    this.#trainDeadlineMs = options.trainDeadlineMs ?? 3_600_000;
     const channelOptions = {
       ...messageLimitOptions(options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES),
       ...options.channelOptions,
@@ -138,12 +138,12 @@ export class TrainerClient {
 
   /** Describes the trainer (model, limits, weight version, backend). */
   getInfo(options: TrainerCallOptions = {}): Promise<GetInfoResponse> {
-    return this.unary('GetInfo', this.grpcClient.getInfo, {}, options);
+    return this.#unary('GetInfo', this.grpcClient.getInfo, {}, options);
   }
 
   /** The trainer's health; `STATUS_BUSY` while it trains or updates weights. */
   health(options: TrainerCallOptions = {}): Promise<HealthResponse> {
-    return this.unary('Health', this.grpcClient.health, HealthRequest.fromPartial({}), options);
+    return this.#unary('Health', this.grpcClient.health, HealthRequest.fromPartial({}), options);
   }
 
   /** Publishes trained weights to the inference engines; resolves to the new weight version. */
@@ -151,7 +151,7 @@ export class TrainerClient {
     request: Partial<UpdateWeightsRequest> = {},
     options: TrainerCallOptions = {},
   ): Promise<UpdateWeightsResponse> {
-    return this.unary(
+    return this.#unary(
       'UpdateWeights',
       this.grpcClient.updateWeights,
       UpdateWeightsRequest.fromPartial(request),
@@ -163,7 +163,7 @@ export class TrainerClient {
     request: Partial<SaveCheckpointRequest>,
     options: TrainerCallOptions = {},
   ): Promise<SaveCheckpointResponse> {
-    return this.unary(
+    return this.#unary(
       'SaveCheckpoint',
       this.grpcClient.saveCheckpoint,
       SaveCheckpointRequest.fromPartial(request),
@@ -175,7 +175,7 @@ export class TrainerClient {
     request: Partial<LoadCheckpointRequest>,
     options: TrainerCallOptions = {},
   ): Promise<LoadCheckpointResponse> {
-    return this.unary(
+    return this.#unary(
       'LoadCheckpoint',
       this.grpcClient.loadCheckpoint,
       LoadCheckpointRequest.fromPartial(request),
@@ -210,7 +210,7 @@ export class TrainerClient {
         return;
       }
       let settled = false;
-      const deadline = Date.now() + (options.deadlineMs ?? this.trainDeadlineMs);
+      const deadline = Date.now() + (options.deadlineMs ?? this.#trainDeadlineMs);
       const call = this.grpcClient.train(new Metadata(), { deadline }, (error, response) => {
         settled = true;
         options.signal?.removeEventListener('abort', onAbort);
@@ -263,7 +263,7 @@ export class TrainerClient {
     this.grpcClient.close();
   }
 
-  private unary<TRequest, TResponse>(
+  #unary<TRequest, TResponse>(
     method: string,
     fn: UnaryMethod<TRequest, TResponse>,
     request: TRequest,
@@ -275,7 +275,7 @@ export class TrainerClient {
         reject(cancelledBeforeStart(method, this.address));
         return;
       }
-      const deadline = Date.now() + (options.deadlineMs ?? this.deadlineMs);
+      const deadline = Date.now() + (options.deadlineMs ?? this.#deadlineMs);
       const call = fn.call(this.grpcClient, request, new Metadata(), { deadline }, (error, response) => {
         options.signal?.removeEventListener('abort', onAbort);
         if (error) reject(errorFromGrpc(error, context));

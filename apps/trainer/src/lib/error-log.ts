@@ -89,7 +89,7 @@ export function sampleFailure(sample: Sample): Pick<RunErrorRecord, 'code' | 'me
  * keeps what went wrong before it.
  */
 export class ErrorLog {
-  private pending: Promise<void> = Promise.resolve();
+  #pending: Promise<void> = Promise.resolve();
   /** Records written by this process. */
   count = 0;
 
@@ -98,13 +98,13 @@ export class ErrorLog {
   /** Appends a record (writes are queued in order; a failed write is reported on the next {@link flush}). */
   append(record: RunErrorRecord): Promise<void> {
     this.count++;
-    this.pending = this.pending.then(() => appendFile(this.path, `${JSON.stringify(record)}\n`));
-    return this.pending;
+    this.#pending = this.#pending.then(() => appendFile(this.path, `${JSON.stringify(record)}\n`));
+    return this.#pending;
   }
 
   /** Waits for every queued write. */
   flush(): Promise<void> {
-    return this.pending;
+    return this.#pending;
   }
 
   /**

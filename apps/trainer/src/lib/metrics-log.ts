@@ -18,14 +18,14 @@ export interface MetricsRecord {
  * file whose every complete line is a valid record.
  */
 export class MetricsLog {
-  private ready: Promise<void> | null = null;
+  #ready: Promise<void> | null = null;
 
   constructor(readonly path: string) {}
 
   /** Appends one record. */
   async append(record: MetricsRecord): Promise<void> {
-    this.ready ??= mkdir(dirname(this.path), { recursive: true }).then(() => undefined);
-    await this.ready;
+    this.#ready ??= mkdir(dirname(this.path), { recursive: true }).then(() => undefined);
+    await this.#ready;
     await appendFile(this.path, `${JSON.stringify(record)}\n`);
   }
 }

@@ -17,16 +17,16 @@ export function freePort(): Promise<number> {
 
 /** A long-lived agent process (a server) in its own process group, stdin closed. */
 export class AgentProcess {
-  private child: ChildProcess | null = null;
-  private output = '';
+  #child: ChildProcess | null = null;
+  #output = '';
 
   /** The last few KiB of its stdout and stderr, for error messages. */
   get tail(): string {
-    return this.output.slice(-4000);
+    return this.#output.slice(-4000);
   }
 
   get running(): boolean {
-    return this.child !== null && this.child.exitCode === null && this.child.signalCode === null;
+    return this.#child !== null && this.#child.exitCode === null && this.#child.signalCode === null;
   }
 
   start(argv: readonly string[], options: { cwd: string; env: NodeJS.ProcessEnv }): void {
@@ -39,17 +39,17 @@ export class AgentProcess {
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     const keep = (chunk: Buffer) => {
-      this.output = (this.output + chunk.toString('utf8')).slice(-16_000);
+      this.#output = (this.#output + chunk.toString('utf8')).slice(-16_000);
     };
     child.stdout?.on('data', keep);
     child.stderr?.on('data', keep);
     child.on('error', (error) => keep(Buffer.from(`spawn error: ${error.message}\n`)));
-    this.child = child;
+    this.#child = child;
   }
 
   async stop(): Promise<void> {
-    const child = this.child;
-    this.child = null;
+    const child = this.#child;
+    this.#child = null;
     if (!child || child.exitCode !== null || child.signalCode !== null) return;
     await new Promise<void>((resolve) => {
       child.once('close', () => resolve());

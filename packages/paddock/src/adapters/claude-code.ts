@@ -71,14 +71,14 @@ export function claudeFailure(result: Json | null, maxTurns: number): AgentTurnE
  */
 export class ClaudeCodeAdapter extends PerTurnCliAdapter {
   readonly type = 'claude_code';
-  private readonly options: z.output<typeof claudeCodeOptionsSchema>;
-  private settingsPath = '';
-  private readonly sessionId = randomUUID();
-  private turns = 0;
+  readonly #options: z.output<typeof claudeCodeOptionsSchema>;
+  #settingsPath = '';
+  readonly #sessionId = randomUUID();
+  #turns = 0;
 
   constructor(options: Record<string, unknown>) {
     super();
-    this.options = parseAdapterOptions(claudeCodeOptionsSchema, options, 'claude_code');
+    this.#options = parseAdapterOptions(claudeCodeOptionsSchema, options, 'claude_code');
   }
 
   protected get command(): string {
@@ -91,16 +91,16 @@ export class ClaudeCodeAdapter extends PerTurnCliAdapter {
       ? ['Bash(*)', 'Read(*)', 'Edit(*)', 'Write(*)', 'Glob', 'Grep', 'LS', 'NotebookEdit', 'TodoWrite']
       : [];
     return {
-      autoCompactEnabled: this.options.auto_compact,
+      autoCompactEnabled: this.#options.auto_compact,
       permissions: {
         allow,
-        deny: this.options.subagents ? [] : ['Task', 'Agent'],
+        deny: this.#options.subagents ? [] : ['Task', 'Agent'],
       },
     };
   }
 
-  private environment(context: AdapterContext): NodeJS.ProcessEnv {
-    const model = this.options.model_id;
+  #environment(context: AdapterContext): NodeJS.ProcessEnv {
+    const model = this.#options.model_id;
     // agentEnv passes nothing credential-like of the host (no ANTHROPIC_*, no CLAUDE_* tokens).
     return agentEnv(this.home, {
       CLAUDE_CONFIG_DIR: join(this.home, '.claude'),
@@ -124,7 +124,7 @@ export class ClaudeCodeAdapter extends PerTurnCliAdapter {
       DISABLE_INSTALLATION_CHECKS: '1',
       CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY: '1',
       CLAUDE_CODE_DISABLE_TERMINAL_TITLE: '1',
-      ...(this.options.auto_compact ? {} : { DISABLE_AUTO_COMPACT: '1' }),
+      ...(this.#options.auto_compact ? {} : { DISABLE_AUTO_COMPACT: '1' }),
     });
   }
 
@@ -132,9 +132,9 @@ export class ClaudeCodeAdapter extends PerTurnCliAdapter {
     this.home = join(context.runtimeDir, 'home');
     const configDir = join(this.home, '.claude');
     await mkdir(configDir, { recursive: true });
-    this.settingsPath = join(configDir, 'settings.json');
+    this.#settingsPath = join(configDir, 'settings.json');
     await writeFile(
-      this.settingsPath,
+      this.#settingsPath,
       JSON.stringify(this.settings(context.insideSandbox === true), null, 2),
     );
   }
@@ -150,31 +150,31 @@ export class ClaudeCodeAdapter extends PerTurnCliAdapter {
       'stream-json',
       '--verbose',
       '--model',
-      this.options.model_id,
+      this.#options.model_id,
       '--max-turns',
-      String(this.options.max_turns),
+      String(this.#options.max_turns),
       '--permission-mode',
       'default',
       '--settings',
-      this.settingsPath,
+      this.#settingsPath,
       '--setting-sources',
       'user',
-      ...(this.turns === 0 ? ['--session-id', this.sessionId] : ['--resume', this.sessionId]),
+      ...(this.#turns === 0 ? ['--session-id', this.#sessionId] : ['--resume', this.#sessionId]),
       ...(prompt === null
         ? []
         : [
-            this.options.system_prompt_mode === 'append' ? '--append-system-prompt' : '--system-prompt',
+            this.#options.system_prompt_mode === 'append' ? '--append-system-prompt' : '--system-prompt',
             prompt,
           ]),
     ];
-    const result = await this.runCli(turn, args, this.environment(context)).finally(() => {
-      this.turns += 1;
+    const result = await this.runCli(turn, args, this.#environment(context)).finally(() => {
+      this.#turns += 1;
     });
-    const failure = claudeFailure(claudeResultEvent(result.stdout), this.options.max_turns);
+    const failure = claudeFailure(claudeResultEvent(result.stdout), this.#options.max_turns);
     if (failure !== null) throw failure;
     const { outputs, result: final } = qwenStreamToChat(result.stdout);
     if (result.returncode !== 0 && outputs.length === 0) throw this.exitError(result);
     if (outputs.length === 0 && final !== null) outputs.push({ role: 'assistant', content: final });
-    return { outputs, backendSessionId: this.sessionId };
+    return { outputs, backendSessionId: this.#sessionId };
   }
 }

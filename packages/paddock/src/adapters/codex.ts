@@ -154,19 +154,19 @@ export function codexFailure(message: string): AgentTurnError {
  */
 export class CodexAdapter extends PerTurnCliAdapter {
   readonly type = 'codex';
-  private readonly options: z.output<typeof codexOptionsSchema>;
-  private threadId: string | null = null;
+  readonly #options: z.output<typeof codexOptionsSchema>;
+  #threadId: string | null = null;
 
   constructor(options: Record<string, unknown>) {
     super();
-    this.options = parseAdapterOptions(codexOptionsSchema, options, 'codex');
+    this.#options = parseAdapterOptions(codexOptionsSchema, options, 'codex');
   }
 
   protected get command(): string {
     return process.env.DRESSAGE_CODEX_BIN || 'codex';
   }
 
-  private environment(context: AdapterContext): NodeJS.ProcessEnv {
+  #environment(context: AdapterContext): NodeJS.ProcessEnv {
     return agentEnv(this.home, {
       CODEX_HOME: join(this.home, '.codex'),
       CODEX_SQLITE_HOME: join(this.home, '.codex-sqlite'),
@@ -180,7 +180,7 @@ export class CodexAdapter extends PerTurnCliAdapter {
     const codexHome = join(this.home, '.codex');
     await mkdir(codexHome, { recursive: true });
     await mkdir(join(this.home, '.codex-sqlite'), { recursive: true });
-    await writeFile(join(codexHome, 'config.toml'), codexConfig(this.options, context));
+    await writeFile(join(codexHome, 'config.toml'), codexConfig(this.#options, context));
   }
 
   async runTurn(turn: AdapterTurn): Promise<AdapterTurnResult> {
@@ -188,19 +188,19 @@ export class CodexAdapter extends PerTurnCliAdapter {
     const args = [
       this.command,
       'exec',
-      ...(this.threadId === null ? [] : ['resume', this.threadId]),
+      ...(this.#threadId === null ? [] : ['resume', this.#threadId]),
       '--json',
       '--model',
-      this.options.model_id,
+      this.#options.model_id,
       '--skip-git-repo-check',
       '--ignore-rules',
       turn.text,
     ];
-    const result = await this.runCli(turn, args, this.environment(context));
+    const result = await this.runCli(turn, args, this.#environment(context));
     const { outputs, threadId, error } = codexEventsToChat(result.stdout);
-    this.threadId ??= threadId;
+    this.#threadId ??= threadId;
     if (error !== null) throw codexFailure(error);
     if (result.returncode !== 0 || outputs.length === 0) throw this.exitError(result);
-    return { outputs, backendSessionId: this.threadId };
+    return { outputs, backendSessionId: this.#threadId };
   }
 }

@@ -131,19 +131,19 @@ export function openclawFailure(message: string): AgentTurnError {
  */
 export class OpenclawAdapter extends PerTurnCliAdapter {
   readonly type = 'openclaw';
-  private readonly options: z.output<typeof openclawOptionsSchema>;
-  private readonly sessionId = randomUUID();
+  readonly #options: z.output<typeof openclawOptionsSchema>;
+  readonly #sessionId = randomUUID();
 
   constructor(options: Record<string, unknown>) {
     super();
-    this.options = parseAdapterOptions(openclawOptionsSchema, options, 'openclaw');
+    this.#options = parseAdapterOptions(openclawOptionsSchema, options, 'openclaw');
   }
 
   protected get command(): string {
     return process.env.DRESSAGE_OPENCLAW_BIN || 'openclaw';
   }
 
-  private environment(context: AdapterContext): NodeJS.ProcessEnv {
+  #environment(context: AdapterContext): NodeJS.ProcessEnv {
     return agentEnv(this.home, {
       OPENCLAW_NO_AUTO_UPDATE: '1',
       OPENCLAW_TELEMETRY: '0',
@@ -165,7 +165,7 @@ export class OpenclawAdapter extends PerTurnCliAdapter {
     await mkdir(stateDir, { recursive: true });
     await writeFile(
       join(stateDir, 'openclaw.json'),
-      JSON.stringify(openclawConfig(this.options, context), null, 2),
+      JSON.stringify(openclawConfig(this.#options, context), null, 2),
     );
     // The agent's instructions: the registered system prompt, then the no-questions policy.
     const instructions =
@@ -176,7 +176,7 @@ export class OpenclawAdapter extends PerTurnCliAdapter {
   }
 
   protected override versionEnvironment(): NodeJS.ProcessEnv {
-    return this.environment(this.context as AdapterContext);
+    return this.#environment(this.context as AdapterContext);
   }
 
   async runTurn(turn: AdapterTurn): Promise<AdapterTurnResult> {
@@ -186,17 +186,17 @@ export class OpenclawAdapter extends PerTurnCliAdapter {
       'agent',
       '--local',
       '--session-id',
-      this.sessionId,
+      this.#sessionId,
       '--message',
       turn.text,
       '--json',
       '--timeout',
-      String(this.options.timeout_seconds),
+      String(this.#options.timeout_seconds),
     ];
-    const result = await this.runCli(turn, args, this.environment(context));
+    const result = await this.runCli(turn, args, this.#environment(context));
     const { text, error } = openclawResult(result.stdout);
     if (error !== null) throw openclawFailure(error);
     if (text === null) throw this.exitError(result);
-    return { outputs: [{ role: 'assistant', content: text }], backendSessionId: this.sessionId };
+    return { outputs: [{ role: 'assistant', content: text }], backendSessionId: this.#sessionId };
   }
 }

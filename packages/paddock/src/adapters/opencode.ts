@@ -106,24 +106,24 @@ export function opencodeMessagesToChat(messages: readonly Json[]): BlackboxMessa
 export class OpencodeAdapter implements BlackboxAdapter {
   readonly type = 'opencode';
   readonly capabilities = defaultCapabilities;
-  private readonly options: OpencodeOptions;
-  private readonly process = new AgentProcess();
-  private context: AdapterContext | null = null;
-  private port = 0;
-  private sessionId: string | null = null;
-  private seen = 0;
+  readonly #options: OpencodeOptions;
+  readonly #process = new AgentProcess();
+  #context: AdapterContext | null = null;
+  #port = 0;
+  #sessionId: string | null = null;
+  #seen = 0;
 
   constructor(options: Record<string, unknown>) {
-    this.options = parseAdapterOptions(opencodeOptionsSchema, options, 'opencode');
+    this.#options = parseAdapterOptions(opencodeOptionsSchema, options, 'opencode');
   }
 
-  private get base(): string {
-    return `http://127.0.0.1:${this.port}`;
+  get #base(): string {
+    return `http://127.0.0.1:${this.#port}`;
   }
 
   /** The opencode.json written for the agent. */
   configFor(context: AdapterContext): Json {
-    const o = this.options;
+    const o = this.#options;
     const model: Json = { name: o.model_name, tools: true };
     if (o.model_limit) model.limit = o.model_limit;
     const config: Json = {
@@ -152,7 +152,7 @@ export class OpencodeAdapter implements BlackboxAdapter {
   }
 
   async init(context: AdapterContext): Promise<void> {
-    this.context = context;
+    this.#context = context;
     const home = join(context.runtimeDir, 'home');
     const configDir = join(home, '.config', 'opencode');
     await mkdir(join(configDir, 'prompts'), { recursive: true });
@@ -162,9 +162,9 @@ export class OpencodeAdapter implements BlackboxAdapter {
       config.agent = { ...(config.agent as Json), build: { prompt: '{file:./prompts/build.txt}' } };
     }
     await writeFile(join(configDir, 'opencode.json'), JSON.stringify(config, null, 2));
-    this.port = await freePort();
+    this.#port = await freePort();
     const command = process.env.DRESSAGE_OPENCODE_BIN || 'opencode';
-    this.process.start([command, 'serve', '--port', String(this.port), '--hostname', '127.0.0.1'], {
+    this.#process.start([command, 'serve', '--port', String(this.#port), '--hostname', '127.0.0.1'], {
       cwd: context.workDir,
       env: agentEnv(home, {
         OPENCODE_DISABLE_MODELS_FETCH: '1',
@@ -174,24 +174,24 @@ export class OpencodeAdapter implements BlackboxAdapter {
     });
     const deadline = Date.now() + 60_000;
     while (Date.now() < deadline) {
-      if (!this.process.running)
+      if (!this.#process.running)
         throw new DressageError({
           code: 'unavailable',
-          message: `opencode exited during startup: ${this.process.tail}`,
+          message: `opencode exited during startup: ${this.#process.tail}`,
         });
       if (await this.health()) return;
       await sleep(200);
     }
     throw new DressageError({
       code: 'deadline_exceeded',
-      message: `opencode did not become healthy: ${this.process.tail}`,
+      message: `opencode did not become healthy: ${this.#process.tail}`,
     });
   }
 
   async health(): Promise<boolean> {
-    if (!this.process.running) return false;
+    if (!this.#process.running) return false;
     try {
-      const response = await fetch(`${this.base}/global/health`, { signal: AbortSignal.timeout(3000) });
+      const response = await fetch(`${this.#base}/global/health`, { signal: AbortSignal.timeout(3000) });
       const body = (await response.json()) as Json;
       return response.ok && body.healthy === true;
     } catch {
@@ -199,8 +199,8 @@ export class OpencodeAdapter implements BlackboxAdapter {
     }
   }
 
-  private async call(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<unknown> {
-    const response = await fetch(`${this.base}${path}`, {
+  async #call(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<unknown> {
+    const response = await fetch(`${this.#base}${path}`, {
       method,
       headers: body === undefined ? undefined : { 'content-type': 'application/json' },
       body: body === undefined ? undefined : JSON.stringify(body),
@@ -217,15 +217,15 @@ export class OpencodeAdapter implements BlackboxAdapter {
   }
 
   async runTurn(turn: AdapterTurn): Promise<AdapterTurnResult> {
-    const context = this.context as AdapterContext;
-    if (this.sessionId === null) {
-      const created = (await this.call('POST', '/session', {}, turn.signal)) as Json;
-      this.sessionId = String(created.id);
+    const context = this.#context as AdapterContext;
+    if (this.#sessionId === null) {
+      const created = (await this.#call('POST', '/session', {}, turn.signal)) as Json;
+      this.#sessionId = String(created.id);
     }
-    const o = this.options;
-    await this.call(
+    const o = this.#options;
+    await this.#call(
       'POST',
-      `/session/${this.sessionId}/message`,
+      `/session/${this.#sessionId}/message`,
       {
         parts: [{ type: 'text', text: turn.text }],
         agent: 'build',
@@ -235,25 +235,25 @@ export class OpencodeAdapter implements BlackboxAdapter {
     );
     // The reply can be returned before the last streamed model request has closed.
     await context.drainModelRequests();
-    const all = (await this.call(
+    const all = (await this.#call(
       'GET',
-      `/session/${this.sessionId}/message`,
+      `/session/${this.#sessionId}/message`,
       undefined,
       turn.signal,
     )) as Json[];
-    const fresh = all.slice(this.seen);
-    this.seen = all.length;
-    return { outputs: opencodeMessagesToChat(fresh), backendSessionId: this.sessionId };
+    const fresh = all.slice(this.#seen);
+    this.#seen = all.length;
+    return { outputs: opencodeMessagesToChat(fresh), backendSessionId: this.#sessionId };
   }
 
   async abort(): Promise<void> {
-    if (this.sessionId === null || !this.process.running) return;
-    await this.call('POST', `/session/${this.sessionId}/abort`, {}, AbortSignal.timeout(5000)).catch(
+    if (this.#sessionId === null || !this.#process.running) return;
+    await this.#call('POST', `/session/${this.#sessionId}/abort`, {}, AbortSignal.timeout(5000)).catch(
       () => undefined,
     );
   }
 
   async close(): Promise<void> {
-    await this.process.stop();
+    await this.#process.stop();
   }
 }

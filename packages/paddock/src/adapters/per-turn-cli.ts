@@ -20,7 +20,7 @@ export abstract class PerTurnCliAdapter implements BlackboxAdapter {
   protected context: AdapterContext | null = null;
   /** The agent's HOME, under the runtime dir (set by `init`). */
   protected home = '';
-  private current: AbortController | null = null;
+  #current: AbortController | null = null;
 
   /** The executable: the operator's environment variable, else the CLI's name on PATH. */
   protected abstract get command(): string;
@@ -70,18 +70,18 @@ export abstract class PerTurnCliAdapter implements BlackboxAdapter {
     env: NodeJS.ProcessEnv,
   ): Promise<ProcessGroupResult> {
     const context = this.context as AdapterContext;
-    this.current = new AbortController();
-    const stop = () => this.current?.abort();
+    this.#current = new AbortController();
+    const stop = () => this.#current?.abort();
     turn.signal.addEventListener('abort', stop, { once: true });
     try {
-      const result = await runProcessGroup(argv, { cwd: context.workDir, env, signal: this.current.signal });
+      const result = await runProcessGroup(argv, { cwd: context.workDir, env, signal: this.#current.signal });
       if (result.aborted)
         throw new DressageError({ code: 'cancelled', message: `${this.type} run was aborted` });
       await context.drainModelRequests();
       return result;
     } finally {
       turn.signal.removeEventListener('abort', stop);
-      this.current = null;
+      this.#current = null;
     }
   }
 
@@ -95,10 +95,10 @@ export abstract class PerTurnCliAdapter implements BlackboxAdapter {
   }
 
   async abort(): Promise<void> {
-    this.current?.abort();
+    this.#current?.abort();
   }
 
   async close(): Promise<void> {
-    this.current?.abort();
+    this.#current?.abort();
   }
 }

@@ -85,13 +85,13 @@ export function qwenStreamToChat(stdout: string): { outputs: BlackboxMessage[]; 
  */
 export class QwenCodeAdapter extends PerTurnCliAdapter {
   readonly type = 'qwen_code';
-  private readonly options: z.output<typeof qwenCodeOptionsSchema>;
-  private readonly sessionId = randomUUID();
-  private turns = 0;
+  readonly #options: z.output<typeof qwenCodeOptionsSchema>;
+  readonly #sessionId = randomUUID();
+  #turns = 0;
 
   constructor(options: Record<string, unknown>) {
     super();
-    this.options = parseAdapterOptions(qwenCodeOptionsSchema, options, 'qwen_code');
+    this.#options = parseAdapterOptions(qwenCodeOptionsSchema, options, 'qwen_code');
   }
 
   protected get command(): string {
@@ -109,7 +109,7 @@ export class QwenCodeAdapter extends PerTurnCliAdapter {
       privacy: { usageStatisticsEnabled: false },
       general: { disableAutoUpdate: true, disableUpdateNag: true },
       security: { auth: { selectedType: 'openai' } },
-      model: { name: this.options.model_id },
+      model: { name: this.#options.model_id },
     };
     await writeFile(join(settingsDir, 'settings.json'), JSON.stringify(settings, null, 2));
   }
@@ -125,23 +125,23 @@ export class QwenCodeAdapter extends PerTurnCliAdapter {
       '--output-format',
       'stream-json',
       '--max-session-turns',
-      String(this.options.max_session_turns),
+      String(this.#options.max_session_turns),
       '--model',
-      this.options.model_id,
-      ...(this.turns === 0 ? ['--session-id', this.sessionId] : ['--resume', this.sessionId]),
+      this.#options.model_id,
+      ...(this.#turns === 0 ? ['--session-id', this.#sessionId] : ['--resume', this.#sessionId]),
       ...(context.systemPrompt !== null ? ['--append-system-prompt', context.systemPrompt] : []),
     ];
     const env = agentEnv(this.home, {
       OPENAI_BASE_URL: `${context.proxyOrigin}${context.apiPath}`,
       OPENAI_API_KEY: context.proxyApiKey,
-      OPENAI_MODEL: this.options.model_id,
+      OPENAI_MODEL: this.#options.model_id,
     });
     const result = await this.runCli(turn, args, env).finally(() => {
-      this.turns += 1;
+      this.#turns += 1;
     });
     const { outputs, result: final } = qwenStreamToChat(result.stdout);
     if (result.returncode !== 0 && outputs.length === 0) throw this.exitError(result);
     if (outputs.length === 0 && final !== null) outputs.push({ role: 'assistant', content: final });
-    return { outputs, backendSessionId: this.sessionId };
+    return { outputs, backendSessionId: this.#sessionId };
   }
 }

@@ -91,46 +91,46 @@ export class RolloutBinding {
   adapter: BlackboxAdapter | null = null;
   /** The LLM proxy of the current binding. */
   llmProxy: RolloutLlmProxy | null = null;
-  private readonly adapters: Record<string, AdapterFactory>;
-  private readonly workDir: string;
-  private readonly upstreamSocket: string | null;
-  private readonly hooks: BindingHooks;
-  private info: BlackboxBinding | null = null;
-  private fingerprint: string | null = null;
-  private upstreamPipe: Promise<SocketPipe> | null = null;
-  private healthTimer: NodeJS.Timeout | null = null;
-  private lastError: string | null = null;
+  readonly #adapters: Record<string, AdapterFactory>;
+  readonly #workDir: string;
+  readonly #upstreamSocket: string | null;
+  readonly #hooks: BindingHooks;
+  #info: BlackboxBinding | null = null;
+  #fingerprint: string | null = null;
+  #upstreamPipe: Promise<SocketPipe> | null = null;
+  #healthTimer: NodeJS.Timeout | null = null;
+  #lastError: string | null = null;
 
   constructor(options: RolloutBindingOptions) {
     this.config = options.config;
     this.effective = options.config;
-    this.adapters = options.adapters;
-    this.workDir = options.workDir;
-    this.upstreamSocket = options.upstreamSocket;
-    this.hooks = options.hooks;
+    this.#adapters = options.adapters;
+    this.#workDir = options.workDir;
+    this.#upstreamSocket = options.upstreamSocket;
+    this.#hooks = options.hooks;
   }
 
   /** The current binding, or null before a registration. */
   get current(): BlackboxBinding | null {
-    return this.info;
+    return this.#info;
   }
 
   /** The session id the server is bound to, or null. */
   get boundSessionId(): string | null {
-    return this.info?.bound_session_id ?? null;
+    return this.#info?.bound_session_id ?? null;
   }
 
   /** `GET /v1/status`. */
   statusBody(sessions: Omit<BlackboxSessionCounts, 'max_sessions'>): BlackboxStatusResponse {
     return {
       status: this.status,
-      binding: this.info,
+      binding: this.#info,
       sessions: { ...sessions, max_sessions: this.effective.max_sessions },
-      capabilities: this.capabilities(),
-      config: this.configBody(),
-      implemented_backends: Object.keys(this.adapters).sort(),
-      known_backends: [...new Set([...knownBackends, ...Object.keys(this.adapters)])].sort(),
-      ...(this.lastError ? { last_error: this.lastError } : {}),
+      capabilities: this.#capabilities(),
+      config: this.#configBody(),
+      implemented_backends: Object.keys(this.#adapters).sort(),
+      known_backends: [...new Set([...knownBackends, ...Object.keys(this.#adapters)])].sort(),
+      ...(this.#lastError ? { last_error: this.#lastError } : {}),
     };
   }
 
@@ -156,20 +156,20 @@ export class RolloutBinding {
       backend_options: request.backend_options,
       server_config: request.server_config,
     });
-    if (this.status === 'ready' && this.fingerprint === fingerprint && this.info) {
-      return this.registerBody();
+    if (this.status === 'ready' && this.#fingerprint === fingerprint && this.#info) {
+      return this.#registerBody();
     }
-    if (this.info && this.hooks.hasLiveSessions() && this.fingerprint !== fingerprint) {
+    if (this.#info && this.#hooks.hasLiveSessions() && this.#fingerprint !== fingerprint) {
       throw new BlackboxHttpError({
         status: 409,
         error: 'conflict',
         message: 'Server is bound to another session with live state',
         details: {
-          bound_session_id: this.info.bound_session_id,
+          bound_session_id: this.#info.bound_session_id,
         },
       });
     }
-    const factory = this.adapters[request.blackbox_type];
+    const factory = this.#adapters[request.blackbox_type];
     if (!factory) {
       const known = (knownBackends as readonly string[]).includes(request.blackbox_type);
       throw new BlackboxHttpError({
@@ -180,14 +180,14 @@ export class RolloutBinding {
           : `Unknown blackbox_type ${request.blackbox_type}`,
         details: {
           errors: [{ path: 'blackbox_type', message: 'not available' }],
-          implemented: Object.keys(this.adapters),
+          implemented: Object.keys(this.#adapters),
         },
       });
     }
     const { proxy: proxyRaw, ...adapterOptions } = request.backend_options;
     const proxyResult = proxyOptionsSchema.safeParse(proxyRaw ?? {});
     if (!proxyResult.success) throw validationError(proxyResult.error, 'backend_options.proxy');
-    const roots = [this.workDir, this.config.runtime_root];
+    const roots = [this.#workDir, this.config.runtime_root];
     const systemPromptFile = request.system_prompt_file
       ? await ownFile(request.system_prompt_file, 'system_prompt_file', roots)
       : null;
@@ -196,11 +196,11 @@ export class RolloutBinding {
     }
 
     await this.teardown();
-    this.hooks.resetSessions();
+    this.#hooks.resetSessions();
     this.status = 'initializing';
     this.effective = { ...this.config, ...request.server_config };
     try {
-      await this.start(
+      await this.#start(
         { ...request, system_prompt_file: systemPromptFile },
         router,
         proxyResult.data,
@@ -209,8 +209,8 @@ export class RolloutBinding {
       );
     } catch (error) {
       await this.teardown();
-      this.info = null;
-      this.fingerprint = null;
+      this.#info = null;
+      this.#fingerprint = null;
       if (error instanceof AdapterOptionsError || error instanceof BlackboxHttpError) {
         this.status = 'idle';
         if (error instanceof BlackboxHttpError) throw error;
@@ -222,18 +222,18 @@ export class RolloutBinding {
         });
       }
       this.status = 'error';
-      this.lastError = error instanceof Error ? error.message : String(error);
+      this.#lastError = error instanceof Error ? error.message : String(error);
       throw new BlackboxHttpError({
         status: 502,
         error: 'backend_error',
-        message: `Backend initialization failed: ${this.lastError}`,
+        message: `Backend initialization failed: ${this.#lastError}`,
       });
     }
-    this.fingerprint = fingerprint;
+    this.#fingerprint = fingerprint;
     this.status = 'ready';
-    this.lastError = null;
-    this.startHealthMonitor();
-    return this.registerBody();
+    this.#lastError = null;
+    this.#startHealthMonitor();
+    return this.#registerBody();
   }
 
   /** True when the agent answers its health check (with the configured retries). */
@@ -252,8 +252,8 @@ export class RolloutBinding {
   /** Marks the server failed for `reason`; live sessions are desynced. */
   markBackendFailed(reason: string): void {
     this.status = 'error';
-    this.lastError = reason;
-    this.hooks.backendFailed();
+    this.#lastError = reason;
+    this.#hooks.backendFailed();
   }
 
   /** Stops the health monitor, the agent and its LLM proxy. */
@@ -269,52 +269,52 @@ export class RolloutBinding {
 
   /** Stops the health monitor (shutdown begins). */
   stopHealthMonitor(): void {
-    if (this.healthTimer) clearInterval(this.healthTimer);
-    this.healthTimer = null;
+    if (this.#healthTimer) clearInterval(this.#healthTimer);
+    this.#healthTimer = null;
   }
 
   /** Closes the pipe to the upstream socket, if one was opened. */
   async closeUpstream(): Promise<void> {
-    const pipe = this.upstreamPipe;
-    this.upstreamPipe = null;
+    const pipe = this.#upstreamPipe;
+    this.#upstreamPipe = null;
     if (pipe) await (await pipe.catch(() => null))?.close();
   }
 
-  private capabilities(): AdapterCapabilities {
+  #capabilities(): AdapterCapabilities {
     return this.adapter?.capabilities ?? defaultCapabilities;
   }
 
-  private configBody(): BlackboxConfigBody {
+  #configBody(): BlackboxConfigBody {
     const { host: _host, port: _port, ...rest } = this.effective;
     return rest;
   }
 
-  private registerBody(): BlackboxRegisterResponse {
+  #registerBody(): BlackboxRegisterResponse {
     return {
       status: this.status,
-      binding: this.info,
-      capabilities: this.capabilities(),
-      config: this.configBody(),
+      binding: this.#info,
+      capabilities: this.#capabilities(),
+      config: this.#configBody(),
     };
   }
 
   // With an upstream socket, model requests go to a loopback port of this network namespace that is
   // piped to the socket (fetch cannot dial a unix socket); the registered router keeps its path.
-  private async upstreamOrigin(routerBase: string): Promise<string> {
-    const socket = this.upstreamSocket;
+  async #upstreamOrigin(routerBase: string): Promise<string> {
+    const socket = this.#upstreamSocket;
     if (socket === null) return routerBase;
-    this.upstreamPipe ??= startSocketPipe({
+    this.#upstreamPipe ??= startSocketPipe({
       listen: { host: '127.0.0.1', port: 0 },
       target: { path: socket },
     });
-    const pipe = await this.upstreamPipe.catch((error: unknown) => {
-      this.upstreamPipe = null;
+    const pipe = await this.#upstreamPipe.catch((error: unknown) => {
+      this.#upstreamPipe = null;
       throw error;
     });
     return `http://127.0.0.1:${pipe.port}`;
   }
 
-  private async start(
+  async #start(
     request: RegisterRequest,
     router: { base: string; apiPath: string },
     proxyOptions: z.output<typeof proxyOptionsSchema>,
@@ -340,22 +340,22 @@ export class RolloutBinding {
     const proxyApiKey = randomBytes(24).toString('base64url');
     const proxy = new RolloutLlmProxy({
       apiKey: proxyApiKey,
-      upstreamOrigin: await this.upstreamOrigin(router.base),
+      upstreamOrigin: await this.#upstreamOrigin(router.base),
       apiPath: router.apiPath,
       sessionId: request.bound_session_id,
       instanceId: request.bound_instance_id,
       sandboxId: request.bound_sandbox_id ?? null,
       proxy: proxyOptions,
       timeoutMs: this.effective.router_timeout,
-      onIncident: (incident) => this.hooks.incident(incident),
+      onIncident: (incident) => this.#hooks.incident(incident),
     });
     this.adapter = adapter;
     this.llmProxy = proxy;
     const origin = await proxy.start();
-    if (this.hooks.paused()) proxy.pause();
+    if (this.#hooks.paused()) proxy.pause();
     await adapter.init({
       runtimeDir,
-      workDir: this.workDir,
+      workDir: this.#workDir,
       proxyOrigin: origin,
       proxyApiKey,
       apiPath: router.apiPath,
@@ -366,7 +366,7 @@ export class RolloutBinding {
       insideSandbox: this.config.inside_sandbox,
       drainModelRequests: () => proxy.drain().then(() => undefined),
     });
-    this.info = {
+    this.#info = {
       runtime_id: runtimeId,
       blackbox_type: request.blackbox_type,
       router_raw: request.router,
@@ -380,16 +380,16 @@ export class RolloutBinding {
       registered_at: now(),
       backend_options: request.backend_options,
     };
-    this.hooks.openSession(request.bound_session_id, request.bound_instance_id);
+    this.#hooks.openSession(request.bound_session_id, request.bound_instance_id);
   }
 
-  private startHealthMonitor(): void {
-    if (this.healthTimer) clearInterval(this.healthTimer);
-    this.healthTimer = setInterval(async () => {
-      if (this.status !== 'ready' || this.hooks.paused()) return;
+  #startHealthMonitor(): void {
+    if (this.#healthTimer) clearInterval(this.#healthTimer);
+    this.#healthTimer = setInterval(async () => {
+      if (this.status !== 'ready' || this.#hooks.paused()) return;
       if (await this.healthy()) return;
       this.markBackendFailed('the agent backend stopped answering its health check');
     }, this.effective.runtime_health_check_interval * 1000);
-    this.healthTimer.unref();
+    this.#healthTimer.unref();
   }
 }

@@ -169,33 +169,37 @@ export function syntheticEmptyCompletion(model: string): ChatCompletionResponse 
  * errors into incidents the server maps to turn outcomes.
  */
 export class RolloutLlmProxy {
-  private server: Server | null = null;
-  private origin = '';
-  private paused = false;
+  #server: Server | null = null;
+  #origin = '';
+  #paused = false;
   readonly #resumed = new Waiters();
   readonly #drained = new Waiters();
-  private inflight = 0;
-  private turn: TurnCounters | null = null;
-  private expectedVersion: string | null = null;
+  #inflight = 0;
+  #turn: TurnCounters | null = null;
+  #expectedVersion: string | null = null;
 
-  constructor(private readonly options: RolloutLlmProxyOptions) {}
+  readonly #options: RolloutLlmProxyOptions;
+
+  constructor(options: RolloutLlmProxyOptions) {
+    this.#options = options;
+  }
 
   /** `http://127.0.0.1:<port>` once started. */
   get url(): string {
-    return this.origin;
+    return this.#origin;
   }
 
   /** Model requests in flight. */
   get inflightRequests(): number {
-    return this.inflight;
+    return this.#inflight;
   }
 
   get isPaused(): boolean {
-    return this.paused;
+    return this.#paused;
   }
 
   get version(): string | null {
-    return this.expectedVersion;
+    return this.#expectedVersion;
   }
 
   async start(): Promise<string> {
@@ -205,7 +209,7 @@ export class RolloutLlmProxy {
     );
     const server = createServer(
       serve(routes, {
-        notFound: (request, response) => this.handle(request, response),
+        notFound: (request, response) => this.#handle(request, response),
         onError: (error, _request, response) => {
           if (!response.headersSent) {
             sendJson(response, 502, {
@@ -216,15 +220,15 @@ export class RolloutLlmProxy {
       }),
     );
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-    this.server = server;
-    this.origin = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-    return this.origin;
+    this.#server = server;
+    this.#origin = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    return this.#origin;
   }
 
   async close(): Promise<void> {
     this.resume(null);
-    const server = this.server;
-    this.server = null;
+    const server = this.#server;
+    this.#server = null;
     if (!server) return;
     server.closeAllConnections();
     await new Promise<void>((resolve) => server.close(() => resolve()));
@@ -232,44 +236,44 @@ export class RolloutLlmProxy {
 
   /** Starts counting steps for a turn; the previous turn's counters are returned and dropped. */
   openTurn(turnId: string): void {
-    this.turn = { turnId, steps: 0, inputTokens: 0, outputTokens: 0, reasoningTokens: 0, incident: null };
+    this.#turn = { turnId, steps: 0, inputTokens: 0, outputTokens: 0, reasoningTokens: 0, incident: null };
   }
 
   /** Ends the open turn and returns its counters. */
   closeTurn(): TurnCounters | null {
-    const turn = this.turn;
-    this.turn = null;
+    const turn = this.#turn;
+    this.#turn = null;
     return turn;
   }
 
   /** The open turn's counters. */
   get currentTurn(): TurnCounters | null {
-    return this.turn;
+    return this.#turn;
   }
 
   /** Blocks new model requests until {@link resume}. */
   pause(): void {
-    this.paused = true;
+    this.#paused = true;
   }
 
   /** Lets blocked model requests go; a version learned here is pinned on later requests. */
   resume(version: string | number | null | undefined): void {
-    if (version !== null && version !== undefined) this.expectedVersion = String(version);
-    this.paused = false;
+    if (version !== null && version !== undefined) this.#expectedVersion = String(version);
+    this.#paused = false;
     this.#resumed.wakeAll();
   }
 
   /** Resolves when no model request is in flight (or after `timeoutMs`, with false). */
   drain(timeoutMs = Number.POSITIVE_INFINITY): Promise<boolean> {
-    if (this.inflight === 0) return Promise.resolve(true);
+    if (this.#inflight === 0) return Promise.resolve(true);
     return this.#drained.wait({ timeoutMs });
   }
 
   /** Sends the rollout pause to the Dressage proxy upstream (its pause is global). */
   async pauseUpstream(reason: string, timeoutSeconds: number | null): Promise<unknown> {
-    return this.postUpstream('/rollout/pause', {
-      session_id: this.options.sessionId,
-      instance_id: this.options.instanceId,
+    return this.#postUpstream('/rollout/pause', {
+      session_id: this.#options.sessionId,
+      instance_id: this.#options.instanceId,
       reason,
       mode: 'preempt',
       ...(timeoutSeconds === null ? {} : { timeout_seconds: timeoutSeconds }),
@@ -278,21 +282,21 @@ export class RolloutLlmProxy {
 
   /** Sends the rollout resume to the Dressage proxy upstream. */
   async resumeUpstream(reason: string, version: string | number | null): Promise<unknown> {
-    return this.postUpstream('/rollout/resume', {
-      session_id: this.options.sessionId,
-      instance_id: this.options.instanceId,
+    return this.#postUpstream('/rollout/resume', {
+      session_id: this.#options.sessionId,
+      instance_id: this.#options.instanceId,
       reason,
       version,
     });
   }
 
-  private async postUpstream(path: string, body: unknown): Promise<unknown> {
-    const response = await fetch(`${this.options.upstreamOrigin}${this.options.apiPath}${path}`, {
+  async #postUpstream(path: string, body: unknown): Promise<unknown> {
+    const response = await fetch(`${this.#options.upstreamOrigin}${this.#options.apiPath}${path}`, {
       method: 'POST',
       headers: {
         'content-type': 'application/json',
-        'x-session-id': this.options.sessionId,
-        'x-instance-id': this.options.instanceId,
+        'x-session-id': this.#options.sessionId,
+        'x-instance-id': this.#options.instanceId,
       },
       body: JSON.stringify(body),
       signal: AbortSignal.timeout(30_000),
@@ -314,8 +318,8 @@ export class RolloutLlmProxy {
     return parsed;
   }
 
-  private forwardHeaders(incoming: IncomingHttpHeaders): Record<string, string> {
-    const sticky = this.options.proxy.sticky_header_name.toLowerCase();
+  #forwardHeaders(incoming: IncomingHttpHeaders): Record<string, string> {
+    const sticky = this.#options.proxy.sticky_header_name.toLowerCase();
     const headers: Record<string, string> = {};
     for (const [name, value] of Object.entries(incoming)) {
       const lower = name.toLowerCase();
@@ -323,28 +327,28 @@ export class RolloutLlmProxy {
       if (lower.startsWith('x-dressage-') || lower.startsWith('x-stainless-')) continue;
       headers[lower] = Array.isArray(value) ? value.join(', ') : value;
     }
-    headers[sticky] = this.options.sessionId;
-    headers['x-session-id'] = this.options.sessionId;
-    headers['x-instance-id'] = this.options.instanceId;
-    if (this.turn) headers['x-turn-id'] = this.turn.turnId;
-    if (this.options.sandboxId) headers['x-dressage-sandbox-id'] = this.options.sandboxId;
+    headers[sticky] = this.#options.sessionId;
+    headers['x-session-id'] = this.#options.sessionId;
+    headers['x-instance-id'] = this.#options.instanceId;
+    if (this.#turn) headers['x-turn-id'] = this.#turn.turnId;
+    if (this.#options.sandboxId) headers['x-dressage-sandbox-id'] = this.#options.sandboxId;
     headers['x-dressage-partial-rollout'] = '1';
-    if (this.expectedVersion !== null) headers['x-dressage-expected-version'] = this.expectedVersion;
+    if (this.#expectedVersion !== null) headers['x-dressage-expected-version'] = this.#expectedVersion;
     headers['accept-encoding'] = 'identity';
     return headers;
   }
 
-  private authorized(request: IncomingMessage): boolean {
-    const key = this.options.apiKey;
+  #authorized(request: IncomingMessage): boolean {
+    const key = this.#options.apiKey;
     if (key === undefined) return true;
     const apiKeyHeader = request.headers['x-api-key'];
     if (typeof apiKeyHeader === 'string' && secretsEqual(apiKeyHeader, key)) return true;
     return bearerMatches(request.headers.authorization, key);
   }
 
-  private async handle(request: IncomingMessage, response: ServerResponse): Promise<void> {
+  async #handle(request: IncomingMessage, response: ServerResponse): Promise<void> {
     const path = request.url ?? '/';
-    if (!this.authorized(request)) {
+    if (!this.#authorized(request)) {
       request.resume();
       return sendJson(response, 401, {
         error: { message: 'missing or wrong API key for this LLM proxy', type: 'authentication_error' },
@@ -353,7 +357,7 @@ export class RolloutLlmProxy {
     let body: Buffer;
     try {
       body = await readBody(request, {
-        limit: this.options.maxRequestBytes ?? defaultLlmProxyMaxRequestBytes,
+        limit: this.#options.maxRequestBytes ?? defaultLlmProxyMaxRequestBytes,
         response,
       });
     } catch (error) {
@@ -363,15 +367,15 @@ export class RolloutLlmProxy {
       });
     }
     const api = modelApiOf(request.method, path);
-    if (api === null) return this.passThrough(request, response, path, body);
+    if (api === null) return this.#passThrough(request, response, path, body);
 
-    while (this.paused) await this.#resumed.wait();
-    const turn = this.turn;
-    const maxSteps = this.options.proxy.max_steps;
+    while (this.#paused) await this.#resumed.wait();
+    const turn = this.#turn;
+    const maxSteps = this.#options.proxy.max_steps;
     if (turn && maxSteps !== null && turn.steps >= maxSteps) {
       const incident: ProxyIncident = { kind: 'max_steps', maxSteps, attemptedStep: turn.steps + 1 };
       turn.incident ??= incident;
-      this.options.onIncident?.(incident);
+      this.#options.onIncident?.(incident);
       const error = {
         message: 'Turn exceeded max_steps.',
         type: 'rate_limit_error',
@@ -397,22 +401,22 @@ export class RolloutLlmProxy {
         : api === 'anthropic'
           ? anthropicRequestToChat(parsed)
           : responsesRequestToChat(parsed);
-    this.prepareChatBody(chat, api === 'chat' && clientStream);
+    this.#prepareChatBody(chat, api === 'chat' && clientStream);
     const target =
       api === 'chat'
-        ? `${this.options.upstreamOrigin}${path}`
-        : `${this.options.upstreamOrigin}${this.options.apiPath}/chat/completions`;
+        ? `${this.#options.upstreamOrigin}${path}`
+        : `${this.#options.upstreamOrigin}${this.#options.apiPath}/chat/completions`;
 
-    this.inflight += 1;
+    this.#inflight += 1;
     try {
       const upstream = await fetch(target, {
         method: 'POST',
-        headers: { ...this.forwardHeaders(request.headers), 'content-type': 'application/json' },
+        headers: { ...this.#forwardHeaders(request.headers), 'content-type': 'application/json' },
         body: JSON.stringify(chat),
-        signal: AbortSignal.timeout(this.options.timeoutMs ?? 600_000),
+        signal: AbortSignal.timeout(this.#options.timeoutMs ?? 600_000),
       });
       if (api === 'chat' && clientStream && upstream.ok) {
-        await this.relayStream(upstream, response, String(chat.model ?? 'proxy-model'));
+        await this.#relayStream(upstream, response, String(chat.model ?? 'proxy-model'));
         return;
       }
       const text = await upstream.text();
@@ -423,8 +427,8 @@ export class RolloutLlmProxy {
         // Non-JSON bodies are relayed as they are.
       }
       if (!upstream.ok) {
-        if (this.recordError(upstream.status, json)) {
-          return this.sendSynthetic(response, api, clientStream, String(chat.model ?? 'proxy-model'));
+        if (this.#recordError(upstream.status, json)) {
+          return this.#sendSynthetic(response, api, clientStream, String(chat.model ?? 'proxy-model'));
         }
         if (api === 'anthropic')
           return sendJson(response, upstream.status, anthropicErrorBody(upstream.status, json));
@@ -442,7 +446,7 @@ export class RolloutLlmProxy {
         });
       }
       const completion = checked.data;
-      this.countUsage(completion.usage);
+      this.#countUsage(completion.usage);
       if (api === 'chat') {
         response.writeHead(200, { 'content-type': 'application/json' });
         response.end(text);
@@ -462,16 +466,16 @@ export class RolloutLlmProxy {
         else sendJson(response, 200, converted);
       }
     } finally {
-      this.inflight -= 1;
-      if (this.inflight === 0) {
+      this.#inflight -= 1;
+      if (this.#inflight === 0) {
         this.#drained.wakeAll();
       }
     }
   }
 
-  private prepareChatBody(chat: Record<string, unknown>, stream: boolean): void {
-    if (this.options.modelOverride) chat.model = this.options.modelOverride;
-    const temperature = this.options.proxy.default_temperature;
+  #prepareChatBody(chat: Record<string, unknown>, stream: boolean): void {
+    if (this.#options.modelOverride) chat.model = this.#options.modelOverride;
+    const temperature = this.#options.proxy.default_temperature;
     if (temperature !== null && (chat.temperature === undefined || chat.temperature === null)) {
       chat.temperature = temperature;
     }
@@ -485,12 +489,12 @@ export class RolloutLlmProxy {
   }
 
   // True when the error invalidates the rollout (the agent then gets a synthetic empty completion).
-  private recordError(status: number, body: unknown): boolean {
+  #recordError(status: number, body: unknown): boolean {
     const code = errorCodeOf(body);
     if (status === 413 && code === 'context_overflow') {
       const incident: ProxyIncident = { kind: 'context_overflow', body: body as Record<string, unknown> };
-      if (this.turn) this.turn.incident ??= incident;
-      this.options.onIncident?.(incident);
+      if (this.#turn) this.#turn.incident ??= incident;
+      this.#options.onIncident?.(incident);
       return false;
     }
     if (status === 502 && code !== null && invalidatingErrors.has(code)) {
@@ -500,14 +504,14 @@ export class RolloutLlmProxy {
         message: messageOf(body),
         body,
       };
-      if (this.turn) this.turn.incident ??= incident;
-      this.options.onIncident?.(incident);
+      if (this.#turn) this.#turn.incident ??= incident;
+      this.#options.onIncident?.(incident);
       return true;
     }
     return false;
   }
 
-  private sendSynthetic(response: ServerResponse, api: ModelApi, stream: boolean, model: string): void {
+  #sendSynthetic(response: ServerResponse, api: ModelApi, stream: boolean, model: string): void {
     const completion = syntheticEmptyCompletion(model);
     if (api === 'anthropic') {
       const converted = chatToAnthropicResponse(completion, model);
@@ -535,8 +539,8 @@ export class RolloutLlmProxy {
     new SseWriter(response).end(`${sseFrame(chunk)}${sseDoneFrame}`);
   }
 
-  private countUsage(usage: Usage | null | undefined): void {
-    const turn = this.turn;
+  #countUsage(usage: Usage | null | undefined): void {
+    const turn = this.#turn;
     if (!turn || usage === null || usage === undefined) return;
     turn.inputTokens += usage.prompt_tokens;
     turn.outputTokens += usage.completion_tokens;
@@ -548,7 +552,7 @@ export class RolloutLlmProxy {
 
   // Relays an SSE stream event by event, dropping the Dressage heartbeat comments. An error frame
   // before any data becomes a plain HTTP error with that status, as if the request had failed.
-  private async relayStream(upstream: Response, response: ServerResponse, model: string): Promise<void> {
+  async #relayStream(upstream: Response, response: ServerResponse, model: string): Promise<void> {
     const reader = upstream.body?.getReader();
     if (!reader) {
       response.writeHead(502).end();
@@ -577,8 +581,8 @@ export class RolloutLlmProxy {
           const status = typeof error.status_code === 'number' ? error.status_code : 500;
           const body = frame as Record<string, unknown>;
           const flat = { ...error, ...body };
-          if (this.recordError(status, flat)) {
-            this.sendSynthetic(response, 'chat', true, model);
+          if (this.#recordError(status, flat)) {
+            this.#sendSynthetic(response, 'chat', true, model);
           } else {
             sendJson(response, status, body);
           }
@@ -589,7 +593,7 @@ export class RolloutLlmProxy {
       if (data !== '' && data !== '[DONE]') {
         try {
           const chunk = chatCompletionChunkSchema.safeParse(JSON.parse(data));
-          if (chunk.success) this.countUsage(chunk.data.usage);
+          if (chunk.success) this.#countUsage(chunk.data.usage);
         } catch {
           // Not JSON: relayed untouched.
         }
@@ -616,17 +620,17 @@ export class RolloutLlmProxy {
     stream.end();
   }
 
-  private async passThrough(
+  async #passThrough(
     request: IncomingMessage,
     response: ServerResponse,
     path: string,
     body: Buffer,
   ): Promise<void> {
-    const upstream = await fetch(`${this.options.upstreamOrigin}${path}`, {
+    const upstream = await fetch(`${this.#options.upstreamOrigin}${path}`, {
       method: request.method,
-      headers: this.forwardHeaders(request.headers),
+      headers: this.#forwardHeaders(request.headers),
       body: request.method === 'GET' || request.method === 'HEAD' ? undefined : body,
-      signal: AbortSignal.timeout(this.options.timeoutMs ?? 600_000),
+      signal: AbortSignal.timeout(this.#options.timeoutMs ?? 600_000),
     });
     const text = Buffer.from(await upstream.arrayBuffer());
     response.writeHead(upstream.status, {

@@ -21,28 +21,32 @@ export interface PauseControlContext {
  * upstream engine) and keeps the paused time, which does not count against a turn's timeout.
  */
 export class PauseControl {
-  private pausedFlag = false;
-  private reason: string | null = null;
-  private weightVersion: string | null = null;
-  private pausedSince: number | null = null;
-  private pausedTotalMs = 0;
+  #pausedFlag = false;
+  #reason: string | null = null;
+  #weightVersion: string | null = null;
+  #pausedSince: number | null = null;
+  #pausedTotalMs = 0;
   readonly #resumed = new Waiters();
 
-  constructor(private readonly context: PauseControlContext) {}
+  readonly #context: PauseControlContext;
+
+  constructor(context: PauseControlContext) {
+    this.#context = context;
+  }
 
   /** True between a pause and the next resume. */
   get paused(): boolean {
-    return this.pausedFlag;
+    return this.#pausedFlag;
   }
 
   /** Milliseconds spent paused so far, the current pause included. */
   totalPausedMs(): number {
-    return this.pausedTotalMs + (this.pausedSince === null ? 0 : Date.now() - this.pausedSince);
+    return this.#pausedTotalMs + (this.#pausedSince === null ? 0 : Date.now() - this.#pausedSince);
   }
 
   /** Resolves once the server is not paused (at once when it is not). */
   async whilePaused(): Promise<void> {
-    while (this.pausedFlag) await this.#resumed.wait();
+    while (this.#pausedFlag) await this.#resumed.wait();
   }
 
   /** Wakes everything waiting on a resume (a resume, or shutdown). */
@@ -53,12 +57,12 @@ export class PauseControl {
   /** `POST /v1/rollout/pause`: 503 `pause_timeout` when generations do not quiesce in time. */
   async pause(body: unknown): Promise<BlackboxPauseResponse> {
     const request = parseBody(blackboxPauseRequestSchema, body, 'pause request');
-    if (!this.pausedFlag) {
-      this.pausedFlag = true;
-      this.pausedSince = Date.now();
+    if (!this.#pausedFlag) {
+      this.#pausedFlag = true;
+      this.#pausedSince = Date.now();
     }
-    this.reason = request.reason;
-    const proxy = this.context.proxy();
+    this.#reason = request.reason;
+    const proxy = this.#context.proxy();
     proxy?.pause();
     const details: Record<string, unknown> = {};
     if (proxy) {
@@ -73,8 +77,8 @@ export class PauseControl {
       status: 'paused',
       reason: request.reason,
       quiesced,
-      version: this.weightVersion,
-      http_inflight_requests: Math.max(this.context.httpInflight() - 1, 0),
+      version: this.#weightVersion,
+      http_inflight_requests: Math.max(this.#context.httpInflight() - 1, 0),
       active_sglang_generations: proxy?.inflightRequests ?? 0,
       suspended_generations: proxy?.inflightRequests ?? 0,
       details,
@@ -96,9 +100,9 @@ export class PauseControl {
   async resume(body: unknown): Promise<BlackboxResumeResponse> {
     const request = parseBody(resumeRequestSchema, body, 'resume request');
     if (request.version !== null && request.version !== undefined)
-      this.weightVersion = String(request.version);
+      this.#weightVersion = String(request.version);
     const details: Record<string, unknown> = {};
-    const proxy = this.context.proxy();
+    const proxy = this.#context.proxy();
     if (proxy) {
       try {
         details.upstream = await proxy.resumeUpstream(request.reason, request.version ?? null);
@@ -106,26 +110,26 @@ export class PauseControl {
         details.upstream_error = error instanceof Error ? error.message : String(error);
       }
     }
-    if (this.pausedFlag && this.pausedSince !== null) this.pausedTotalMs += Date.now() - this.pausedSince;
-    this.pausedFlag = false;
-    this.pausedSince = null;
-    this.reason = null;
+    if (this.#pausedFlag && this.#pausedSince !== null) this.#pausedTotalMs += Date.now() - this.#pausedSince;
+    this.#pausedFlag = false;
+    this.#pausedSince = null;
+    this.#reason = null;
     proxy?.resume(request.version ?? null);
     this.releaseWaiters();
-    return { status: 'resumed', reason: request.reason, version: this.weightVersion, details };
+    return { status: 'resumed', reason: request.reason, version: this.#weightVersion, details };
   }
 
   /** `GET /v1/rollout/pause_state`. */
   state(): BlackboxPauseState {
-    const proxy = this.context.proxy();
+    const proxy = this.#context.proxy();
     return {
-      paused: this.pausedFlag,
-      pause_reason: this.reason,
-      version: this.weightVersion,
+      paused: this.#pausedFlag,
+      pause_reason: this.#reason,
+      version: this.#weightVersion,
       adapter: {
-        paused: proxy?.isPaused ?? this.pausedFlag,
-        pause_reason: this.reason,
-        version: proxy?.version ?? this.weightVersion,
+        paused: proxy?.isPaused ?? this.#pausedFlag,
+        pause_reason: this.#reason,
+        version: proxy?.version ?? this.#weightVersion,
         http_inflight_requests: proxy?.inflightRequests ?? 0,
         total_paused_seconds: this.totalPausedMs() / 1000,
       },

@@ -57,17 +57,17 @@ const requestId = () => `req-${randomBytes(4).toString('hex')}`;
  */
 export class BlackboxServer {
   readonly config: BlackboxServerConfig;
-  private readonly parts: BlackboxParts;
-  private readonly listener: (request: IncomingMessage, response: ServerResponse) => Promise<void>;
-  private readonly apiKey: string | null;
-  private readonly socketPath: string | null;
-  private http: Server | null = null;
-  private httpInflight = 0;
+  readonly #parts: BlackboxParts;
+  readonly #listener: (request: IncomingMessage, response: ServerResponse) => Promise<void>;
+  readonly #apiKey: string | null;
+  readonly #socketPath: string | null;
+  #http: Server | null = null;
+  #httpInflight = 0;
 
   constructor(options: BlackboxServerOptions = {}) {
     this.config = { ...defaultBlackboxConfig, ...options.config };
-    this.apiKey = options.apiKey ?? null;
-    this.socketPath = options.socketPath ?? null;
+    this.#apiKey = options.apiKey ?? null;
+    this.#socketPath = options.socketPath ?? null;
     const workDir = options.workDir ?? process.cwd();
     // The parts refer to each other through these late-bound hooks, built once here.
     let turns: TurnEngine | null = null;
@@ -82,7 +82,7 @@ export class BlackboxServer {
     };
     const pause = new PauseControl({
       proxy: () => binding.llmProxy,
-      httpInflight: () => this.httpInflight,
+      httpInflight: () => this.#httpInflight,
     });
     const binding: RolloutBinding = new RolloutBinding({
       config: this.config,
@@ -99,30 +99,30 @@ export class BlackboxServer {
       },
     });
     turns = new TurnEngine(binding, pause);
-    this.parts = { binding, turns, pause, workDir };
-    this.listener = blackboxListener(this.parts, {
-      readJson: (request, response) => this.readJson(request, response),
+    this.#parts = { binding, turns, pause, workDir };
+    this.#listener = blackboxListener(this.#parts, {
+      readJson: (request, response) => this.#readJson(request, response),
       answer: (response, result: RouteResult) =>
         sendJson(
           response,
           result.status ?? 200,
           result.bare ? result.body : { request_id: response.getHeader('x-request-id'), ...result.body },
         ),
-      fail: (response, error) => this.fail(response, error),
+      fail: (response, error) => this.#fail(response, error),
     });
   }
 
   /** Starts listening; returns the base URL to reach it from this machine. */
   async listen(): Promise<string> {
-    const server = createServer((request, response) => void this.dispatch(request, response));
-    const socketPath = this.socketPath;
+    const server = createServer((request, response) => void this.#dispatch(request, response));
+    const socketPath = this.#socketPath;
     if (socketPath !== null) await rm(socketPath, { force: true });
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
       if (socketPath !== null) server.listen(socketPath, () => resolve());
       else server.listen(this.config.port, this.config.host, () => resolve());
     });
-    this.http = server;
+    this.#http = server;
     if (socketPath !== null) {
       await chmod(socketPath, 0o600);
       return `unix:${socketPath}`;
@@ -136,7 +136,7 @@ export class BlackboxServer {
    * `unix:<path>`.
    */
   get boundAddress(): string | null {
-    const address = this.http?.address();
+    const address = this.#http?.address();
     if (typeof address === 'string') return `unix:${address}`;
     if (address === null || address === undefined) return null;
     return `${address.family === 'IPv6' ? `[${address.address}]` : address.address}:${address.port}`;
@@ -144,15 +144,15 @@ export class BlackboxServer {
 
   /** Fails active turns with `server_shutdown`, stops the agent and the proxy, closes the socket. */
   async close(): Promise<void> {
-    const { binding, turns, pause } = this.parts;
+    const { binding, turns, pause } = this.#parts;
     binding.status = 'shutting_down';
     binding.stopHealthMonitor();
     const pending = turns.shutdown();
     pause.releaseWaiters();
     await Promise.race([Promise.all(pending), sleep(this.config.shutdown_timeout * 1000, { unref: true })]);
     await binding.teardown();
-    const http = this.http;
-    this.http = null;
+    const http = this.#http;
+    this.#http = null;
     if (http) {
       http.closeAllConnections();
       await new Promise<void>((resolve) => http.close(() => resolve()));
@@ -162,15 +162,15 @@ export class BlackboxServer {
 
   // Every request gets an id; every route but `/health` needs the key, asked before anything else
   // (a caller without it learns nothing of routes or bodies); then the route table answers.
-  private async dispatch(request: IncomingMessage, response: ServerResponse): Promise<void> {
+  async #dispatch(request: IncomingMessage, response: ServerResponse): Promise<void> {
     response.setHeader('x-request-id', requestId());
-    this.httpInflight += 1;
+    this.#httpInflight += 1;
     try {
       const health =
         request.method === 'GET' && routePath(new URL(request.url ?? '/', 'http://blackbox')) === '/health';
-      if (this.apiKey !== null && !health && !bearerMatches(request.headers.authorization, this.apiKey)) {
+      if (this.#apiKey !== null && !health && !bearerMatches(request.headers.authorization, this.#apiKey)) {
         request.resume();
-        this.fail(
+        this.#fail(
           response,
           new BlackboxHttpError({
             status: 401,
@@ -180,15 +180,15 @@ export class BlackboxServer {
         );
         return;
       }
-      await this.listener(request, response);
+      await this.#listener(request, response);
     } finally {
-      this.httpInflight -= 1;
+      this.#httpInflight -= 1;
     }
   }
 
   // The BlackboxServer envelope `{request_id, error, message, details}`; anything but a
   // BlackboxHttpError is a 500 `internal_error`.
-  private fail(response: ServerResponse, error: unknown): void {
+  #fail(response: ServerResponse, error: unknown): void {
     const http =
       error instanceof BlackboxHttpError
         ? error
@@ -207,7 +207,7 @@ export class BlackboxServer {
 
   // A body cut off at the size limit leaves unread bytes on the connection: readBody has the
   // response close it.
-  private async readJson(request: IncomingMessage, response: ServerResponse): Promise<unknown> {
+  async #readJson(request: IncomingMessage, response: ServerResponse): Promise<unknown> {
     if (request.method === 'GET' || request.method === 'HEAD') return undefined;
     const bytes = await readBody(request, {
       limit: this.config.max_request_bytes,

@@ -103,22 +103,25 @@ export function incidentError(incident: ProxyIncident): TurnError {
  * commit (cancelled, aborted, timed out, max steps, context overflow, backend failure, shutdown).
  */
 export class TurnEngine {
-  private readonly sessions = new Map<string, Session>();
+  readonly #sessions = new Map<string, Session>();
 
-  constructor(
-    private readonly binding: RolloutBinding,
-    private readonly pause: PauseControl,
-  ) {}
+  readonly #binding: RolloutBinding;
+  readonly #pause: PauseControl;
+
+  constructor(binding: RolloutBinding, pause: PauseControl) {
+    this.#binding = binding;
+    this.#pause = pause;
+  }
 
   /** Forgets every session. */
   reset(): void {
-    this.sessions.clear();
+    this.#sessions.clear();
   }
 
   /** Opens a fresh session. */
   open(sessionId: string, instanceId: string): void {
     const created = now();
-    this.sessions.set(sessionId, {
+    this.#sessions.set(sessionId, {
       id: sessionId,
       instanceId,
       state: 'active',
@@ -137,12 +140,13 @@ export class TurnEngine {
 
   /** True while some session is not aborted. */
   hasLiveSessions(): boolean {
-    return [...this.sessions.values()].some((session) => session.state !== 'aborted');
+    return [...this.#sessions.values()].some((session) => session.state !== 'aborted');
   }
 
   /** Desyncs every session that is not aborted (the agent failed). */
   desyncAll(): void {
-    for (const session of this.sessions.values()) if (session.state !== 'aborted') session.state = 'desynced';
+    for (const session of this.#sessions.values())
+      if (session.state !== 'aborted') session.state = 'desynced';
   }
 
   /** Sessions by state. */
@@ -150,7 +154,7 @@ export class TurnEngine {
     let active = 0;
     let desynced = 0;
     let aborted = 0;
-    for (const session of this.sessions.values()) {
+    for (const session of this.#sessions.values()) {
       if (session.state === 'active') active += 1;
       else if (session.state === 'desynced') desynced += 1;
       else aborted += 1;
@@ -159,17 +163,17 @@ export class TurnEngine {
       active_count: active,
       desynced_count: desynced,
       aborted_count: aborted,
-      total_count: this.sessions.size,
+      total_count: this.#sessions.size,
     };
   }
 
   /** Fails every active turn with `server_shutdown`; resolves with their completions. */
   shutdown(): Promise<void>[] {
     const pending: Promise<void>[] = [];
-    for (const session of this.sessions.values()) {
+    for (const session of this.#sessions.values()) {
       const turn = session.activeTurnId ? session.turns.get(session.activeTurnId) : undefined;
       if (turn && !isTerminal(turn.status)) {
-        this.stopTurn(turn, {
+        this.#stopTurn(turn, {
           error: 'server_shutdown',
           message: 'Server shut down during the turn',
           details: {},
@@ -183,7 +187,7 @@ export class TurnEngine {
 
   /** The bound session `sessionId` (409 when none is registered or it is another one). */
   boundSession(sessionId: string): Session {
-    const bound = this.binding.boundSessionId;
+    const bound = this.#binding.boundSessionId;
     if (bound === null)
       throw new BlackboxHttpError({
         status: 409,
@@ -201,7 +205,7 @@ export class TurnEngine {
         },
       });
     }
-    const session = this.sessions.get(sessionId);
+    const session = this.#sessions.get(sessionId);
     if (!session)
       throw new BlackboxHttpError({
         status: 404,
@@ -213,14 +217,14 @@ export class TurnEngine {
 
   /** The LLM proxy reported an incident: max steps and context overflow end the current turn. */
   onIncident(incident: ProxyIncident): void {
-    const turnId = this.binding.llmProxy?.currentTurn?.turnId;
-    const bound = this.binding.boundSessionId;
-    const session = bound !== null ? this.sessions.get(bound) : undefined;
+    const turnId = this.#binding.llmProxy?.currentTurn?.turnId;
+    const bound = this.#binding.boundSessionId;
+    const session = bound !== null ? this.#sessions.get(bound) : undefined;
     const turn = turnId ? session?.turns.get(turnId) : undefined;
     if (!turn) return;
     // Invalidated rollouts are left to the agent: it receives an empty reply and ends by itself.
-    if (incident.kind === 'max_steps') this.stopTurn(turn, incidentError(incident));
-    else if (incident.kind === 'context_overflow') this.stopTurn(turn, incidentError(incident));
+    if (incident.kind === 'max_steps') this.#stopTurn(turn, incidentError(incident));
+    else if (incident.kind === 'context_overflow') this.#stopTurn(turn, incidentError(incident));
   }
 
   /** `POST /v1/sessions/{id}/messages`: submits a turn; sync mode waits for it to commit. */
@@ -255,9 +259,9 @@ export class TurnEngine {
       });
     }
     const fingerprint = fingerprintOf(request.messages);
-    const { turn, replay } = await this.withLock(session, async () => {
-      await this.pause.whilePaused();
-      const turnId = this.resolveTurnId(session, request.turn_id ?? null);
+    const { turn, replay } = await this.#withLock(session, async () => {
+      await this.#pause.whilePaused();
+      const turnId = this.#resolveTurnId(session, request.turn_id ?? null);
       const existing = session.turns.get(turnId);
       if (existing) {
         if (existing.fingerprint !== fingerprint) {
@@ -284,7 +288,7 @@ export class TurnEngine {
           error: 'session_desynced',
           message: 'Session is desynced',
         });
-      const maxTurns = this.binding.effective.max_turns;
+      const maxTurns = this.#binding.effective.max_turns;
       if (session.turnCount >= maxTurns) {
         throw new BlackboxHttpError({
           status: 429,
@@ -305,8 +309,8 @@ export class TurnEngine {
           });
         }
       }
-      if (!(await this.binding.healthy())) {
-        this.binding.markBackendFailed('the agent backend failed its health check before a turn');
+      if (!(await this.#binding.healthy())) {
+        this.#binding.markBackendFailed('the agent backend failed its health check before a turn');
         throw new BlackboxHttpError({
           status: 503,
           error: 'backend_unavailable',
@@ -320,7 +324,7 @@ export class TurnEngine {
       session.activeTurnId = turnId;
       session.turnCount += 1;
       session.updatedAt = now();
-      void this.runTurn(session, created, content);
+      void this.#runTurn(session, created, content);
       return { turn: created, replay: false };
     });
     if (request.mode === 'async') {
@@ -385,7 +389,7 @@ export class TurnEngine {
     let status: BlackboxCancelResponse['status'] = turn.status;
     if (!isTerminal(turn.status)) {
       turn.cancelRequested = true;
-      this.stopTurn(turn, {
+      this.#stopTurn(turn, {
         error: 'cancelled',
         message: 'Turn was cancelled',
         details: {},
@@ -409,7 +413,7 @@ export class TurnEngine {
     session.state = 'aborted';
     const active = session.activeTurnId ? session.turns.get(session.activeTurnId) : undefined;
     if (active && !isTerminal(active.status)) {
-      this.stopTurn(active, {
+      this.#stopTurn(active, {
         error: 'aborted',
         message: 'Session was aborted during the turn',
         details: {},
@@ -417,7 +421,7 @@ export class TurnEngine {
       });
       await active.done;
     } else if (mode === 'best_effort') {
-      await this.binding.adapter?.abort().catch(() => undefined);
+      await this.#binding.adapter?.abort().catch(() => undefined);
     }
     session.updatedAt = now();
     return {
@@ -458,7 +462,7 @@ export class TurnEngine {
     };
   }
 
-  private async withLock<T>(session: Session, work: () => Promise<T>): Promise<T> {
+  async #withLock<T>(session: Session, work: () => Promise<T>): Promise<T> {
     const previous = session.lock;
     let release!: () => void;
     session.lock = new Promise<void>((resolve) => {
@@ -472,7 +476,7 @@ export class TurnEngine {
     }
   }
 
-  private resolveTurnId(session: Session, explicit: string | null): string {
+  #resolveTurnId(session: Session, explicit: string | null): string {
     if (explicit === null) {
       if (session.turnMode === 'explicit') {
         throw new BlackboxHttpError({
@@ -503,19 +507,19 @@ export class TurnEngine {
     return explicit;
   }
 
-  private stopTurn(turn: Turn, reason: TurnError): void {
+  #stopTurn(turn: Turn, reason: TurnError): void {
     if (isTerminal(turn.status)) return;
     turn.stopReason ??= reason;
     turn.controller.abort();
   }
 
-  private activeMs(startTotalPaused: number, startedAt: number): number {
-    return Date.now() - startedAt - (this.pause.totalPausedMs() - startTotalPaused);
+  #activeMs(startTotalPaused: number, startedAt: number): number {
+    return Date.now() - startedAt - (this.#pause.totalPausedMs() - startTotalPaused);
   }
 
-  private async runTurn(session: Session, turn: Turn, text: string): Promise<void> {
-    const adapter = this.binding.adapter;
-    const proxy = this.binding.llmProxy;
+  async #runTurn(session: Session, turn: Turn, text: string): Promise<void> {
+    const adapter = this.#binding.adapter;
+    const proxy = this.#binding.llmProxy;
     if (adapter === null || proxy === null) {
       turn.status = 'unknown';
       turn.error = {
@@ -527,19 +531,19 @@ export class TurnEngine {
       turn.finish();
       return;
     }
-    const effective = this.binding.effective;
+    const effective = this.#binding.effective;
     turn.status = 'inflight';
     turn.updatedAt = now();
     proxy.openTurn(turn.id);
     const budgetMs = effective.backend_timeout * 1000;
     const startedAt = Date.now();
-    const pausedAtStart = this.pause.totalPausedMs();
+    const pausedAtStart = this.#pause.totalPausedMs();
     let timer: NodeJS.Timeout | undefined;
     // Paused time does not count against the backend timeout: re-arm until the active time is spent.
     const arm = () => {
-      const left = budgetMs - this.activeMs(pausedAtStart, startedAt);
-      if (left <= 0 && !this.pause.paused) {
-        this.stopTurn(turn, {
+      const left = budgetMs - this.#activeMs(pausedAtStart, startedAt);
+      if (left <= 0 && !this.#pause.paused) {
+        this.#stopTurn(turn, {
           error: 'backend_timeout',
           message: `Backend did not finish within ${effective.backend_timeout} s`,
           details: { backend_timeout: effective.backend_timeout },
@@ -622,9 +626,9 @@ export class TurnEngine {
         else if (session.state !== 'aborted') session.state = 'desynced';
         await adapter.abort().catch(() => undefined);
         if (final.error !== 'server_shutdown') {
-          void this.binding.healthy().then((ok) => {
-            if (!ok && this.binding.status === 'ready')
-              this.binding.markBackendFailed('the agent backend is unhealthy after a failed turn');
+          void this.#binding.healthy().then((ok) => {
+            if (!ok && this.#binding.status === 'ready')
+              this.#binding.markBackendFailed('the agent backend is unhealthy after a failed turn');
           });
         }
       }

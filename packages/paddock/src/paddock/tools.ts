@@ -121,8 +121,8 @@ function outputOf(output: ToolOutput): { content: string; metadata: Json } {
  * continues and the model can learn from it.
  */
 export class Toolbox<Context = unknown> {
-  private readonly byName = new Map<string, AnyToolDefinition<Context>>();
-  private readonly tools: Tool[];
+  readonly #byName = new Map<string, AnyToolDefinition<Context>>();
+  readonly #tools: Tool[];
 
   /**
    * Declares the tools: definitions (see {@link defineTool}), or plain functions, named by the
@@ -145,16 +145,16 @@ export class Toolbox<Context = unknown> {
           message: `Tool name ${JSON.stringify(tool.name)} must match ${namePattern} (OpenAI function names)`,
         });
       }
-      if (this.byName.has(tool.name)) {
+      if (this.#byName.has(tool.name)) {
         throw new DressageError({
           code: 'already_exists',
           message: `Two tools are named ${JSON.stringify(tool.name)}`,
         });
       }
-      this.byName.set(tool.name, tool);
+      this.#byName.set(tool.name, tool);
     }
     // Built once: the list is part of every prompt, and its bytes must not vary between calls.
-    this.tools = [...this.byName.values()].map((tool) => ({
+    this.#tools = [...this.#byName.values()].map((tool) => ({
       type: 'function',
       function: {
         name: tool.name,
@@ -166,17 +166,17 @@ export class Toolbox<Context = unknown> {
 
   /** The tool names, in declaration order. */
   names(): string[] {
-    return [...this.byName.keys()];
+    return [...this.#byName.keys()];
   }
 
   /** The OpenAI tool list (`tools` of a chat completion request), the same object every call. */
   getTools(): Tool[] {
-    return this.tools;
+    return this.#tools;
   }
 
   /** Runs one parsed call; failures become the message the model reads. */
   async execute(call: ParsedToolCall, context: Context): Promise<ExecutedToolCall> {
-    const tool = this.byName.get(call.name);
+    const tool = this.#byName.get(call.name);
     const failed = (code: string, message: string): ExecutedToolCall => ({
       ...call,
       known: tool !== undefined,

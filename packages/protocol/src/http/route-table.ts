@@ -79,12 +79,12 @@ export function requestPath(target: string | undefined): string {
  * ```
  */
 export class RouteTable<THandler> {
-  private readonly literal = new Map<string, Map<string, THandler>>();
-  private readonly patterns: PatternRoute<THandler>[] = [];
-  private readonly decodeParameter: (raw: string, name: string) => string;
+  readonly #literal = new Map<string, Map<string, THandler>>();
+  readonly #patterns: PatternRoute<THandler>[] = [];
+  readonly #decodeParameter: (raw: string, name: string) => string;
 
   constructor(options: RouteTableOptions = {}) {
-    this.decodeParameter = options.decodeParameter ?? decodePathParameter;
+    this.#decodeParameter = options.decodeParameter ?? decodePathParameter;
   }
 
   /**
@@ -101,10 +101,10 @@ export class RouteTable<THandler> {
     if (names.every((name) => name === undefined)) {
       if (segments.some((segment) => segment.includes('{') || segment.includes('}')))
         throw invalidPattern(pattern, 'a parameter must be a whole segment, {name}');
-      handlers = this.literal.get(pattern);
+      handlers = this.#literal.get(pattern);
       if (handlers === undefined) {
         handlers = new Map();
-        this.literal.set(pattern, handlers);
+        this.#literal.set(pattern, handlers);
       }
     } else {
       const seen = new Set<string>();
@@ -115,10 +115,10 @@ export class RouteTable<THandler> {
         if (name !== undefined && seen.has(name)) throw invalidPattern(pattern, `{${name}} appears twice`);
         if (name !== undefined) seen.add(name);
       }
-      handlers = this.patterns.find((route) => route.pattern === pattern)?.handlers;
+      handlers = this.#patterns.find((route) => route.pattern === pattern)?.handlers;
       if (handlers === undefined) {
         handlers = new Map();
-        this.patterns.push({ pattern, segments, names, handlers });
+        this.#patterns.push({ pattern, segments, names, handlers });
       }
     }
     for (const method of typeof methods === 'string' ? [methods] : methods) {
@@ -134,13 +134,13 @@ export class RouteTable<THandler> {
    * @throws whatever the table's `decodeParameter` throws for a parameter of the matched route.
    */
   lookup(method: string, path: string): RouteLookup<THandler> {
-    const literal = this.literal.get(path);
+    const literal = this.#literal.get(path);
     if (literal !== undefined) {
       const handler = literal.get(method);
       if (handler !== undefined) return { kind: 'found', handler, parameters: noParameters };
     }
     let allowed: string[] | null = literal === undefined ? null : [...literal.keys()];
-    for (const route of this.patterns) {
+    for (const route of this.#patterns) {
       const captured = captureSegments(route, path);
       if (captured === null) continue;
       const handler = route.handlers.get(method);
@@ -151,7 +151,7 @@ export class RouteTable<THandler> {
       const parameters: Record<string, string> = {};
       for (let index = 0; index < captured.length; index += 2) {
         const name = captured[index]!;
-        parameters[name] = this.decodeParameter(captured[index + 1]!, name);
+        parameters[name] = this.#decodeParameter(captured[index + 1]!, name);
       }
       return { kind: 'found', handler, parameters };
     }
