@@ -13,6 +13,7 @@ import type {
   TurnError,
 } from '@dressage/protocol/blackbox';
 import { sleep } from '@dressage/protocol/internal';
+import type { z } from 'zod';
 import { type AdapterTurnResult, AgentTurnError } from './adapter.js';
 import type { RolloutBinding } from './binding.js';
 import { fingerprintOf } from './fingerprint.js';
@@ -231,33 +232,7 @@ export class TurnEngine {
   async messages(sessionId: string, body: unknown): Promise<MessagesResult> {
     const request = parseBody(messagesRequestSchema, body, 'messages request');
     const session = this.boundSession(sessionId);
-    const [message] = request.messages;
-    const content = message?.content;
-    if (
-      request.messages.length !== 1 ||
-      message?.role !== 'user' ||
-      typeof content !== 'string' ||
-      content.trim() === ''
-    ) {
-      throw new BlackboxHttpError({
-        status: 400,
-        error: 'request_error',
-        message: 'Exactly one user message with non-empty text content is required',
-        details: {
-          errors: [{ path: 'messages', message: 'exactly one non-empty user message' }],
-        },
-      });
-    }
-    if (request.mode === 'async' && !request.turn_id) {
-      throw new BlackboxHttpError({
-        status: 400,
-        error: 'request_error',
-        message: 'Async messages require a turn_id',
-        details: {
-          errors: [{ path: 'turn_id', message: 'required in async mode' }],
-        },
-      });
-    }
+    const content = userTextOf(request);
     const fingerprint = fingerprintOf(request.messages);
     const { turn, replay } = await this.#withLock(session, async () => {
       await this.#pause.whilePaused();
@@ -276,47 +251,7 @@ export class TurnEngine {
         }
         return { turn: existing, replay: true };
       }
-      if (session.state === 'aborted')
-        throw new BlackboxHttpError({
-          status: 409,
-          error: 'session_aborted',
-          message: 'Session was aborted',
-        });
-      if (session.state === 'desynced')
-        throw new BlackboxHttpError({
-          status: 409,
-          error: 'session_desynced',
-          message: 'Session is desynced',
-        });
-      const maxTurns = this.#binding.effective.max_turns;
-      if (session.turnCount >= maxTurns) {
-        throw new BlackboxHttpError({
-          status: 429,
-          error: 'too_many_requests',
-          message: `Session reached max_turns (${maxTurns})`,
-        });
-      }
-      if (session.activeTurnId) {
-        const active = session.turns.get(session.activeTurnId);
-        if (active && !isTerminal(active.status)) {
-          throw new BlackboxHttpError({
-            status: 409,
-            error: 'conflict',
-            message: 'Another turn is active',
-            details: {
-              active_turn_id: active.id,
-            },
-          });
-        }
-      }
-      if (!(await this.#binding.healthy())) {
-        this.#binding.markBackendFailed('the agent backend failed its health check before a turn');
-        throw new BlackboxHttpError({
-          status: 503,
-          error: 'backend_unavailable',
-          message: 'Agent backend is not healthy',
-        });
-      }
+      await this.#admitTurn(session);
       if (request.turn_id && session.turnMode === null) session.turnMode = 'explicit';
       const created = createTurn(turnId, fingerprint, request.messages, request.metadata ?? null);
       session.turns.set(turnId, created);
@@ -340,34 +275,53 @@ export class TurnEngine {
       };
     }
     await turn.done;
-    const { outputs, backend, usage } = turn;
-    if (turn.status !== 'committed' || outputs === null || backend === null || usage === null) {
-      const error = turn.error ?? {
-        error: 'internal_error',
-        message: `Turn ${turn.id} ended ${turn.status} without an error`,
-        details: {},
-        http_status: 500,
-      };
+    return syncResult(session, turn, replay);
+  }
+
+  // A new turn may start: the session is live, under max_turns, with no turn running, and its agent
+  // backend is healthy.
+  async #admitTurn(session: Session): Promise<void> {
+    if (session.state === 'aborted')
       throw new BlackboxHttpError({
-        status: error.http_status,
-        error: error.error,
-        message: error.message,
-        details: error.details,
+        status: 409,
+        error: 'session_aborted',
+        message: 'Session was aborted',
+      });
+    if (session.state === 'desynced')
+      throw new BlackboxHttpError({
+        status: 409,
+        error: 'session_desynced',
+        message: 'Session is desynced',
+      });
+    const maxTurns = this.#binding.effective.max_turns;
+    if (session.turnCount >= maxTurns) {
+      throw new BlackboxHttpError({
+        status: 429,
+        error: 'too_many_requests',
+        message: `Session reached max_turns (${maxTurns})`,
       });
     }
-    return {
-      status: 200,
-      body: {
-        session_id: session.id,
-        instance_id: session.instanceId,
-        turn_id: turn.id,
-        state: session.state,
-        idempotent_replay: replay,
-        outputs,
-        backend,
-        usage,
-      },
-    };
+    if (session.activeTurnId) {
+      const active = session.turns.get(session.activeTurnId);
+      if (active && !isTerminal(active.status)) {
+        throw new BlackboxHttpError({
+          status: 409,
+          error: 'conflict',
+          message: 'Another turn is active',
+          details: {
+            active_turn_id: active.id,
+          },
+        });
+      }
+    }
+    if (!(await this.#binding.healthy())) {
+      this.#binding.markBackendFailed('the agent backend failed its health check before a turn');
+      throw new BlackboxHttpError({
+        status: 503,
+        error: 'backend_unavailable',
+        message: 'Agent backend is not healthy',
+      });
+    }
   }
 
   /** `GET /v1/sessions/{id}/turns/{turn}`, waiting up to `wait` seconds (at most 60) for it to end. */
@@ -683,5 +637,69 @@ function createTurn(
     controller: new AbortController(),
     stopReason: null,
     cancelRequested: false,
+  };
+}
+
+// The one non-empty user message a turn takes (the reference's rule), and in async mode its turn id.
+function userTextOf(request: z.output<typeof messagesRequestSchema>): string {
+  const [message] = request.messages;
+  const content = message?.content;
+  if (
+    request.messages.length !== 1 ||
+    message?.role !== 'user' ||
+    typeof content !== 'string' ||
+    content.trim() === ''
+  ) {
+    throw new BlackboxHttpError({
+      status: 400,
+      error: 'request_error',
+      message: 'Exactly one user message with non-empty text content is required',
+      details: {
+        errors: [{ path: 'messages', message: 'exactly one non-empty user message' }],
+      },
+    });
+  }
+  if (request.mode === 'async' && !request.turn_id) {
+    throw new BlackboxHttpError({
+      status: 400,
+      error: 'request_error',
+      message: 'Async messages require a turn_id',
+      details: {
+        errors: [{ path: 'turn_id', message: 'required in async mode' }],
+      },
+    });
+  }
+  return content;
+}
+
+// The answer of a sync turn: its outputs once committed, else its error.
+function syncResult(session: Session, turn: Turn, replay: boolean): MessagesResult {
+  const { outputs, backend, usage } = turn;
+  if (turn.status !== 'committed' || outputs === null || backend === null || usage === null) {
+    const error = turn.error ?? {
+      error: 'internal_error',
+      message: `Turn ${turn.id} ended ${turn.status} without an error`,
+      details: {},
+      http_status: 500,
+    };
+    throw new BlackboxHttpError({
+      status: error.http_status,
+      error: error.error,
+      message: error.message,
+      details: error.details,
+    });
+  }
+  return {
+    status: 200,
+    body: {
+      session_id: session.id,
+      instance_id: session.instanceId,
+      turn_id: turn.id,
+      state: session.state,
+      idempotent_replay: replay,
+      outputs,
+      backend,
+      usage,
+    },
   };
 }
