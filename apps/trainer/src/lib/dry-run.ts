@@ -95,65 +95,8 @@ export async function dryRun(
     });
   }
 
-  const proxyHeaders: Record<string, string> =
-    recipe.proxy.api_key === 'no-auth' ? {} : { authorization: `Bearer ${recipe.proxy.api_key}` };
-  if (recipe.proxy.url !== undefined) {
-    const proxyUrl = recipe.proxy.url.replace(/\/+$/, '');
-    await check('proxy: health', checks, async () => {
-      const health = await getJson(`${proxyUrl}/health`, timeoutMs);
-      if (health.status !== 'ok') throw failed('unavailable', `status ${String(health.status)}`);
-      const config = (health.config ?? {}) as Json;
-      if (recipe.training.routing_replay !== undefined && config.use_rollout_routing_replay !== true) {
-        throw failed(
-          'failed_precondition',
-          'training.routing_replay needs the routed experts the proxy records, and this proxy was started ' +
-            'without --use-rollout-routing-replay',
-        );
-      }
-      return `ok, router ${String(config.sglang_router_url)}, ${String(health.active_sessions)} active sessions`;
-    });
-    await check('proxy: integration capabilities', checks, async () => {
-      const capabilities = await getJson(`${proxyUrl}/integration/capabilities`, timeoutMs, proxyHeaders);
-      if (capabilities.token_build_mode !== recipe.proxy.token_build_mode) {
-        throw failed(
-          'failed_precondition',
-          `token_build_mode is ${String(capabilities.token_build_mode)}, the recipe wants ${recipe.proxy.token_build_mode}`,
-        );
-      }
-      if (capabilities.weight_versions_consistent === false)
-        throw failed('failed_precondition', 'the engines serve different weight versions');
-      return `${String(capabilities.token_build_mode)}, weight version ${String(capabilities.current_weight_version)}, partial rollout ${String(capabilities.partial_rollout)}`;
-    });
-  }
-
-  let engineVersions: string[] = [];
-  if (recipe.engine.kind === 'sglang') {
-    const router = recipe.engine.router_url.replace(/\/+$/, '');
-    await check('engine: router workers', checks, async () => {
-      const listing = await getJson(`${router}/workers`, timeoutMs);
-      const workers = (listing.workers ?? []) as Json[];
-      const healthy = workers.filter((worker) => worker.is_healthy !== false);
-      if (healthy.length === 0) throw failed('unavailable', `no healthy worker behind ${router}`);
-      const versions: string[] = [];
-      for (const worker of healthy) {
-        const url = String(worker.url).replace(/\/+$/, '');
-        await getJson(`${url}/health`, timeoutMs).catch(async () => {
-          // SGLang answers /health with an empty 200 body on some versions.
-          const response = await fetch(`${url}/health`, { signal: AbortSignal.timeout(timeoutMs) });
-          if (!response.ok) throw failed('unavailable', `${url}/health answered ${response.status}`);
-        });
-        const version = await getJson(`${url}/get_weight_version`, timeoutMs);
-        versions.push(String(version.weight_version));
-      }
-      engineVersions = versions;
-      return `${healthy.length} healthy of ${workers.length}, weight versions ${[...new Set(versions)].join(', ')}`;
-    });
-    await check('engine: consistent weight versions', checks, async () => {
-      const distinct = new Set(engineVersions);
-      if (distinct.size > 1) throw failed('failed_precondition', `workers serve ${[...distinct].join(', ')}`);
-      return distinct.size === 1 ? `all ${[...distinct][0]}` : 'no worker answered';
-    });
-  }
+  if (recipe.proxy.url !== undefined) await proxyChecks(recipe, recipe.proxy.url, timeoutMs, checks);
+  if (recipe.engine.kind === 'sglang') await engineChecks(recipe.engine.router_url, timeoutMs, checks);
 
   // A worker the app starts (trainer.worker) is not running yet: nothing to reach.
   if (recipe.trainer.kind === 'grpc' && recipe.trainer.address !== undefined) {
@@ -236,4 +179,72 @@ export function formatChecks(checks: readonly DeploymentCheck[]): string {
   return checks
     .map((item) => `${item.ok ? 'ok  ' : 'FAIL'}  ${item.name.padEnd(width)}  ${item.detail}`)
     .join('\n');
+}
+
+// The proxy: healthy, recording routed experts when training replays them, building tokens the
+// recipe's way over engines of one weight version.
+async function proxyChecks(
+  recipe: LoadedRecipe['recipe'],
+  url: string,
+  timeoutMs: number,
+  checks: DeploymentCheck[],
+): Promise<void> {
+  const proxyHeaders: Record<string, string> =
+    recipe.proxy.api_key === 'no-auth' ? {} : { authorization: `Bearer ${recipe.proxy.api_key}` };
+  const proxyUrl = url.replace(/\/+$/, '');
+  await check('proxy: health', checks, async () => {
+    const health = await getJson(`${proxyUrl}/health`, timeoutMs);
+    if (health.status !== 'ok') throw failed('unavailable', `status ${String(health.status)}`);
+    const config = (health.config ?? {}) as Json;
+    if (recipe.training.routing_replay !== undefined && config.use_rollout_routing_replay !== true) {
+      throw failed(
+        'failed_precondition',
+        'training.routing_replay needs the routed experts the proxy records, and this proxy was started ' +
+          'without --use-rollout-routing-replay',
+      );
+    }
+    return `ok, router ${String(config.sglang_router_url)}, ${String(health.active_sessions)} active sessions`;
+  });
+  await check('proxy: integration capabilities', checks, async () => {
+    const capabilities = await getJson(`${proxyUrl}/integration/capabilities`, timeoutMs, proxyHeaders);
+    if (capabilities.token_build_mode !== recipe.proxy.token_build_mode) {
+      throw failed(
+        'failed_precondition',
+        `token_build_mode is ${String(capabilities.token_build_mode)}, the recipe wants ${recipe.proxy.token_build_mode}`,
+      );
+    }
+    if (capabilities.weight_versions_consistent === false)
+      throw failed('failed_precondition', 'the engines serve different weight versions');
+    return `${String(capabilities.token_build_mode)}, weight version ${String(capabilities.current_weight_version)}, partial rollout ${String(capabilities.partial_rollout)}`;
+  });
+}
+
+// The SGLang router: healthy workers behind it, all serving one weight version.
+async function engineChecks(routerUrl: string, timeoutMs: number, checks: DeploymentCheck[]): Promise<void> {
+  let engineVersions: string[] = [];
+  const router = routerUrl.replace(/\/+$/, '');
+  await check('engine: router workers', checks, async () => {
+    const listing = await getJson(`${router}/workers`, timeoutMs);
+    const workers = (listing.workers ?? []) as Json[];
+    const healthy = workers.filter((worker) => worker.is_healthy !== false);
+    if (healthy.length === 0) throw failed('unavailable', `no healthy worker behind ${router}`);
+    const versions: string[] = [];
+    for (const worker of healthy) {
+      const url = String(worker.url).replace(/\/+$/, '');
+      await getJson(`${url}/health`, timeoutMs).catch(async () => {
+        // SGLang answers /health with an empty 200 body on some versions.
+        const response = await fetch(`${url}/health`, { signal: AbortSignal.timeout(timeoutMs) });
+        if (!response.ok) throw failed('unavailable', `${url}/health answered ${response.status}`);
+      });
+      const version = await getJson(`${url}/get_weight_version`, timeoutMs);
+      versions.push(String(version.weight_version));
+    }
+    engineVersions = versions;
+    return `${healthy.length} healthy of ${workers.length}, weight versions ${[...new Set(versions)].join(', ')}`;
+  });
+  await check('engine: consistent weight versions', checks, async () => {
+    const distinct = new Set(engineVersions);
+    if (distinct.size > 1) throw failed('failed_precondition', `workers serve ${[...distinct].join(', ')}`);
+    return distinct.size === 1 ? `all ${[...distinct][0]}` : 'no worker answered';
+  });
 }
