@@ -102,115 +102,14 @@ export async function startUpstreamGate(options: UpstreamGateOptions): Promise<U
   const agent = new Agent({ keepAlive: true, maxSockets: 64 });
   const open = new Set<Socket>();
   const server = createServer((incoming, response) => {
-    const session = options.sessionOf();
-    const full = (incoming.url ?? '/').split('?')[0]?.replace(/\/+$/, '') || '/';
-    // A session base URL (`/s/{session}/v1/...`) is the slot's own session or nothing.
-    const based = /^\/s\/([^/]*)(\/.*)?$/.exec(full);
-    if (based !== null) {
-      let named: string | null = null;
-      try {
-        named = decodeURIComponent(based[1] as string);
-      } catch {
-        // Not valid percent-encoding: never the slot's session.
-      }
-      if (session === null || named !== session) {
-        refuse(
-          incoming,
-          response,
-          403,
-          'session_not_allowed',
-          `the base URL names session ${JSON.stringify(named ?? based[1])}, but this sandbox may only record under its own session ${JSON.stringify(session)}`,
-        );
-        return;
-      }
-    }
-    const path = based === null ? full : (based[2] ?? '/');
-    const method = allowedUpstreamRoutes.get(path);
-    if (method === undefined || method !== incoming.method) {
-      refuse(
-        incoming,
-        response,
-        403,
-        'route_not_allowed',
-        `${incoming.method} ${path} is not open to a sandbox: only ${[...allowedUpstreamRoutes]
-          .map(([route, allowed]) => `${allowed} ${route}`)
-          .join(' and ')} reach the recording proxy`,
-      );
+    const admitted = admit(incoming, options.sessionOf());
+    if ('refusal' in admitted) {
+      const { status, code, message } = admitted.refusal;
+      refuse(incoming, response, status, code, message);
       return;
     }
-    if (session === null) {
-      refuse(
-        incoming,
-        response,
-        403,
-        'slot_not_leased',
-        'this sandbox slot is not leased: it has no session',
-      );
-      return;
-    }
-    for (const name of sessionHeaders) {
-      const named = headerValue(incoming.headers, name);
-      if (named !== null && named !== session) {
-        refuse(
-          incoming,
-          response,
-          403,
-          'session_not_allowed',
-          `${name} names session ${JSON.stringify(named)}, but this sandbox may only record under its own session ${JSON.stringify(session)}`,
-        );
-        return;
-      }
-    }
-    forward(incoming, response, path, session);
+    forward(options, agent, { incoming, response, path: admitted.path, session: admitted.session });
   });
-
-  const forward = (incoming: IncomingMessage, response: ServerResponse, path: string, session: string) => {
-    const headers: OutgoingHttpHeaders = {};
-    for (const [name, value] of Object.entries(incoming.headers)) {
-      if (value !== undefined && !droppedRequestHeaders.has(name)) headers[name] = value;
-    }
-    headers.host = `${options.target.host}:${options.target.port}`;
-    // The proxy takes the header's session before a body's `session_id`: this one decides.
-    headers['x-session-id'] = session;
-    if (options.apiKey !== undefined) headers.authorization = `Bearer ${options.apiKey}`;
-    const outgoing = httpRequest(
-      {
-        host: options.target.host,
-        port: options.target.port,
-        method: incoming.method,
-        path,
-        headers,
-        agent,
-      },
-      (upstream) => {
-        const back: OutgoingHttpHeaders = {};
-        for (const [name, value] of Object.entries(upstream.headers)) {
-          if (value !== undefined && !droppedResponseHeaders.has(name)) back[name] = value;
-        }
-        response.writeHead(upstream.statusCode ?? 502, back);
-        // Streams (SSE) go out chunk by chunk as the proxy writes them.
-        response.flushHeaders();
-        upstream.pipe(response);
-        upstream.on('error', () => response.destroy());
-      },
-    );
-    outgoing.on('error', (error) => {
-      if (response.headersSent) response.destroy();
-      else
-        refuse(
-          incoming,
-          response,
-          502,
-          'upstream_unreachable',
-          `the recording proxy is unreachable: ${error.message}`,
-        );
-    });
-    // The caller hung up: stop its call at the proxy too.
-    response.on('close', () => {
-      if (!response.writableFinished) outgoing.destroy();
-    });
-    incoming.pipe(outgoing);
-  };
 
   server.on('connection', (socket: Socket) => {
     open.add(socket);
@@ -237,4 +136,129 @@ export async function startUpstreamGate(options: UpstreamGateOptions): Promise<U
       await new Promise<void>((resolve) => server.close(() => resolve()));
     },
   };
+}
+
+/** Why the gate refuses a request: its status, error code and message. */
+interface Refusal {
+  status: number;
+  code: string;
+  message: string;
+}
+
+// Admits a request: a model route of the allowed set, under the slot's own session (its base URL and
+// session headers name no other), while the slot is leased. Answers the path to forward, or why not.
+function admit(
+  incoming: IncomingMessage,
+  session: string | null,
+): { path: string; session: string } | { refusal: Refusal } {
+  const full = (incoming.url ?? '/').split('?')[0]?.replace(/\/+$/, '') || '/';
+  // A session base URL (`/s/{session}/v1/...`) is the slot's own session or nothing.
+  const based = /^\/s\/([^/]*)(\/.*)?$/.exec(full);
+  if (based !== null) {
+    let named: string | null = null;
+    try {
+      named = decodeURIComponent(based[1] as string);
+    } catch {
+      // Not valid percent-encoding: never the slot's session.
+    }
+    if (session === null || named !== session) {
+      return {
+        refusal: {
+          status: 403,
+          code: 'session_not_allowed',
+          message: `the base URL names session ${JSON.stringify(named ?? based[1])}, but this sandbox may only record under its own session ${JSON.stringify(session)}`,
+        },
+      };
+    }
+  }
+  const path = based === null ? full : (based[2] ?? '/');
+  const method = allowedUpstreamRoutes.get(path);
+  if (method === undefined || method !== incoming.method) {
+    return {
+      refusal: {
+        status: 403,
+        code: 'route_not_allowed',
+        message: `${incoming.method} ${path} is not open to a sandbox: only ${[...allowedUpstreamRoutes]
+          .map(([route, allowed]) => `${allowed} ${route}`)
+          .join(' and ')} reach the recording proxy`,
+      },
+    };
+  }
+  if (session === null) {
+    return {
+      refusal: {
+        status: 403,
+        code: 'slot_not_leased',
+        message: 'this sandbox slot is not leased: it has no session',
+      },
+    };
+  }
+  for (const name of sessionHeaders) {
+    const named = headerValue(incoming.headers, name);
+    if (named !== null && named !== session) {
+      return {
+        refusal: {
+          status: 403,
+          code: 'session_not_allowed',
+          message: `${name} names session ${JSON.stringify(named)}, but this sandbox may only record under its own session ${JSON.stringify(session)}`,
+        },
+      };
+    }
+  }
+  return { path, session };
+}
+
+// Passes an admitted request to the recording proxy with the slot's session and the proxy's key,
+// and streams the answer back as it arrives; a caller that hangs up stops its call there too.
+function forward(
+  options: UpstreamGateOptions,
+  agent: Agent,
+  call: { incoming: IncomingMessage; response: ServerResponse; path: string; session: string },
+): void {
+  const { incoming, response, path, session } = call;
+  const headers: OutgoingHttpHeaders = {};
+  for (const [name, value] of Object.entries(incoming.headers)) {
+    if (value !== undefined && !droppedRequestHeaders.has(name)) headers[name] = value;
+  }
+  headers.host = `${options.target.host}:${options.target.port}`;
+  // The proxy takes the header's session before a body's `session_id`: this one decides.
+  headers['x-session-id'] = session;
+  if (options.apiKey !== undefined) headers.authorization = `Bearer ${options.apiKey}`;
+  const outgoing = httpRequest(
+    {
+      host: options.target.host,
+      port: options.target.port,
+      method: incoming.method,
+      path,
+      headers,
+      agent,
+    },
+    (upstream) => {
+      const back: OutgoingHttpHeaders = {};
+      for (const [name, value] of Object.entries(upstream.headers)) {
+        if (value !== undefined && !droppedResponseHeaders.has(name)) back[name] = value;
+      }
+      response.writeHead(upstream.statusCode ?? 502, back);
+      // Streams (SSE) go out chunk by chunk as the proxy writes them.
+      response.flushHeaders();
+      upstream.pipe(response);
+      upstream.on('error', () => response.destroy());
+    },
+  );
+  outgoing.on('error', (error) => {
+    if (response.headersSent) response.destroy();
+    else
+      refuse(
+        incoming,
+        response,
+        502,
+        'upstream_unreachable',
+        `the recording proxy is unreachable: ${error.message}`,
+      );
+  });
+  // The caller hung up: stop its call at the proxy too.
+  response.on('close', () => {
+    if (!response.writableFinished) outgoing.destroy();
+  });
+  incoming.pipe(outgoing);
 }
