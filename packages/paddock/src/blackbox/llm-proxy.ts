@@ -346,30 +346,33 @@ export class RolloutLlmProxy {
     return bearerMatches(request.headers.authorization, key);
   }
 
-  async #handle(request: IncomingMessage, response: ServerResponse): Promise<void> {
-    const path = request.url ?? '/';
+  // The body of an agent's request with its key checked, or null once answered (401, or 413 over
+  // the size limit).
+  async #admittedBody(request: IncomingMessage, response: ServerResponse): Promise<Buffer | null> {
     if (!this.#authorized(request)) {
       request.resume();
-      return sendJson(response, 401, {
+      sendJson(response, 401, {
         error: { message: 'missing or wrong API key for this LLM proxy', type: 'authentication_error' },
       });
+      return null;
     }
-    let body: Buffer;
     try {
-      body = await readBody(request, {
+      return await readBody(request, {
         limit: this.#options.maxRequestBytes ?? defaultLlmProxyMaxRequestBytes,
         response,
       });
     } catch (error) {
       if (!(error instanceof HttpError)) throw error;
-      return sendJson(response, error.status, {
+      sendJson(response, error.status, {
         error: { message: error.message, type: 'invalid_request_error', code: 'request_too_large' },
       });
+      return null;
     }
-    const api = modelApiOf(request.method, path);
-    if (api === null) return this.#passThrough(request, response, path, body);
+  }
 
-    while (this.#paused) await this.#resumed.wait();
+  // Counts one model request of the open turn; false once answered 429 past `max_steps` (recorded as
+  // the turn's incident).
+  #takeStep(response: ServerResponse, api: ModelApi): boolean {
     const turn = this.#turn;
     const maxSteps = this.#options.proxy.max_steps;
     if (turn && maxSteps !== null && turn.steps >= maxSteps) {
@@ -382,9 +385,22 @@ export class RolloutLlmProxy {
         code: 'max_steps_exceeded',
         details: { max_steps: maxSteps, attempted_step: turn.steps + 1 },
       };
-      return sendJson(response, 429, api === 'anthropic' ? { type: 'error', error } : { error });
+      sendJson(response, 429, api === 'anthropic' ? { type: 'error', error } : { error });
+      return false;
     }
     if (turn) turn.steps += 1;
+    return true;
+  }
+
+  async #handle(request: IncomingMessage, response: ServerResponse): Promise<void> {
+    const path = request.url ?? '/';
+    const body = await this.#admittedBody(request, response);
+    if (body === null) return;
+    const api = modelApiOf(request.method, path);
+    if (api === null) return this.#passThrough(request, response, path, body);
+
+    while (this.#paused) await this.#resumed.wait();
+    if (!this.#takeStep(response, api)) return;
 
     let parsed: Record<string, unknown>;
     try {
