@@ -21,7 +21,7 @@ import {
   startProxyServer,
 } from '@dressage/proxy';
 import { seededPermutation } from '@dressage/schedulers/internal';
-import { TitoEncoder } from '@dressage/tito';
+import { TitoEncoder, type TitoTokenizer } from '@dressage/tito';
 import { createTrainerClient, type TrainerClient } from '@dressage/trainer-bridge';
 import type { z } from 'zod';
 import { startEngineProcess } from './engine-process.js';
@@ -222,44 +222,14 @@ export async function startEmbeddedStack(options: EmbeddedStackOptions): Promise
   const servingModel = CausalLanguageModel.create(vocabulary, modelConfig);
   const weightVersion = '0';
   const { process: engineProcess, port: enginePort } = engineStartOf(recipe);
-  let engineUrl: string;
-  let closeEngine: () => Promise<void>;
-  let engine: InferenceEngine | undefined;
-  if (engineProcess === 'own') {
-    // The engine loads the same seeded weights from a checkpoint; every later version reaches it
-    // as a checkpoint directory through /update_weights_from_disk.
-    const initialDirectory = join(options.outputDirectory, 'engine', 'initial');
-    await saveCheckpoint(initialDirectory, servingModel, { weightVersion });
-    const child = await startEngineProcess({
-      modelDirectory: initialDirectory,
-      tokenizerDirectory: tokenizerPath,
-      seed: recipe.seed,
-      port: enginePort,
-      log,
-    });
-    engineUrl = child.url;
-    closeEngine = () => child.close();
-  } else {
-    const local = new InferenceEngine({
-      model: servingModel,
-      weightVersion,
-      seed: recipe.seed,
-      eosTokenIds: defaultEosTokenIds(tokenizer),
-      decodeText: (ids: readonly number[]) => tokenizer.decode(ids),
-    });
-    const engineServer = await startEngineServer({
-      engine: local,
-      tokenizer,
-      host: '127.0.0.1',
-      port: enginePort,
-    });
-    engine = local;
-    engineUrl = engineServer.url;
-    closeEngine = async () => {
-      await engineServer.close();
-      local.close();
-    };
-  }
+  const { engineUrl, closeEngine, engine } = await startStackEngine(options, {
+    servingModel,
+    tokenizer,
+    tokenizerPath,
+    weightVersion,
+    engineProcess,
+    enginePort,
+  });
   const trainerService = await startTrainerService(options, {
     servingModel,
     engine,
@@ -472,4 +442,57 @@ async function startTrainerService(
     description: `${started.address} (${start.actor} worker, ${start.processes} process${start.processes === 1 ? '' : 'es'})`,
     close: () => started.close(),
   };
+}
+
+// The engine of the stack: in its own process from a checkpoint of the serving model (every later
+// version reaches it through /update_weights_from_disk), or in this one over the model itself.
+async function startStackEngine(
+  options: EmbeddedStackOptions,
+  stack: {
+    servingModel: CausalLanguageModel;
+    tokenizer: TitoTokenizer;
+    tokenizerPath: string;
+    weightVersion: string;
+    engineProcess: 'own' | 'shared';
+    enginePort: number;
+  },
+): Promise<{ engineUrl: string; closeEngine: () => Promise<void>; engine: InferenceEngine | undefined }> {
+  const { recipe, log } = options;
+  const { servingModel, tokenizer, tokenizerPath, weightVersion, engineProcess, enginePort } = stack;
+  if (engineProcess === 'own') {
+    // The engine loads the same seeded weights from a checkpoint; every later version reaches it
+    // as a checkpoint directory through /update_weights_from_disk.
+    const initialDirectory = join(options.outputDirectory, 'engine', 'initial');
+    await saveCheckpoint(initialDirectory, servingModel, { weightVersion });
+    const child = await startEngineProcess({
+      modelDirectory: initialDirectory,
+      tokenizerDirectory: tokenizerPath,
+      seed: recipe.seed,
+      port: enginePort,
+      log,
+    });
+    return { engineUrl: child.url, closeEngine: () => child.close(), engine: undefined };
+  } else {
+    const local = new InferenceEngine({
+      model: servingModel,
+      weightVersion,
+      seed: recipe.seed,
+      eosTokenIds: defaultEosTokenIds(tokenizer),
+      decodeText: (ids: readonly number[]) => tokenizer.decode(ids),
+    });
+    const engineServer = await startEngineServer({
+      engine: local,
+      tokenizer,
+      host: '127.0.0.1',
+      port: enginePort,
+    });
+    return {
+      engineUrl: engineServer.url,
+      closeEngine: async () => {
+        await engineServer.close();
+        local.close();
+      },
+      engine: local,
+    };
+  }
 }
