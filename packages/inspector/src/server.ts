@@ -116,81 +116,8 @@ export function createInspectorHandler(options: InspectorHandlerOptions): {
 } {
   const { source, decoder } = options;
   const index = new SessionIndex(source.summaries);
-  const cache = new Map<string, InspectedSession>();
-  const loadSession = (id: string): InspectedSession => {
-    let session = cache.get(id);
-    if (session === undefined) {
-      session = source.load(id);
-      if (session === undefined)
-        throw new DressageError({ code: 'not_found', message: `No session ${id}`, details: { id } });
-      // A few recently opened sessions stay parsed: paging through tokens re-reads the same one.
-      if (cache.size >= 8) cache.delete(cache.keys().next().value!);
-      cache.set(id, session);
-    }
-    return session;
-  };
-
-  const errorsOf = (sessionId: string) =>
-    (source.errors ?? []).filter((error) => error.session_id === sessionId);
-
-  /** One API route: its path parameters, the query, and the response to answer on. */
-  type ApiRoute = (parameters: RouteParameters, query: URLSearchParams, response: ServerResponse) => void;
-  const sessionView = (id: string, query: URLSearchParams) => {
-    const session = loadSession(id);
-    return { session, view: resolveView(session, query.get('view')) };
-  };
-  const api = new RouteTable<ApiRoute>({ decodeParameter: (raw) => decodeSegment(raw) })
-    .add(['GET', 'HEAD'], '/api/info', (_, __, response) => {
-      const info: InspectorInfo = {
-        kind: source.kind,
-        path: source.path,
-        sessionCount: index.size,
-        details: source.details,
-      };
-      sendJson(response, 200, info, jsonHeaders);
-    })
-    .add(['GET', 'HEAD'], '/api/sessions', (_, query, response) =>
-      sendJson(response, 200, index.query(parseSessionQuery(query)), jsonHeaders),
-    )
-    .add(['GET', 'HEAD'], '/api/sessions/{id}', ({ id }, query, response) => {
-      const { session, view } = sessionView(id!, query);
-      const errors = errorsOf(session.sessionId ?? session.id);
-      sendJson(response, 200, { ...sessionDetail(session, view), errors }, jsonHeaders);
-    })
-    .add(['GET', 'HEAD'], '/api/errors', (_, query, response) => {
-      const session = query.get('session');
-      const items = session === null ? [...(source.errors ?? [])] : errorsOf(session);
-      const page: ErrorPage = { total: items.length, items };
-      sendJson(response, 200, page, jsonHeaders);
-    })
-    .add(['GET', 'HEAD'], '/api/sessions/{id}/export.json', ({ id }, query, response) => {
-      const { session } = sessionView(id!, query);
-      sendJson(response, 200, sessionExport(session, decoder), {
-        ...jsonHeaders,
-        'content-disposition': `attachment; filename="${attachmentName(session.id, 'json')}"`,
-      });
-    })
-    .add(['GET', 'HEAD'], '/api/sessions/{id}/export.html', ({ id }, query, response) => {
-      const { session } = sessionView(id!, query);
-      response.writeHead(200, {
-        'content-type': 'text/html; charset=utf-8',
-        'content-disposition': `attachment; filename="${attachmentName(session.id, 'html')}"`,
-      });
-      response.end(standaloneHtml(session, decoder));
-    })
-    .add(
-      ['GET', 'HEAD'],
-      '/api/sessions/{id}/segments/{segment}/tokens',
-      ({ id, segment }, query, response) => {
-        const { session, view } = sessionView(id!, query);
-        const offset = Number(query.get('offset') ?? 0) || 0;
-        const limit = Math.min(Number(query.get('limit') ?? 2000) || 2000, 20 * maxPageSize);
-        const page = tokenPage(session, view, Number(segment), decoder, offset, limit);
-        if (page === undefined)
-          sendJson(response, 404, { error: 'not_found', message: 'No such segment' }, jsonHeaders);
-        else sendJson(response, 200, page, jsonHeaders);
-      },
-    );
+  const loadSession = sessionLoader(source);
+  const api = apiRoutes({ source, decoder, index, loadSession });
 
   const allowedHosts = options.allowedHosts ?? [];
   const route = (request: IncomingMessage, response: ServerResponse): void => {
@@ -220,17 +147,7 @@ export function createInspectorHandler(options: InspectorHandlerOptions): {
       else sendJson(response, 404, { error: 'not_found', message: `No route ${url.pathname}` }, jsonHeaders);
       return;
     }
-    // Static front end; every other path is the single-page app.
-    const parts = segments.map(decodeSegment);
-    const relative = parts.length === 0 ? 'index.html' : normalize(parts.join(sep));
-    const target = join(webRoot, relative);
-    const file =
-      target.startsWith(webRoot) && existsSync(target) && extname(target) !== ''
-        ? target
-        : join(webRoot, 'index.html');
-    const body = readWebAsset(file.slice(webRoot.length));
-    response.writeHead(200, { 'content-type': contentTypes[extname(file)] ?? 'application/octet-stream' });
-    response.end(request.method === 'HEAD' ? undefined : body);
+    sendWebAsset(segments, request, response);
   };
 
   return {
@@ -294,4 +211,107 @@ export async function listenInspector(
         server.close((error) => (error ? reject(error) : resolve()));
       }),
   };
+}
+
+// Parsed sessions by id, a few recently opened ones kept: paging through tokens re-reads the same one.
+function sessionLoader(source: InspectorSource): (id: string) => InspectedSession {
+  const cache = new Map<string, InspectedSession>();
+  return (id: string): InspectedSession => {
+    let session = cache.get(id);
+    if (session === undefined) {
+      session = source.load(id);
+      if (session === undefined)
+        throw new DressageError({ code: 'not_found', message: `No session ${id}`, details: { id } });
+      // A few recently opened sessions stay parsed: paging through tokens re-reads the same one.
+      if (cache.size >= 8) cache.delete(cache.keys().next().value!);
+      cache.set(id, session);
+    }
+    return session;
+  };
+}
+
+/** One API route: its path parameters, the query, and the response to answer on. */
+type ApiRoute = (parameters: RouteParameters, query: URLSearchParams, response: ServerResponse) => void;
+
+// The JSON API: the source's info, the session list and details, errors, the exports and token pages.
+function apiRoutes(context: {
+  source: InspectorSource;
+  decoder: InspectorHandlerOptions['decoder'];
+  index: SessionIndex;
+  loadSession: (id: string) => InspectedSession;
+}): RouteTable<ApiRoute> {
+  const { source, decoder, index, loadSession } = context;
+  const errorsOf = (sessionId: string) =>
+    (source.errors ?? []).filter((error) => error.session_id === sessionId);
+  const sessionView = (id: string, query: URLSearchParams) => {
+    const session = loadSession(id);
+    return { session, view: resolveView(session, query.get('view')) };
+  };
+  return new RouteTable<ApiRoute>({ decodeParameter: (raw) => decodeSegment(raw) })
+    .add(['GET', 'HEAD'], '/api/info', (_, __, response) => {
+      const info: InspectorInfo = {
+        kind: source.kind,
+        path: source.path,
+        sessionCount: index.size,
+        details: source.details,
+      };
+      sendJson(response, 200, info, jsonHeaders);
+    })
+    .add(['GET', 'HEAD'], '/api/sessions', (_, query, response) =>
+      sendJson(response, 200, index.query(parseSessionQuery(query)), jsonHeaders),
+    )
+    .add(['GET', 'HEAD'], '/api/sessions/{id}', ({ id }, query, response) => {
+      const { session, view } = sessionView(id!, query);
+      const errors = errorsOf(session.sessionId ?? session.id);
+      sendJson(response, 200, { ...sessionDetail(session, view), errors }, jsonHeaders);
+    })
+    .add(['GET', 'HEAD'], '/api/errors', (_, query, response) => {
+      const session = query.get('session');
+      const items = session === null ? [...(source.errors ?? [])] : errorsOf(session);
+      const page: ErrorPage = { total: items.length, items };
+      sendJson(response, 200, page, jsonHeaders);
+    })
+    .add(['GET', 'HEAD'], '/api/sessions/{id}/export.json', ({ id }, query, response) => {
+      const { session } = sessionView(id!, query);
+      sendJson(response, 200, sessionExport(session, decoder), {
+        ...jsonHeaders,
+        'content-disposition': `attachment; filename="${attachmentName(session.id, 'json')}"`,
+      });
+    })
+    .add(['GET', 'HEAD'], '/api/sessions/{id}/export.html', ({ id }, query, response) => {
+      const { session } = sessionView(id!, query);
+      response.writeHead(200, {
+        'content-type': 'text/html; charset=utf-8',
+        'content-disposition': `attachment; filename="${attachmentName(session.id, 'html')}"`,
+      });
+      response.end(standaloneHtml(session, decoder));
+    })
+    .add(
+      ['GET', 'HEAD'],
+      '/api/sessions/{id}/segments/{segment}/tokens',
+      ({ id, segment }, query, response) => {
+        const { session, view } = sessionView(id!, query);
+        const offset = Number(query.get('offset') ?? 0) || 0;
+        const limit = Math.min(Number(query.get('limit') ?? 2000) || 2000, 20 * maxPageSize);
+        const page = tokenPage(session, view, Number(segment), decoder, offset, limit);
+        if (page === undefined)
+          sendJson(response, 404, { error: 'not_found', message: 'No such segment' }, jsonHeaders);
+        else sendJson(response, 200, page, jsonHeaders);
+      },
+    );
+}
+
+// The bundled front end: a file of it by path, every other path the single-page app.
+function sendWebAsset(segments: readonly string[], request: IncomingMessage, response: ServerResponse): void {
+  // Static front end; every other path is the single-page app.
+  const parts = segments.map(decodeSegment);
+  const relative = parts.length === 0 ? 'index.html' : normalize(parts.join(sep));
+  const target = join(webRoot, relative);
+  const file =
+    target.startsWith(webRoot) && existsSync(target) && extname(target) !== ''
+      ? target
+      : join(webRoot, 'index.html');
+  const body = readWebAsset(file.slice(webRoot.length));
+  response.writeHead(200, { 'content-type': contentTypes[extname(file)] ?? 'application/octet-stream' });
+  response.end(request.method === 'HEAD' ? undefined : body);
 }
