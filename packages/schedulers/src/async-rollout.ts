@@ -42,6 +42,16 @@ function withMetadata(sample: Sample, extra: Record<string, unknown>): Sample {
   return { ...sample, metadata: { ...sample.metadata, ...extra } };
 }
 
+/** What one collect call counts of the groups it saw. */
+interface CollectCounters {
+  retried: number;
+  failed: number;
+  dropped: number;
+  staleDropped: number;
+  rejectedGroups: number;
+  rejectedSamples: number;
+}
+
 /**
  * The asynchronous schedulers. A background {@link AsyncRolloutWorker} keeps groups in flight across
  * calls; each call collects completed groups until its target is met:
@@ -153,7 +163,7 @@ export class AsyncRolloutScheduler implements RolloutScheduler {
       : this.#shutdownController.signal;
     const target = this.targetGroups();
     const maxDropped = this.options.asyncMaxDroppedFailedGroups ?? Math.max(target.groups * 10, 100);
-    const counters = {
+    const counters: CollectCounters = {
       retried: 0,
       failed: 0,
       dropped: 0,
@@ -236,6 +246,17 @@ export class AsyncRolloutScheduler implements RolloutScheduler {
     } finally {
       clearTimeout(timer);
     }
+    return this.#finish(rolloutId, batch, counters, target);
+  }
+
+  // The rollout's answer once its batch is full: groups still in flight are recalled (stale after the
+  // next update), the worker drained on the final rollout when told, and the metrics counted.
+  async #finish(
+    rolloutId: number,
+    batch: CompletedGroup[],
+    counters: CollectCounters,
+    target: { groups: number; samples: number },
+  ): Promise<RolloutResult> {
     // The batch is full: a group still in flight can only be trained after the next weight update.
     this.#recallStale(1);
     counters.staleDropped += this.#recalled.givenUp;
