@@ -10,6 +10,7 @@ import {
   isRealVersion,
   type RolloutPauseResponse,
   type RolloutResumeResponse,
+  type SglangSamplingParams,
   safeParseWire,
   type Tool,
   type ToolMessage,
@@ -24,7 +25,7 @@ import { buildTrajectory, type FinalizeResult } from './finalize.js';
 import { GenerationController, type GenerationOutput } from './generation-controller.js';
 import { contextOverflowError, detailError } from './http-error.js';
 import { identifierProblem } from './identifiers.js';
-import { OutputParser, type ParsedOutput } from './parsers.js';
+import { OutputParser, type ParsedOutput, type ParsedToolCall } from './parsers.js';
 import type { PromptTokenizer } from './prompt-tokenizer.js';
 import {
   discardRequestSchema,
@@ -379,56 +380,27 @@ export class ProxyService {
     sandboxId: string | null,
     signal: AbortSignal,
   ): Promise<CompletionOutcome> {
-    if (session.closed) {
-      throw detailError(
-        409,
-        this.#finalized.has(session.id)
-          ? `Session ${session.id} has already been finalized.`
-          : `Session ${session.id} is no longer active.`,
-      );
-    }
+    this.#checkSessionTakesStep(session);
     session.lastActivity = Date.now();
     const turnId = session.resolveTurn(explicitTurn);
     const partial = this.config.partialRollout;
-    const context = { session_id: session.id, instance_id: session.instanceId };
-    if (
-      !partial &&
-      session.steps.length > 0 &&
-      session.boundEpoch !== null &&
-      session.boundEpoch !== this.controller.rolloutEpoch
-    ) {
-      throw detailError(502, {
-        error: 'trajectory_version_changed',
-        message: 'The rollout epoch changed since this non-partial trajectory started.',
-        session_epoch: session.boundEpoch,
-        current_epoch: this.controller.rolloutEpoch,
-        ...context,
-      });
-    }
     const messages = body.messages as ChatMessage[];
     const tools = (body.tools ?? null) as Tool[] | null;
     // Tool-call hooks need the sandbox to act on; without its id they are not dispatched (§1.10).
     const hooks = sandboxId === null ? null : this.#hooks;
     const hookSink: HookMetadataSink = { metadata: null };
     if (hooks?.has('after') && messages.at(-1)?.role === 'tool') {
-      session.toolCallHookResults ??= new Map();
       let first = messages.length - 1;
       while (first > 0 && messages[first - 1]!.role === 'tool') first--;
-      await hooks.dispatch(
-        {
-          stage: 'after',
-          sessionId: session.id,
-          instanceId: session.instanceId,
-          sandboxId: sandboxId!,
-          turnId,
-          stepIndex: session.steps.length,
-          toolCalls: null,
-          toolMessages: messages.slice(first) as ToolMessage[],
-          signal,
-        },
-        session.toolCallHookResults,
-        hookSink,
-      );
+      const toolMessages = messages.slice(first) as ToolMessage[];
+      await dispatchHooks(hooks, session, hookSink, {
+        stage: 'after',
+        sandboxId: sandboxId!,
+        turnId,
+        toolCalls: null,
+        toolMessages,
+        signal,
+      });
     }
     const plan = planStep(session, turnId, messages, tools, this.#planOptions);
     const promptTokens = plan.promptIds.length;
@@ -446,15 +418,15 @@ export class ProxyService {
       );
       if (fresh.length > 0) throw this.#versionChanged(session, [...new Set(fresh)]);
     }
-    const samplingParams: Record<string, unknown> = {
+    const samplingParams: SglangSamplingParams = {
       temperature: body.temperature ?? this.config.rolloutTemperature,
       top_p: body.top_p ?? 1.0,
       top_k: body.top_k ?? -1,
       skip_special_tokens: false,
       no_stop_trim: true,
       spaces_between_special_tokens: false,
+      ...(maxNewTokens === null ? {} : { max_new_tokens: maxNewTokens }),
     };
-    if (maxNewTokens !== null) samplingParams.max_new_tokens = maxNewTokens;
     const requestVersion = this.controller.currentVersion;
     const output = await this.controller.generate({
       sessionId: session.id,
@@ -471,59 +443,27 @@ export class ProxyService {
       signal,
     });
     this.#checkVersionsAfter(session, output);
-    const contextWindow = this.config.contextWindow;
-    if (contextWindow !== null && promptTokens + output.ids.length > contextWindow) {
-      // The engine ignored the clamp: drop its tokens, record an empty step, report the overflow.
-      const empty: GenerationOutput = {
-        ...output,
-        ids: new Int32Array(0),
-        logprobs: new Float32Array(0),
-        versionRuns: [],
-      };
-      this.#record(
-        session,
-        plan,
-        empty,
-        { content: '', reasoning: null, toolCalls: [] },
-        'length',
-        requestVersion,
-        '',
-        hookSink.metadata,
-      );
-      throw contextOverflowError({
-        phase: 'input_output',
-        context_window: contextWindow,
-        input_tokens: promptTokens,
-        output_tokens: output.ids.length,
-        total_tokens: promptTokens + output.ids.length,
-        max_tokens: maxNewTokens,
-        session_id: session.id,
-        turn_id: turnId,
-        last_proxy_step_recorded: true,
-      });
-    }
+    this.#refuseOverflow(session, plan, output, {
+      requestVersion,
+      hookMetadata: hookSink.metadata,
+      maxNewTokens,
+      turnId,
+    });
     const parsed = this.#parser.parseLocally(output.text) ?? (await this.#parser.parse(output.text, tools));
     const finishReason =
       parsed.toolCalls.length > 0 ? 'tool_calls' : output.finishReason === 'length' ? 'length' : 'stop';
     if (hooks?.has('before') && parsed.toolCalls.length > 0) {
-      session.toolCallHookResults ??= new Map();
       // A required failure answers 502 before the step is recorded (as the reference does): earlier
       // steps stay, the session stays open, and the agent's retry generates this step again.
-      await hooks.dispatch(
-        {
-          stage: 'before',
-          sessionId: session.id,
-          instanceId: session.instanceId,
-          sandboxId: sandboxId!,
-          turnId,
-          stepIndex: session.steps.length,
-          toolCalls: parsed.toolCalls,
-          toolMessages: null,
-          signal,
-        },
-        session.toolCallHookResults,
-        hookSink,
-      );
+      const toolCalls = parsed.toolCalls;
+      await dispatchHooks(hooks, session, hookSink, {
+        stage: 'before',
+        sandboxId: sandboxId!,
+        turnId,
+        toolCalls,
+        toolMessages: null,
+        signal,
+      });
     }
     const message = this.#record(
       session,
@@ -535,23 +475,86 @@ export class ProxyService {
       output.text,
       hookSink.metadata,
     );
-    const completion: ChatCompletionResponse = {
-      id: chatCompletionId(),
-      object: 'chat.completion',
-      created: Math.floor(Date.now() / 1000),
-      model: body.model ?? 'proxy-model',
-      choices: [{ index: 0, message, finish_reason: finishReason }],
-      usage: {
-        prompt_tokens: promptTokens,
-        completion_tokens: output.ids.length,
-        total_tokens: promptTokens + output.ids.length,
-      },
-    };
+    const completion = completionOf(body, message, finishReason, promptTokens, output.ids.length);
     return {
       completion,
       stream: body.stream === true,
       includeUsage: body.stream_options?.include_usage !== false,
     };
+  }
+
+  // The engine ignored the context window's clamp: its tokens are dropped, an empty step recorded,
+  // and the overflow reported (413).
+  #refuseOverflow(
+    session: Session,
+    plan: StepPlan,
+    output: GenerationOutput,
+    step: {
+      requestVersion: string | null;
+      hookMetadata: Record<string, unknown> | null;
+      maxNewTokens: number | null;
+      turnId: string;
+    },
+  ): void {
+    const contextWindow = this.config.contextWindow;
+    const promptTokens = plan.promptIds.length;
+    if (contextWindow === null || promptTokens + output.ids.length <= contextWindow) return;
+    // The engine ignored the clamp: drop its tokens, record an empty step, report the overflow.
+    const empty: GenerationOutput = {
+      ...output,
+      ids: new Int32Array(0),
+      logprobs: new Float32Array(0),
+      versionRuns: [],
+    };
+    this.#record(
+      session,
+      plan,
+      empty,
+      { content: '', reasoning: null, toolCalls: [] },
+      'length',
+      step.requestVersion,
+      '',
+      step.hookMetadata,
+    );
+    throw contextOverflowError({
+      phase: 'input_output',
+      context_window: contextWindow,
+      input_tokens: promptTokens,
+      output_tokens: output.ids.length,
+      total_tokens: promptTokens + output.ids.length,
+      max_tokens: step.maxNewTokens,
+      session_id: session.id,
+      turn_id: step.turnId,
+      last_proxy_step_recorded: true,
+    });
+  }
+
+  // A session takes a step while open and, for a non-partial trajectory, while no resume has moved
+  // the rollout epoch since it started.
+  #checkSessionTakesStep(session: Session): void {
+    if (session.closed) {
+      throw detailError(
+        409,
+        this.#finalized.has(session.id)
+          ? `Session ${session.id} has already been finalized.`
+          : `Session ${session.id} is no longer active.`,
+      );
+    }
+    if (
+      !this.config.partialRollout &&
+      session.steps.length > 0 &&
+      session.boundEpoch !== null &&
+      session.boundEpoch !== this.controller.rolloutEpoch
+    ) {
+      throw detailError(502, {
+        error: 'trajectory_version_changed',
+        message: 'The rollout epoch changed since this non-partial trajectory started.',
+        session_epoch: session.boundEpoch,
+        current_epoch: this.controller.rolloutEpoch,
+        session_id: session.id,
+        instance_id: session.instanceId,
+      });
+    }
   }
 
   #record(
@@ -859,4 +862,48 @@ export class ProxyService {
     await this.store.close();
     await this.engine.close();
   }
+}
+
+// Runs the tool-call hooks of one stage for the session's next step; their metadata lands in `sink`.
+function dispatchHooks(
+  hooks: ToolCallHookRunner,
+  session: Session,
+  sink: HookMetadataSink,
+  call: {
+    stage: 'before' | 'after';
+    sandboxId: string;
+    turnId: string;
+    toolCalls: ParsedToolCall[] | null;
+    toolMessages: ToolMessage[] | null;
+    signal: AbortSignal;
+  },
+): Promise<void> {
+  session.toolCallHookResults ??= new Map();
+  return hooks.dispatch(
+    { ...call, sessionId: session.id, instanceId: session.instanceId, stepIndex: session.steps.length },
+    session.toolCallHookResults,
+    sink,
+  );
+}
+
+// The answer of one chat completion: the recorded message and the token counts.
+function completionOf(
+  body: ChatCompletionRequest,
+  message: ChatCompletionResponse['choices'][number]['message'],
+  finishReason: ChatCompletionResponse['choices'][number]['finish_reason'],
+  promptTokens: number,
+  completionTokens: number,
+): ChatCompletionResponse {
+  return {
+    id: chatCompletionId(),
+    object: 'chat.completion',
+    created: Math.floor(Date.now() / 1000),
+    model: body.model ?? 'proxy-model',
+    choices: [{ index: 0, message, finish_reason: finishReason }],
+    usage: {
+      prompt_tokens: promptTokens,
+      completion_tokens: completionTokens,
+      total_tokens: promptTokens + completionTokens,
+    },
+  };
 }
