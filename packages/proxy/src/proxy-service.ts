@@ -425,8 +425,8 @@ export class ProxyService {
       skip_special_tokens: false,
       no_stop_trim: true,
       spaces_between_special_tokens: false,
-      ...(maxNewTokens === null ? {} : { max_new_tokens: maxNewTokens }),
     };
+    if (maxNewTokens !== null) samplingParams.max_new_tokens = maxNewTokens;
     const requestVersion = this.controller.currentVersion;
     const output = await this.controller.generate({
       sessionId: session.id,
@@ -443,12 +443,14 @@ export class ProxyService {
       signal,
     });
     this.#checkVersionsAfter(session, output);
-    this.#refuseOverflow(session, plan, output, {
-      requestVersion,
-      hookMetadata: hookSink.metadata,
-      maxNewTokens,
-      turnId,
-    });
+    const contextWindow = this.config.contextWindow;
+    if (contextWindow !== null && promptTokens + output.ids.length > contextWindow)
+      this.#refuseOverflow(session, plan, output, contextWindow, {
+        requestVersion,
+        hookMetadata: hookSink.metadata,
+        maxNewTokens,
+        turnId,
+      });
     const parsed = this.#parser.parseLocally(output.text) ?? (await this.#parser.parse(output.text, tools));
     const finishReason =
       parsed.toolCalls.length > 0 ? 'tool_calls' : output.finishReason === 'length' ? 'length' : 'stop';
@@ -484,21 +486,20 @@ export class ProxyService {
   }
 
   // The engine ignored the context window's clamp: its tokens are dropped, an empty step recorded,
-  // and the overflow reported (413).
+  // and the overflow reported (413). Called only on an overflow: the hot path allocates nothing here.
   #refuseOverflow(
     session: Session,
     plan: StepPlan,
     output: GenerationOutput,
+    contextWindow: number,
     step: {
       requestVersion: string | null;
       hookMetadata: Record<string, unknown> | null;
       maxNewTokens: number | null;
       turnId: string;
     },
-  ): void {
-    const contextWindow = this.config.contextWindow;
+  ): never {
     const promptTokens = plan.promptIds.length;
-    if (contextWindow === null || promptTokens + output.ids.length <= contextWindow) return;
     // The engine ignored the clamp: drop its tokens, record an empty step, report the overflow.
     const empty: GenerationOutput = {
       ...output,
