@@ -110,29 +110,6 @@ export interface PoolLease {
   headers: Record<string, string>;
 }
 
-/** A slot held for a trajectory. */
-export interface PoolLease {
-  leaseId: string;
-  trajectoryId: string;
-  /**
-   * The recording-proxy session the slot's model calls are recorded under (blackbox mode pins the
-   * slot's upstream to it). The trajectory id unless the acquire named another.
-   */
-  sessionId: string;
-  slotId: number;
-  port: number;
-  sandboxUrl: string;
-  generation: number;
-  poolMode: PoolMode;
-  acquiredAt: number;
-  expiresAt: number | null;
-  /**
-   * Headers every call to the slot's server must carry (its bearer token, blackbox mode). Other
-   * slots and host processes do not have it, so they cannot drive the server.
-   */
-  headers: Record<string, string>;
-}
-
 interface Slot extends SlotHandle {
   state: SlotState;
   lease: PoolLease | null;
