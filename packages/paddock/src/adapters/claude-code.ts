@@ -76,7 +76,7 @@ export class ClaudeCodeAdapter extends PerTurnCliAdapter {
   readonly #sessionId = randomUUID();
   #turns = 0;
 
-  constructor(options: Record<string, unknown>) {
+  constructor(options: unknown) {
     super();
     this.#options = parseAdapterOptions(claudeCodeOptionsSchema, options, 'claude_code');
   }

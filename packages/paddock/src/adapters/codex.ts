@@ -157,7 +157,7 @@ export class CodexAdapter extends PerTurnCliAdapter {
   readonly #options: z.output<typeof codexOptionsSchema>;
   #threadId: string | null = null;
 
-  constructor(options: Record<string, unknown>) {
+  constructor(options: unknown) {
     super();
     this.#options = parseAdapterOptions(codexOptionsSchema, options, 'codex');
   }

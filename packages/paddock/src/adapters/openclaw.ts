@@ -134,7 +134,7 @@ export class OpenclawAdapter extends PerTurnCliAdapter {
   readonly #options: z.output<typeof openclawOptionsSchema>;
   readonly #sessionId = randomUUID();
 
-  constructor(options: Record<string, unknown>) {
+  constructor(options: unknown) {
     super();
     this.#options = parseAdapterOptions(openclawOptionsSchema, options, 'openclaw');
   }

@@ -113,7 +113,7 @@ export class OpencodeAdapter implements BlackboxAdapter {
   #sessionId: string | null = null;
   #seen = 0;
 
-  constructor(options: Record<string, unknown>) {
+  constructor(options: unknown) {
     this.#options = parseAdapterOptions(opencodeOptionsSchema, options, 'opencode');
   }
 

@@ -89,7 +89,7 @@ export class QwenCodeAdapter extends PerTurnCliAdapter {
   readonly #sessionId = randomUUID();
   #turns = 0;
 
-  constructor(options: Record<string, unknown>) {
+  constructor(options: unknown) {
     super();
     this.#options = parseAdapterOptions(qwenCodeOptionsSchema, options, 'qwen_code');
   }

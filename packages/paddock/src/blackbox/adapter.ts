@@ -84,7 +84,7 @@ export interface BlackboxAdapter {
 }
 
 /** Builds an adapter from `backend_options` (without `proxy`). */
-export type AdapterFactory = (options: Record<string, unknown>) => BlackboxAdapter;
+export type AdapterFactory = (options: unknown) => BlackboxAdapter;
 
 /** Bad backend options or an agent protocol problem: the register call answers 400. */
 export class AdapterOptionsError extends DressageError {
@@ -104,7 +104,7 @@ export class AdapterOptionsError extends DressageError {
  */
 export function parseAdapterOptions<Schema extends z.ZodType>(
   schema: Schema,
-  options: Record<string, unknown>,
+  options: unknown,
   adapterType: string,
 ): z.output<Schema> {
   const parsed = schema.safeParse(options);

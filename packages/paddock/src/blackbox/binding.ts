@@ -318,7 +318,7 @@ export class RolloutBinding {
     request: RegisterRequest,
     router: { base: string; apiPath: string },
     proxyOptions: z.output<typeof proxyOptionsSchema>,
-    adapterOptions: Record<string, unknown>,
+    adapterOptions: unknown,
     factory: AdapterFactory,
   ): Promise<void> {
     const runtimeId = `rt-${randomBytes(6).toString('hex')}`;

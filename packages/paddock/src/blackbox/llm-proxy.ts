@@ -8,9 +8,11 @@ import {
 import type { AddressInfo } from 'node:net';
 import {
   type ChatCompletionResponse,
+  CONTEXT_OVERFLOW_MESSAGE,
   chatCompletionChunkSchema,
   chatCompletionResponseSchema,
   DressageError,
+  jsonObjectSchema,
   safeParseWire,
   type Usage,
 } from '@dressage/protocol';
@@ -26,6 +28,7 @@ import {
   sseFrame,
 } from '@dressage/protocol/http';
 import { bearerMatches, secretsEqual, Waiters } from '@dressage/protocol/internal';
+import { z } from 'zod';
 import {
   anthropicErrorBody,
   anthropicRequestToChat,
@@ -47,7 +50,7 @@ export const invalidatingErrors = new Set([
 /** A model-request failure the adapter must turn into a turn outcome. */
 export type ProxyIncident =
   | { kind: 'max_steps'; maxSteps: number; attemptedStep: number }
-  | { kind: 'context_overflow'; body: Record<string, unknown> }
+  | { kind: 'context_overflow'; message: string; details: Record<string, unknown> }
   | { kind: 'rollout_invalidated'; error: string; message: string; body: unknown };
 
 /** Options of {@link RolloutLlmProxy}. */
@@ -110,32 +113,68 @@ const strippedHeaders = new Set([
   'anthropic-beta',
 ]);
 
+// Upstream error bodies come in several envelopes: `{error: "name"}`, `{code}`, `{error: {code,
+// message}}` (OpenAI) and `{detail: {error, message}}` (FastAPI). Fields of an unexpected type are
+// read as absent, never as a failed parse.
+const namedErrorSchema = z.looseObject({
+  error: z.string().optional().catch(undefined),
+  code: z.string().optional().catch(undefined),
+  message: z.string().optional().catch(undefined),
+});
+const upstreamErrorSchema = namedErrorSchema.extend({
+  error: z.union([z.string(), namedErrorSchema]).optional().catch(undefined),
+  detail: namedErrorSchema.optional().catch(undefined),
+});
+
 function errorCodeOf(body: unknown): string | null {
-  if (body === null || typeof body !== 'object') return null;
-  const record = body as Record<string, unknown>;
-  if (typeof record.error === 'string') return record.error;
-  if (typeof record.code === 'string') return record.code;
-  for (const nested of [record.error, record.detail]) {
-    if (nested !== null && typeof nested === 'object') {
-      const inner = nested as Record<string, unknown>;
-      if (typeof inner.error === 'string') return inner.error;
-      if (typeof inner.code === 'string') return inner.code;
-    }
+  const parsed = upstreamErrorSchema.safeParse(body);
+  if (!parsed.success) return null;
+  const { error, code, detail } = parsed.data;
+  if (typeof error === 'string') return error;
+  if (code !== undefined) return code;
+  for (const nested of [error, detail]) {
+    if (nested?.error !== undefined) return nested.error;
+    if (nested?.code !== undefined) return nested.code;
   }
   return null;
 }
 
 function messageOf(body: unknown): string {
-  if (body !== null && typeof body === 'object') {
-    const record = body as Record<string, unknown>;
-    for (const candidate of [record.detail, record.error, record]) {
-      if (candidate !== null && typeof candidate === 'object') {
-        const message = (candidate as Record<string, unknown>).message;
-        if (typeof message === 'string') return message;
-      }
+  const parsed = upstreamErrorSchema.safeParse(body);
+  if (parsed.success) {
+    const { detail, error } = parsed.data;
+    for (const candidate of [detail, typeof error === 'string' ? undefined : error, parsed.data]) {
+      if (candidate?.message !== undefined) return candidate.message;
     }
   }
   return typeof body === 'string' ? body : JSON.stringify(body);
+}
+
+// The 413 body of a context overflow (the Dressage proxy's, or a look-alike of another server).
+const contextOverflowIncidentSchema = z.looseObject({
+  message: z.string().catch(CONTEXT_OVERFLOW_MESSAGE),
+  details: jsonObjectSchema.catch({}),
+});
+
+// An error frame at the head of a stream: `{error: {status_code?, ...}, ...}`.
+const streamErrorFrameSchema = z.looseObject({
+  error: z.looseObject({ status_code: z.number().optional().catch(undefined) }),
+});
+
+/**
+ * An agent's model request as it is forwarded: the keys the proxy reads or sets; every other key
+ * passes through to the upstream untouched.
+ */
+interface ForwardedRequest {
+  model?: unknown;
+  stream?: unknown;
+  stream_options?: unknown;
+  temperature?: unknown;
+  [key: string]: unknown;
+}
+
+function isForwardedRequest(value: unknown): value is ForwardedRequest {
+  return value !== null && typeof value === 'object' && !Array.isArray(value);
 }
 
 type ModelApi = 'chat' | 'anthropic' | 'responses';
@@ -402,12 +441,17 @@ export class RolloutLlmProxy {
     while (this.#paused) await this.#resumed.wait();
     if (!this.#takeStep(response, api)) return;
 
-    let parsed: Record<string, unknown>;
+    let parsed: unknown;
     try {
-      parsed = JSON.parse(body.toString('utf8')) as Record<string, unknown>;
+      parsed = JSON.parse(body.toString('utf8'));
     } catch {
       return sendJson(response, 400, {
         error: { message: 'request body is not JSON', type: 'invalid_request_error' },
+      });
+    }
+    if (!isForwardedRequest(parsed)) {
+      return sendJson(response, 400, {
+        error: { message: 'request body is not a JSON object', type: 'invalid_request_error' },
       });
     }
     const clientStream = parsed.stream === true;
@@ -489,15 +533,18 @@ export class RolloutLlmProxy {
     }
   }
 
-  #prepareChatBody(chat: Record<string, unknown>, stream: boolean): void {
+  #prepareChatBody(chat: ForwardedRequest, stream: boolean): void {
     if (this.#options.modelOverride) chat.model = this.#options.modelOverride;
     const temperature = this.#options.proxy.default_temperature;
     if (temperature !== null && (chat.temperature === undefined || chat.temperature === null)) {
       chat.temperature = temperature;
     }
     if (stream) {
-      const streamOptions = (chat.stream_options as Record<string, unknown> | undefined) ?? {};
-      chat.stream_options = { ...streamOptions, include_usage: true };
+      const streamOptions = chat.stream_options;
+      chat.stream_options = {
+        ...(typeof streamOptions === 'object' && streamOptions !== null ? streamOptions : {}),
+        include_usage: true,
+      };
     } else {
       chat.stream = false;
       delete chat.stream_options;
@@ -508,7 +555,8 @@ export class RolloutLlmProxy {
   #recordError(status: number, body: unknown): boolean {
     const code = errorCodeOf(body);
     if (status === 413 && code === 'context_overflow') {
-      const incident: ProxyIncident = { kind: 'context_overflow', body: body as Record<string, unknown> };
+      const { message, details } = contextOverflowIncidentSchema.parse(body);
+      const incident: ProxyIncident = { kind: 'context_overflow', message, details };
       if (this.#turn) this.#turn.incident ??= incident;
       this.#options.onIncident?.(incident);
       return false;
@@ -592,11 +640,11 @@ export class RolloutLlmProxy {
         } catch {
           frame = null;
         }
-        const error = (frame as { error?: Record<string, unknown> } | null)?.error;
-        if (error && typeof error === 'object') {
-          const status = typeof error.status_code === 'number' ? error.status_code : 500;
-          const body = frame as Record<string, unknown>;
-          const flat = { ...error, ...body };
+        const errorFrame = streamErrorFrameSchema.safeParse(frame);
+        if (errorFrame.success) {
+          const body = errorFrame.data;
+          const status = body.error.status_code ?? 500;
+          const flat = { ...body.error, ...body };
           if (this.#recordError(status, flat)) {
             this.#sendSynthetic(response, 'chat', true, model);
           } else {

@@ -85,8 +85,8 @@ export function incidentError(incident: ProxyIncident): TurnError {
   if (incident.kind === 'context_overflow') {
     return {
       error: 'context_overflow',
-      message: String(incident.body.message ?? 'Dressage proxy context window overflow.'),
-      details: (incident.body.details as Record<string, unknown> | undefined) ?? {},
+      message: incident.message,
+      details: incident.details,
       http_status: 413,
     };
   }
