@@ -284,7 +284,7 @@ export class LocalBwrapPool {
     slot.lease = null;
     slot.state = 'releasing';
     this.#persistState();
-    this.#track(this.#reset(slot));
+    this.#track(this.#reset(slot, true));
   }
 
   /** Resolves when no slot is releasing or resetting (tests and benchmarks use it). */
@@ -502,10 +502,12 @@ export class LocalBwrapPool {
     void work.finally(() => this.#resets.delete(work));
   }
 
-  async #reset(slot: Slot): Promise<void> {
+  // `recycle`: a released lease, whose slot server may stay up (see SlotServer.recyclePath).
+  async #reset(slot: Slot, recycle = false): Promise<void> {
     const generation = slot.generation;
     try {
       slot.state = 'resetting';
+      if (recycle && (await this.#recycle(slot))) return;
       await this.#supervisor.stop(slot.id);
       await this.#files.wipe(slot);
       if (slot.generation !== generation || this.#stopped) return;
@@ -521,6 +523,23 @@ export class LocalBwrapPool {
       this.#persistState();
       this.#notify();
     }
+  }
+
+  // A released slot whose server keeps running (it answered its recycle route): the lease's commands
+  // killed, its files gone, the server's runtime directory kept. False: restart the slot instead.
+  async #recycle(slot: Slot): Promise<boolean> {
+    if (this.mode !== 'blackbox' || slot.state !== 'resetting' || this.#stopped) return false;
+    if (!(await this.#supervisor.recycle(slot.id))) return false;
+    try {
+      await this.#files.empty(slot);
+    } catch {
+      return false;
+    }
+    if (this.#stopped) return false;
+    slot.generation += 1;
+    slot.state = 'ready';
+    slot.error = null;
+    return true;
   }
 
   #persistState(): void {

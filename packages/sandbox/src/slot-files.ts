@@ -1,7 +1,7 @@
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { chown, mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { chown, mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
 import { DressageError } from '@dressage/protocol';
@@ -167,6 +167,25 @@ export class SlotFiles {
     const removal = rm(trash, { recursive: true, force: true, maxRetries: 3 }).catch(() => undefined);
     this.#removals.add(removal);
     void removal.finally(() => this.#removals.delete(removal));
+  }
+
+  /**
+   * Empties the slot's work, home and tmp directories in place (their bind mounts in a running
+   * sandbox stay valid), keeping its runtime directory: between two leases of a slot whose server
+   * stays up. Throws when something cannot be removed (the slot must then be wiped and restarted).
+   */
+  async empty(slot: SlotHandle): Promise<void> {
+    const { home, work, tmp } = slot.directories;
+    for (const dir of [home, work, tmp]) {
+      const entries = await readdir(dir);
+      await Promise.all(entries.map((entry) => rm(join(dir, entry), { recursive: true, force: true })));
+      const left = await readdir(dir);
+      if (left.length > 0)
+        throw new DressageError({
+          code: 'internal',
+          message: `slot ${slot.id}: ${dir} could not be emptied (${left.slice(0, 3).join(', ')})`,
+        });
+    }
   }
 
   /** Unmounts the slot's quota tmpfs, if it has one. */

@@ -25,6 +25,14 @@ export interface SlotServer {
   command: readonly string[];
   /** Host directories it needs read-only (its install), added to the pool's read-only binds. */
   readOnlyMounts?: readonly string[];
+  /**
+   * A route the pool POSTs (with the slot's token) when a lease ends, instead of restarting the
+   * server: a 2xx answer says the server has dropped everything of the lease and keeps running (with
+   * whatever it chose to keep warm); the pool then kills the lease's commands and empties the slot's
+   * work, home and tmp directories in place. Any other answer, or none within 30 s, restarts the slot
+   * as without it.
+   */
+  recyclePath?: string;
 }
 
 /** Options of {@link LocalBwrapPool.runInSlot}. */
@@ -67,6 +75,8 @@ interface SlotProcesses {
   /** The host ends of a network-isolated slot: the server's port and the upstream socket. */
   pipes: { close(): Promise<void> }[];
   running: Set<ChildProcess>;
+  /** Aborted (and replaced) when the slot is recycled: every command of the ended lease dies. */
+  commands: AbortController;
 }
 
 /**
@@ -106,10 +116,12 @@ export class SlotSupervisor {
   run(slot: SlotHandle, cmd: string, options: SlotCommandOptions = {}): Promise<ProcessGroupResult> {
     const processes = this.#processesOf(slot.id);
     const argv = this.#argv(slot, ['/bin/sh', '-lc', cmd], options.env ?? {}, resolveSandboxCwd(options.cwd));
+    // The slot's command signal too: a recycle kills commands that have not even spawned yet.
+    const lease = processes.commands.signal;
     return runProcessGroup(argv, {
       timeoutMs: options.timeoutMs,
       stdin: options.stdin,
-      signal: options.signal,
+      signal: options.signal ? AbortSignal.any([options.signal, lease]) : lease,
       onSpawn: (child) => {
         processes.running.add(child);
         child.once('close', () => processes.running.delete(child));
@@ -192,15 +204,50 @@ export class SlotSupervisor {
     });
   }
 
+  /**
+   * Asks the slot's running server to drop the ended lease (its {@link SlotServer.recyclePath}) and
+   * kills the lease's commands. False when the server has no such route, is not running, or did not
+   * answer 2xx: the slot must then be restarted.
+   */
+  async recycle(slotId: number): Promise<boolean> {
+    const path = this.#options.server?.recyclePath;
+    const processes = this.#processesOf(slotId);
+    const server = processes.server;
+    if (path === undefined || server === null || server.exitCode !== null || server.signalCode !== null)
+      return false;
+    processes.commands.abort();
+    processes.commands = new AbortController();
+    await this.#killAll([...processes.running]);
+    processes.running.clear();
+    try {
+      const response = await fetch(`http://127.0.0.1:${this.#options.portOf(slotId)}${path}`, {
+        method: 'POST',
+        headers: processes.token === null ? {} : { authorization: `Bearer ${processes.token}` },
+        signal: AbortSignal.timeout(30_000),
+      });
+      await response.arrayBuffer().catch(() => undefined);
+      return response.ok;
+    } catch {
+      return false;
+    }
+  }
+
   /** Kills the slot's server and commands and closes its pipes. */
   async stop(slotId: number): Promise<void> {
     const processes = this.#processesOf(slotId);
+    processes.commands.abort();
+    processes.commands = new AbortController();
     const children = [...processes.running, ...(processes.server ? [processes.server] : [])];
     processes.server = null;
     processes.token = null;
     const pipes = processes.pipes;
     processes.pipes = [];
     await Promise.all(pipes.map((pipe) => pipe.close()));
+    await this.#killAll(children);
+    processes.running.clear();
+  }
+
+  async #killAll(children: readonly ChildProcess[]): Promise<void> {
     await Promise.all(
       children.map(
         (child) =>
@@ -212,7 +259,6 @@ export class SlotSupervisor {
           }),
       ),
     );
-    processes.running.clear();
   }
 
   /** Removes the slots' cgroups (after {@link stop}). */
@@ -223,7 +269,13 @@ export class SlotSupervisor {
   #processesOf(slotId: number): SlotProcesses {
     let processes = this.#processes.get(slotId);
     if (processes === undefined) {
-      processes = { server: null, token: null, pipes: [], running: new Set() };
+      processes = {
+        server: null,
+        token: null,
+        pipes: [],
+        running: new Set(),
+        commands: new AbortController(),
+      };
       this.#processes.set(slotId, processes);
     }
     return processes;
