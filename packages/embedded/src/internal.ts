@@ -1,5 +1,5 @@
 // Building blocks of @dressage/embedded for code that embeds or tests parts of the engine and
-// trainer: the engine command line's token-id helpers, decode batches and sequence caches, parameter specs, sampling math, the safetensors
+// trainer: the engine command line's token-id helpers, decode batches and sequence caches, the model's matrix products, parameter specs, sampling math, the safetensors
 // codec, the engine server's request-body schemas, seeded randomness, checkpoint and trainer-state
 // file names, and weight comparison. Not covered by the package's compatibility promise.
 
@@ -11,6 +11,7 @@ export {
 } from './checkpoint.js';
 export { DecodeBatch } from './decode-batch.js';
 export { addedTokenIds } from './engine-cli.js';
+export { differentiableProduct, type MatrixProduct, plainProduct } from './linear.js';
 export {
   defaultPrefillChunkLength,
   type ForwardOptions,

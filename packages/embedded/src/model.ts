@@ -1,6 +1,7 @@
 import { DressageError } from '@dressage/protocol';
 import * as tf from '@tensorflow/tfjs';
 import { DecodeBatch } from './decode-batch.js';
+import { differentiableProduct, type MatrixProduct, plainProduct } from './linear.js';
 import { type ModelConfig, resolveModelConfig } from './model-config.js';
 import { SeededRandom } from './random.js';
 import {
@@ -643,8 +644,9 @@ export class CausalLanguageModel {
     }
     const flatSlots = inputSlots.reshape([batch * length]) as tf.Tensor1D;
     const embedding = this.#parameter('embedding.token');
+    const product = differentiable ? differentiableProduct : plainProduct;
     const embedded = differentiable
-      ? tf.oneHot(flatSlots, this.vocabulary.slotCount).matMul(embedding)
+      ? product(tf.oneHot(flatSlots, this.vocabulary.slotCount).toFloat() as tf.Tensor2D, embedding)
       : tf.gather(embedding, flatSlots);
     let hidden: tf.Tensor = embedded;
     if (this.#positions !== null) {
@@ -666,16 +668,19 @@ export class CausalLanguageModel {
     for (let layer = 0; layer < this.config.layerCount; layer++) {
       const prefix = `layers.${layer}`;
       const normed = this.#layerNorm(hidden, `${prefix}.attention_norm`);
-      const query = rotate(splitHeads(normed.matMul(this.#parameter(`${prefix}.attention.query`))), rotation);
-      const key = rotate(splitHeads(normed.matMul(this.#parameter(`${prefix}.attention.key`))), rotation);
-      const value = splitHeads(normed.matMul(this.#parameter(`${prefix}.attention.value`)));
+      const project = (name: string) => product(normed, this.#parameter(`${prefix}.attention.${name}`));
+      const query = rotate(splitHeads(project('query')), rotation);
+      const key = rotate(splitHeads(project('key')), rotation);
+      const value = splitHeads(project('value'));
       const attended = this.#causalAttention(query, key, value, differentiable, chunkLength)
         .transpose([0, 2, 1, 3])
-        .reshape([batch * length, width]);
-      hidden = hidden.add(attended.matMul(this.#parameter(`${prefix}.attention.output`)));
-      hidden = hidden.add(this.#feedForward(this.#layerNorm(hidden, `${prefix}.feed_forward_norm`), prefix));
+        .reshape([batch * length, width]) as tf.Tensor2D;
+      hidden = hidden.add(product(attended, this.#parameter(`${prefix}.attention.output`)));
+      hidden = hidden.add(
+        this.#feedForward(this.#layerNorm(hidden, `${prefix}.feed_forward_norm`), prefix, product),
+      );
     }
-    return this.#outputLogits(hidden).reshape([batch, length, this.vocabulary.outputCount]);
+    return this.#outputLogits(hidden, product).reshape([batch, length, this.vocabulary.outputCount]);
   }
 
   /**
@@ -829,21 +834,21 @@ export class CausalLanguageModel {
       .add(this.#parameter(`${prefix}.bias`)) as tf.Tensor2D;
   }
 
-  #feedForward(input: tf.Tensor, prefix: string): tf.Tensor2D {
+  #feedForward(input: tf.Tensor2D, prefix: string, product: MatrixProduct = plainProduct): tf.Tensor2D {
     const up = tf.relu(
-      input
-        .matMul(this.#parameter(`${prefix}.feed_forward.up`))
-        .add(this.#parameter(`${prefix}.feed_forward.up_bias`)),
+      product(input, this.#parameter(`${prefix}.feed_forward.up`)).add(
+        this.#parameter(`${prefix}.feed_forward.up_bias`),
+      ),
+    ) as tf.Tensor2D;
+    return product(up, this.#parameter(`${prefix}.feed_forward.down`)).add(
+      this.#parameter(`${prefix}.feed_forward.down_bias`),
     );
-    return (up as tf.Tensor2D)
-      .matMul(this.#parameter(`${prefix}.feed_forward.down`))
-      .add(this.#parameter(`${prefix}.feed_forward.down_bias`));
   }
 
-  #outputLogits(hidden: tf.Tensor): tf.Tensor2D {
-    return this.#layerNorm(hidden, 'final_norm')
-      .matMul(this.#parameter('output.projection'))
-      .add(this.#parameter('output.bias'));
+  #outputLogits(hidden: tf.Tensor, product: MatrixProduct = plainProduct): tf.Tensor2D {
+    return product(this.#layerNorm(hidden, 'final_norm'), this.#parameter('output.projection')).add(
+      this.#parameter('output.bias'),
+    );
   }
 
   #parameter(name: string): tf.Tensor2D {
