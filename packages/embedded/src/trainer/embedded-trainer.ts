@@ -374,38 +374,9 @@ export class EmbeddedTrainer implements TrainerImplementation {
     signal: AbortSignal | undefined,
   ): Promise<Partial<TrainResponse>> {
     const started = performance.now();
-    if (batch.routed_experts) {
-      // Replaying them needs a mixture-of-experts model; training without would silently drop them.
-      throw invalid(
-        'The batch carries routed experts (routing replay, R3), which the embedded trainer cannot replay: ' +
-          'its model has no experts. Turn routing replay off, or train on the Megatron worker with --use-rollout-routing-replay',
-        { field: 'routed_experts' },
-      );
-    }
-    const lossType = (header.loss?.loss_type ?? 'policy_loss') as EmbeddedLossType;
-    if (lossType !== 'policy_loss' && lossType !== 'sft_loss') {
-      throw invalid(`Unknown loss_type "${lossType}"; expected policy_loss or sft_loss`, {
-        loss_type: lossType,
-      });
-    }
-    const learningRate = checkLearningRate(
-      header.loss?.learning_rate ?? this.#defaultLearningRate,
-      this.#maxLearningRate,
-    );
-    checkTrainBatchValues(batch);
-    const spikeFactor = lossType === 'policy_loss' ? (header.loss?.clip_grad_spike ?? null) : null;
-    if (spikeFactor !== null) checkGradientSpikeFactor(spikeFactor);
-    const options = policyLossOptionsFromLossConfig(header.loss, header.global_batch_size ?? 0);
-    const resolved = resolvePolicyLossOptions(options);
-    this.#optimizer.currentLearningRate = learningRate;
+    const { lossType, spikeFactor, stepOptions, resolved } = this.#checkStep(header, batch);
     const spans = sampleSpans(batch, this.model.config.contextLength);
     const trainable = trainableTokenCount(batch);
-    // Reducer constants of the whole batch, so micro-batch losses add up to the batch loss.
-    const stepOptions: PolicyLossOptions = {
-      ...options,
-      globalBatchSize: effectiveGlobalBatchSize(batch, resolved),
-      tokenNormalizer: resolved.tokenNormalizer ?? trainable,
-    };
     const groups = planMicroBatches(spans, this.#maxMicroBatchTokens);
     const metrics: Record<string, number> = {};
     const parity: ParityAccumulator = { sum: 0, max: 0, count: 0 };
@@ -437,32 +408,9 @@ export class EmbeddedTrainer implements TrainerImplementation {
       }
       signal?.throwIfAborted();
       if (gradients !== null && trainable > 0) {
-        const fixedLimit = this.#maxGradientNorm > 0 ? this.#maxGradientNorm : Number.POSITIVE_INFINITY;
-        const spikeLimit = spikeFactor === null ? null : this.#spikeClip.limit(spikeFactor);
-        const limit = Math.min(fixedLimit, spikeLimit ?? Number.POSITIVE_INFINITY);
-        const clipped = Number.isFinite(limit)
-          ? clipGradientsByGlobalNorm(gradients, limit)
-          : { gradients, norm: globalNorm(gradients) };
-        gradients = clipped.gradients;
-        metrics.grad_norm = clipped.norm;
-        if (spikeLimit !== null) {
-          metrics.grad_spike_limit = spikeLimit;
-          metrics.grad_spike_clipped = clipped.norm > spikeLimit && spikeLimit < fixedLimit ? 1 : 0;
-        }
-        // A non-finite loss or gradient would turn every weight (and Adam's moments) into NaN: the
-        // step is skipped, the weights and optimizer stay as they were, and the response says so.
-        if (Number.isFinite(clipped.norm) && Number.isFinite(metrics.loss ?? 0)) {
-          this.#optimizer.applyGradients(
-            Object.entries(gradients).map(([name, tensor]) => ({ name, tensor })),
-          );
-          optimizerSteps = 1;
-          if (lossType === 'policy_loss') this.#spikeClip.record(clipped.norm);
-        } else {
-          metrics.nonfinite_step_skipped = 1;
-          this.#log?.(
-            `embedded trainer: step skipped, loss ${metrics.loss} and gradient norm ${clipped.norm} are not both finite; the weights are unchanged`,
-          );
-        }
+        const applied = this.#applyGradients(gradients, metrics, lossType, spikeFactor);
+        gradients = applied.gradients;
+        optimizerSteps = applied.optimizerSteps;
       }
     } finally {
       disposeGradients(gradients);
@@ -488,6 +436,85 @@ export class EmbeddedTrainer implements TrainerImplementation {
       metrics,
       duration_seconds: duration,
     };
+  }
+
+  // Everything a step checks before it computes anything: the batch's values, the loss type, the
+  // learning rate (set on the optimizer) and the spike clip; and the loss options of the whole batch.
+  #checkStep(
+    header: Partial<TrainBatchHeader>,
+    batch: PackedTrainBatch,
+  ): {
+    lossType: EmbeddedLossType;
+    spikeFactor: number | null;
+    stepOptions: PolicyLossOptions;
+    resolved: ReturnType<typeof resolvePolicyLossOptions>;
+  } {
+    if (batch.routed_experts) {
+      // Replaying them needs a mixture-of-experts model; training without would silently drop them.
+      throw invalid(
+        'The batch carries routed experts (routing replay, R3), which the embedded trainer cannot replay: ' +
+          'its model has no experts. Turn routing replay off, or train on the Megatron worker with --use-rollout-routing-replay',
+        { field: 'routed_experts' },
+      );
+    }
+    const lossType = (header.loss?.loss_type ?? 'policy_loss') as EmbeddedLossType;
+    if (lossType !== 'policy_loss' && lossType !== 'sft_loss') {
+      throw invalid(`Unknown loss_type "${lossType}"; expected policy_loss or sft_loss`, {
+        loss_type: lossType,
+      });
+    }
+    const learningRate = checkLearningRate(
+      header.loss?.learning_rate ?? this.#defaultLearningRate,
+      this.#maxLearningRate,
+    );
+    checkTrainBatchValues(batch);
+    const spikeFactor = lossType === 'policy_loss' ? (header.loss?.clip_grad_spike ?? null) : null;
+    if (spikeFactor !== null) checkGradientSpikeFactor(spikeFactor);
+    const options = policyLossOptionsFromLossConfig(header.loss, header.global_batch_size ?? 0);
+    const resolved = resolvePolicyLossOptions(options);
+    this.#optimizer.currentLearningRate = learningRate;
+    // Reducer constants of the whole batch, so micro-batch losses add up to the batch loss.
+    const stepOptions: PolicyLossOptions = {
+      ...options,
+      globalBatchSize: effectiveGlobalBatchSize(batch, resolved),
+      tokenNormalizer: resolved.tokenNormalizer ?? trainableTokenCount(batch),
+    };
+    return { lossType, spikeFactor, stepOptions, resolved };
+  }
+
+  // Clips the summed gradients (the fixed limit, and the spike limit of a policy-loss step) and
+  // applies them, unless the loss or the norm is not finite. Returns the gradients to dispose.
+  #applyGradients(
+    summed: tf.NamedTensorMap,
+    metrics: Record<string, number>,
+    lossType: EmbeddedLossType,
+    spikeFactor: number | null,
+  ): { gradients: tf.NamedTensorMap; optimizerSteps: number } {
+    const fixedLimit = this.#maxGradientNorm > 0 ? this.#maxGradientNorm : Number.POSITIVE_INFINITY;
+    const spikeLimit = spikeFactor === null ? null : this.#spikeClip.limit(spikeFactor);
+    const limit = Math.min(fixedLimit, spikeLimit ?? Number.POSITIVE_INFINITY);
+    const clipped = Number.isFinite(limit)
+      ? clipGradientsByGlobalNorm(summed, limit)
+      : { gradients: summed, norm: globalNorm(summed) };
+    metrics.grad_norm = clipped.norm;
+    if (spikeLimit !== null) {
+      metrics.grad_spike_limit = spikeLimit;
+      metrics.grad_spike_clipped = clipped.norm > spikeLimit && spikeLimit < fixedLimit ? 1 : 0;
+    }
+    // A non-finite loss or gradient would turn every weight (and Adam's moments) into NaN: the
+    // step is skipped, the weights and optimizer stay as they were, and the response says so.
+    if (!Number.isFinite(clipped.norm) || !Number.isFinite(metrics.loss ?? 0)) {
+      metrics.nonfinite_step_skipped = 1;
+      this.#log?.(
+        `embedded trainer: step skipped, loss ${metrics.loss} and gradient norm ${clipped.norm} are not both finite; the weights are unchanged`,
+      );
+      return { gradients: clipped.gradients, optimizerSteps: 0 };
+    }
+    this.#optimizer.applyGradients(
+      Object.entries(clipped.gradients).map(([name, tensor]) => ({ name, tensor })),
+    );
+    if (lossType === 'policy_loss') this.#spikeClip.record(clipped.norm);
+    return { gradients: clipped.gradients, optimizerSteps: 1 };
   }
 
   #captureReference(): ReferencePolicy {
