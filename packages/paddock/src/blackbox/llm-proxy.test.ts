@@ -45,3 +45,66 @@ describe('RolloutLlmProxy request bodies', () => {
     expect(model.requests.length).toBe(before + 1);
   });
 });
+
+describe('RolloutLlmProxy bindings of a kept agent', () => {
+  let model: ScriptedModelServer;
+  let proxy: RolloutLlmProxy;
+
+  beforeAll(async () => {
+    model = new ScriptedModelServer(() => ({ content: 'ok' }));
+    await model.start();
+    proxy = new RolloutLlmProxy({
+      upstreamOrigin: model.url,
+      apiPath: '/v1',
+      sessionId: 'sample-a',
+      instanceId: 'instance-a',
+      proxy: proxyOptionsSchema.parse({}),
+    });
+    await proxy.start();
+  });
+  afterAll(async () => {
+    await proxy.close();
+    await model.close();
+  });
+
+  const chat = (agentSession?: string) =>
+    fetch(`${proxy.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        ...(agentSession === undefined ? {} : { 'x-session-id': agentSession }),
+      },
+      body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }] }),
+    });
+
+  it('attributes requests to the bound sample, refuses them between samples and from a stale agent session', async () => {
+    expect((await chat('ses_a')).status).toBe(200);
+    expect(model.requests.at(-1)?.headers).toMatchObject({
+      'x-session-id': 'sample-a',
+      'x-instance-id': 'instance-a',
+    });
+    const served = model.requests.length;
+
+    proxy.unbind();
+    const between = await chat('ses_a');
+    expect(between.status).toBe(503);
+    expect(((await between.json()) as { error: { code: string } }).error.code).toBe('unbound');
+    expect(model.requests.length).toBe(served);
+
+    proxy.rebind({ sessionId: 'sample-b', instanceId: 'instance-b', sandboxId: 'sandbox-b' });
+    proxy.pinAgentSession('ses_b');
+    const stale = await chat('ses_a');
+    expect(stale.status).toBe(409);
+    expect(((await stale.json()) as { error: { code: string } }).error.code).toBe('stale_agent_session');
+    expect((await chat()).status).toBe(409);
+    expect(model.requests.length).toBe(served);
+
+    expect((await chat('ses_b')).status).toBe(200);
+    expect(model.requests.length).toBe(served + 1);
+    expect(model.requests.at(-1)?.headers).toMatchObject({
+      'x-session-id': 'sample-b',
+      'x-instance-id': 'instance-b',
+      'x-dressage-sandbox-id': 'sandbox-b',
+    });
+  });
+});

@@ -53,6 +53,13 @@ export type ProxyIncident =
   | { kind: 'context_overflow'; message: string; details: Record<string, unknown> }
   | { kind: 'rollout_invalidated'; error: string; message: string; body: unknown };
 
+/** The sample an LLM proxy attributes its requests to. */
+export interface ProxyBinding {
+  sessionId: string;
+  instanceId: string;
+  sandboxId: string | null;
+}
+
 /** Options of {@link RolloutLlmProxy}. */
 export interface RolloutLlmProxyOptions {
   /** Origin of the Dressage proxy (or any OpenAI-compatible server), e.g. `http://10.0.0.2:8800`. */
@@ -218,9 +225,54 @@ export class RolloutLlmProxy {
   #expectedVersion: string | null = null;
 
   readonly #options: RolloutLlmProxyOptions;
+  #binding: ProxyBinding | null;
+  #agentSession: string | null = null;
 
   constructor(options: RolloutLlmProxyOptions) {
     this.#options = options;
+    this.#binding = {
+      sessionId: options.sessionId,
+      instanceId: options.instanceId,
+      sandboxId: options.sandboxId ?? null,
+    };
+  }
+
+  /** The sample requests are attributed to, or null between two samples of a kept agent. */
+  get binding(): ProxyBinding | null {
+    return this.#binding;
+  }
+
+  // The bound sample; #handle refuses model requests before this is asked while unbound.
+  get #bound(): ProxyBinding {
+    if (this.#binding === null)
+      throw new DressageError({ code: 'failed_precondition', message: 'no sample is bound to this agent' });
+    return this.#binding;
+  }
+
+  /**
+   * Attributes every later request to another sample: a kept agent serves the next one. The open
+   * turn and the pinned agent session are dropped.
+   */
+  rebind(binding: ProxyBinding): void {
+    this.#binding = { ...binding };
+    this.#agentSession = null;
+    this.#turn = null;
+  }
+
+  /** Refuses every model request (503) until {@link rebind}: a kept agent is between samples. */
+  unbind(): void {
+    this.#binding = null;
+    this.#agentSession = null;
+    this.#turn = null;
+  }
+
+  /**
+   * Accepts only requests whose own `x-session-id` header is `agentSessionId` (the agent's session
+   * of the bound sample; null accepts any): a request a kept agent still sends for an earlier
+   * sample's session is refused with 409 rather than recorded in this sample's trajectory.
+   */
+  pinAgentSession(agentSessionId: string | null): void {
+    this.#agentSession = agentSessionId;
   }
 
   /** `http://127.0.0.1:<port>` once started. */
@@ -311,8 +363,8 @@ export class RolloutLlmProxy {
   /** Sends the rollout pause to the Dressage proxy upstream (its pause is global). */
   async pauseUpstream(reason: string, timeoutSeconds: number | null): Promise<unknown> {
     return this.#postUpstream('/rollout/pause', {
-      session_id: this.#options.sessionId,
-      instance_id: this.#options.instanceId,
+      session_id: this.#bound.sessionId,
+      instance_id: this.#bound.instanceId,
       reason,
       mode: 'preempt',
       ...(timeoutSeconds === null ? {} : { timeout_seconds: timeoutSeconds }),
@@ -322,8 +374,8 @@ export class RolloutLlmProxy {
   /** Sends the rollout resume to the Dressage proxy upstream. */
   async resumeUpstream(reason: string, version: string | number | null): Promise<unknown> {
     return this.#postUpstream('/rollout/resume', {
-      session_id: this.#options.sessionId,
-      instance_id: this.#options.instanceId,
+      session_id: this.#bound.sessionId,
+      instance_id: this.#bound.instanceId,
       reason,
       version,
     });
@@ -334,8 +386,8 @@ export class RolloutLlmProxy {
       method: 'POST',
       headers: {
         'content-type': 'application/json',
-        'x-session-id': this.#options.sessionId,
-        'x-instance-id': this.#options.instanceId,
+        'x-session-id': this.#bound.sessionId,
+        'x-instance-id': this.#bound.instanceId,
       },
       body: JSON.stringify(body),
       signal: AbortSignal.timeout(30_000),
@@ -366,11 +418,11 @@ export class RolloutLlmProxy {
       if (lower.startsWith('x-dressage-') || lower.startsWith('x-stainless-')) continue;
       headers[lower] = Array.isArray(value) ? value.join(', ') : value;
     }
-    headers[sticky] = this.#options.sessionId;
-    headers['x-session-id'] = this.#options.sessionId;
-    headers['x-instance-id'] = this.#options.instanceId;
+    headers[sticky] = this.#bound.sessionId;
+    headers['x-session-id'] = this.#bound.sessionId;
+    headers['x-instance-id'] = this.#bound.instanceId;
     if (this.#turn) headers['x-turn-id'] = this.#turn.turnId;
-    if (this.#options.sandboxId) headers['x-dressage-sandbox-id'] = this.#options.sandboxId;
+    if (this.#bound.sandboxId) headers['x-dressage-sandbox-id'] = this.#bound.sandboxId;
     headers['x-dressage-partial-rollout'] = '1';
     if (this.#expectedVersion !== null) headers['x-dressage-expected-version'] = this.#expectedVersion;
     headers['accept-encoding'] = 'identity';
@@ -435,6 +487,19 @@ export class RolloutLlmProxy {
     const path = request.url ?? '/';
     const body = await this.#admittedBody(request, response);
     if (body === null) return;
+    if (this.#binding === null)
+      return sendJson(response, 503, {
+        error: { message: 'no sample is bound to this agent', type: 'proxy_error', code: 'unbound' },
+      });
+    const agentSession = request.headers['x-session-id'];
+    if (this.#agentSession !== null && agentSession !== this.#agentSession)
+      return sendJson(response, 409, {
+        error: {
+          message: `request of agent session ${String(agentSession)}, not of the bound sample's ${this.#agentSession}`,
+          type: 'proxy_error',
+          code: 'stale_agent_session',
+        },
+      });
     const api = modelApiOf(request.method, path);
     if (api === null) return this.#passThrough(request, response, path, body);
 
