@@ -25,6 +25,11 @@ export class AgentProcess {
     return this.#output.slice(-4000);
   }
 
+  /** Its process id (and process group id: it leads its own group), or null when not started. */
+  get pid(): number | null {
+    return this.#child?.pid ?? null;
+  }
+
   get running(): boolean {
     return this.#child !== null && this.#child.exitCode === null && this.#child.signalCode === null;
   }

@@ -1,4 +1,4 @@
-import { mkdir, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { DressageError } from '@dressage/protocol';
 import { sleep } from '@dressage/protocol/internal';
@@ -112,6 +112,7 @@ export class OpencodeAdapter implements BlackboxAdapter {
   #port = 0;
   #sessionId: string | null = null;
   #seen = 0;
+  #configBaseline = new Set<string>();
 
   constructor(options: unknown) {
     this.#options = parseAdapterOptions(opencodeOptionsSchema, options, 'opencode');
@@ -145,16 +146,17 @@ export class OpencodeAdapter implements BlackboxAdapter {
       permission: { '*': 'allow', question: 'deny', doom_loop: 'deny', ...o.permission },
       share: 'disabled',
       autoupdate: false,
+      // No git snapshots of the work tree: they would keep a sample's files in opencode's data dir.
+      snapshot: false,
       agent: { title: { disable: true } },
     };
     if (o.compaction) config.compaction = o.compaction;
     return config;
   }
 
-  async init(context: AdapterContext): Promise<void> {
-    this.#context = context;
-    const home = join(context.runtimeDir, 'home');
-    const configDir = join(home, '.config', 'opencode');
+  // opencode.json and the system prompt, in the agent's config dir.
+  async #writeConfig(context: AdapterContext): Promise<void> {
+    const configDir = join(context.runtimeDir, 'home', '.config', 'opencode');
     await mkdir(join(configDir, 'prompts'), { recursive: true });
     const config = this.configFor(context);
     if (context.systemPrompt !== null) {
@@ -162,6 +164,12 @@ export class OpencodeAdapter implements BlackboxAdapter {
       config.agent = { ...(config.agent as Json), build: { prompt: '{file:./prompts/build.txt}' } };
     }
     await writeFile(join(configDir, 'opencode.json'), JSON.stringify(config, null, 2));
+  }
+
+  async init(context: AdapterContext): Promise<void> {
+    this.#context = context;
+    const home = join(context.runtimeDir, 'home');
+    await this.#writeConfig(context);
     this.#port = await freePort();
     const command = process.env.DRESSAGE_OPENCODE_BIN || 'opencode';
     this.#process.start([command, 'serve', '--port', String(this.#port), '--hostname', '127.0.0.1'], {
@@ -179,7 +187,11 @@ export class OpencodeAdapter implements BlackboxAdapter {
           code: 'unavailable',
           message: `opencode exited during startup: ${this.#process.tail}`,
         });
-      if (await this.health()) return;
+      if (await this.health()) {
+        // What opencode put in its config dir at start-up (its plugin install): kept on recycle.
+        this.#configBaseline = new Set(await readdir(join(home, '.config', 'opencode')));
+        return;
+      }
       await sleep(200);
     }
     throw new DressageError({
@@ -221,6 +233,9 @@ export class OpencodeAdapter implements BlackboxAdapter {
     if (this.#sessionId === null) {
       const created = (await this.#call('POST', '/session', {}, turn.signal)) as Json;
       this.#sessionId = String(created.id);
+      // opencode sends its session id as `x-session-id` on every model request: only this
+      // session's requests may reach this sample's trajectory.
+      context.pinAgentSession?.(this.#sessionId);
     }
     const o = this.#options;
     await this.#call(
@@ -251,6 +266,69 @@ export class OpencodeAdapter implements BlackboxAdapter {
     await this.#call('POST', `/session/${this.#sessionId}/abort`, {}, AbortSignal.timeout(5000)).catch(
       () => undefined,
     );
+  }
+
+  /**
+   * Drops the sample just served while `opencode serve` keeps running: every opencode session is
+   * deleted through its server API, which removes its messages and history (anomalyco/opencode
+   * packages/opencode/src/server/routes/session.ts: `GET /session` is `session.list`, `DELETE
+   * /session/:sessionID` is `session.delete` → `Session.remove`, "permanently remove all
+   * associated data, including messages and history"), and the agent's home is emptied but for
+   * opencode's own config, data and cache (its config files are written anew).
+   */
+  async recycle(): Promise<void> {
+    if (!this.#process.running)
+      throw new DressageError({
+        code: 'unavailable',
+        message: `opencode is not running: ${this.#process.tail}`,
+      });
+    const context = this.#context as AdapterContext;
+    const signal = () => AbortSignal.timeout(10_000);
+    if (this.#sessionId !== null) await this.abort();
+    this.#sessionId = null;
+    this.#seen = 0;
+    const sessions = (await this.#call('GET', '/session', undefined, signal())) as Json[];
+    for (const session of sessions) {
+      await this.#call('DELETE', `/session/${encodeURIComponent(String(session.id))}`, undefined, signal());
+    }
+    const left = (await this.#call('GET', '/session', undefined, signal())) as Json[];
+    if (left.length > 0)
+      throw new DressageError({ code: 'internal', message: `opencode kept ${left.length} session(s)` });
+    await this.#emptyHome(join(context.runtimeDir, 'home'));
+    await this.#writeConfig(context);
+  }
+
+  // Everything in the agent's home but opencode's own directories; in those, its snapshots, logs
+  // and whatever was added to its config dir after start-up.
+  async #emptyHome(home: string): Promise<void> {
+    const keepOnly = async (dir: string, keep: readonly string[]) => {
+      const entries = await readdir(dir).catch(() => [] as string[]);
+      await Promise.all(
+        entries
+          .filter((entry) => !keep.includes(entry))
+          .map((entry) => rm(join(dir, entry), { recursive: true, force: true })),
+      );
+    };
+    await keepOnly(home, ['.config', '.local', '.cache']);
+    await keepOnly(join(home, '.config'), ['opencode']);
+    await keepOnly(join(home, '.config', 'opencode'), [...this.#configBaseline]);
+    await keepOnly(join(home, '.local'), ['share', 'state']);
+    await keepOnly(join(home, '.local', 'share'), ['opencode']);
+    await keepOnly(join(home, '.local', 'state'), ['opencode']);
+    await keepOnly(join(home, '.cache'), ['opencode']);
+    for (const dir of ['snapshot', 'log'])
+      await rm(join(home, '.local', 'share', 'opencode', dir), { recursive: true, force: true });
+  }
+
+  async rebind(context: AdapterContext): Promise<void> {
+    this.#context = context;
+    this.#sessionId = null;
+    this.#seen = 0;
+  }
+
+  processGroups(): number[] {
+    const pid = this.#process.pid;
+    return pid !== null && this.#process.running ? [pid] : [];
   }
 
   async close(): Promise<void> {

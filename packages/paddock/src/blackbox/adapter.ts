@@ -32,6 +32,12 @@ export interface AdapterContext {
   insideSandbox?: boolean;
   /** Resolves once no model request is in flight through the LLM proxy. */
   drainModelRequests(): Promise<void>;
+  /**
+   * Tells the LLM proxy the agent's own session id of this sample (what the agent sends as its
+   * `x-session-id` header): requests of any other agent session are refused, so a kept agent's
+   * requests for an earlier sample never land in this one's trajectory.
+   */
+  pinAgentSession?(agentSessionId: string): void;
 }
 
 /** One turn handed to an adapter. */
@@ -81,6 +87,17 @@ export interface BlackboxAdapter {
   abort(): Promise<void>;
   /** Stops every process the adapter started. */
   close(): Promise<void>;
+  /**
+   * Drops everything of the sample just served (the agent's session, its history, what it wrote in
+   * its home) while the agent keeps running, so that the next sample sees none of it. Adapters
+   * without it are closed and started anew for every sample. Throws when the agent cannot be
+   * reused (it is then closed and restarted).
+   */
+  recycle?(): Promise<void>;
+  /** Binds a recycled agent to the next sample (same runtime dir, LLM proxy origin and key). */
+  rebind?(context: AdapterContext): Promise<void>;
+  /** The process groups of a kept agent: they survive the sweep of stray processes between samples. */
+  processGroups?(): number[];
 }
 
 /** Builds an adapter from `backend_options` (without `proxy`). */

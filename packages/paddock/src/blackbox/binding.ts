@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
-import { copyFile, mkdir, readFile } from 'node:fs/promises';
-import { join } from 'node:path';
+import { copyFile, mkdir, readdir, readFile, rm } from 'node:fs/promises';
+import { basename, join } from 'node:path';
 import type {
   BlackboxBinding,
   BlackboxConfigBody,
@@ -14,6 +14,7 @@ import { type SocketPipe, startSocketPipe } from '@dressage/sandbox/internal';
 import type { z } from 'zod';
 import {
   type AdapterCapabilities,
+  type AdapterContext,
   type AdapterFactory,
   AdapterOptionsError,
   type BlackboxAdapter,
@@ -25,6 +26,7 @@ import { fingerprintOf } from './fingerprint.js';
 import { BlackboxHttpError, parseBody, validationError } from './http-error.js';
 import { type ProxyIncident, RolloutLlmProxy } from './llm-proxy.js';
 import { ownDirectory, ownFile } from './own-paths.js';
+import { killStrayProcesses, processGroupRssBytes } from './sandbox-processes.js';
 import { proxyOptionsSchema, type RegisterRequest, registerRequestSchema } from './schemas.js';
 
 /** What the binding tells the session table and asks of the pause control. */
@@ -75,6 +77,30 @@ export function normalizeRouter(router: string, apiPath: string): { base: string
 
 const now = () => new Date().toISOString();
 
+/** The agent process kept between samples, and what it was started for. */
+interface KeptAgent {
+  /** What the agent was started with (type, router, options, system prompt, server settings). */
+  key: string;
+  runtimeDir: string;
+  runtimeId: string;
+  proxyApiKey: string;
+  startedAt: number;
+  /** Samples bound to it so far, the current one included. */
+  samples: number;
+  /** Recycled and waiting for the next sample. */
+  parked: boolean;
+}
+
+/** What `POST /v1/rollout/recycle` answers. */
+export interface RecycleResult {
+  /** The agent keeps running for the next sample. */
+  kept: boolean;
+  /** Why it was not kept (null when it was, or when none was running). */
+  reason: string | null;
+  /** Stray processes of the ended sample that were killed. */
+  killed_processes: number;
+}
+
 /**
  * The rollout the server is bound to and the agent behind it: registration (idempotent by
  * fingerprint), the adapter and LLM proxy it starts, the settings in force, and the health monitor
@@ -100,6 +126,7 @@ export class RolloutBinding {
   #upstreamPipe: Promise<SocketPipe> | null = null;
   #healthTimer: NodeJS.Timeout | null = null;
   #lastError: string | null = null;
+  #agent: KeptAgent | null = null;
 
   constructor(options: RolloutBindingOptions) {
     this.config = options.config;
@@ -195,6 +222,35 @@ export class RolloutBinding {
       await ownDirectory(request.server_config.runtime_root, 'server_config.runtime_root', roots);
     }
 
+    const systemPrompt = systemPromptFile ? await readFile(systemPromptFile, 'utf8') : null;
+    const agentKey = fingerprintOf({
+      blackbox_type: request.blackbox_type,
+      router: `${router.base}${router.apiPath}`,
+      system_prompt: systemPrompt,
+      backend_options: request.backend_options,
+      server_config: request.server_config,
+    });
+    if (await this.#reusable(agentKey)) {
+      this.stopHealthMonitor();
+      this.#hooks.resetSessions();
+      this.status = 'initializing';
+      this.effective = { ...this.config, ...request.server_config };
+      const rebound = await this.#rebind(
+        { ...request, system_prompt_file: systemPromptFile },
+        systemPrompt,
+      ).then(
+        () => true,
+        () => false,
+      );
+      if (rebound) {
+        this.#fingerprint = fingerprint;
+        this.status = 'ready';
+        this.#lastError = null;
+        this.#startHealthMonitor();
+        return this.#registerBody();
+      }
+    }
+
     await this.teardown();
     this.#hooks.resetSessions();
     this.status = 'initializing';
@@ -206,6 +262,7 @@ export class RolloutBinding {
         proxyResult.data,
         adapterOptions,
         factory,
+        agentKey,
       );
     } catch (error) {
       await this.teardown();
@@ -256,6 +313,64 @@ export class RolloutBinding {
     this.#hooks.backendFailed();
   }
 
+  /**
+   * `POST /v1/rollout/recycle`: the sample is over (its sandbox lease ended). The LLM proxy stops
+   * taking requests, the agent is stopped, and, when it can be kept (`agent_reuse`, an adapter that
+   * recycles, healthy, within `agent_max_samples`, `agent_max_age` and `agent_max_rss_mb`), its
+   * session state is dropped while it keeps running; otherwise it is closed. Inside a sandbox,
+   * every other process the sample left is killed and the runtime root emptied but for the kept
+   * agent's directory. The server is then unbound, waiting for the next registration.
+   */
+  async recycle(): Promise<RecycleResult> {
+    if (this.status === 'shutting_down')
+      throw new BlackboxHttpError({
+        status: 503,
+        error: 'shutting_down',
+        message: 'Server is shutting down',
+      });
+    if (this.status === 'initializing')
+      throw new BlackboxHttpError({ status: 409, error: 'conflict', message: 'Server is initializing' });
+    this.stopHealthMonitor();
+    const adapter = this.adapter;
+    const proxy = this.llmProxy;
+    const agent = this.#agent;
+    proxy?.unbind();
+    await adapter?.abort().catch(() => undefined);
+    await proxy?.drain(5000);
+    this.#hooks.resetSessions();
+    let reason: string | null = null;
+    if (adapter !== null && agent !== null) {
+      reason = await this.#keepRefusal(adapter, agent, this.status === 'ready');
+      if (reason === null) {
+        try {
+          await (adapter.recycle as () => Promise<void>).call(adapter);
+        } catch (error) {
+          reason = `the agent could not drop the sample: ${error instanceof Error ? error.message : String(error)}`;
+        }
+      }
+    }
+    const kept = adapter !== null && agent !== null && reason === null;
+    if (kept) agent.parked = true;
+    else await this.teardown();
+    let killed = 0;
+    if (this.config.inside_sandbox) {
+      killed = await killStrayProcesses(kept ? (adapter.processGroups?.() ?? []) : []);
+      const keep = kept ? basename(agent.runtimeDir) : null;
+      const root = this.config.runtime_root;
+      const entries = await readdir(root).catch(() => [] as string[]);
+      await Promise.all(
+        entries
+          .filter((entry) => entry !== keep)
+          .map((entry) => rm(join(root, entry), { recursive: true, force: true }).catch(() => undefined)),
+      );
+    }
+    this.#info = null;
+    this.#fingerprint = null;
+    this.status = 'idle';
+    this.#lastError = null;
+    return { kept, reason, killed_processes: killed };
+  }
+
   /** Stops the health monitor, the agent and its LLM proxy. */
   async teardown(): Promise<void> {
     this.stopHealthMonitor();
@@ -263,6 +378,7 @@ export class RolloutBinding {
     const proxy = this.llmProxy;
     this.adapter = null;
     this.llmProxy = null;
+    this.#agent = null;
     await adapter?.close().catch(() => undefined);
     await proxy?.close().catch(() => undefined);
   }
@@ -278,6 +394,111 @@ export class RolloutBinding {
     const pipe = this.#upstreamPipe;
     this.#upstreamPipe = null;
     if (pipe) await (await pipe.catch(() => null))?.close();
+  }
+
+  // Why the running agent cannot serve another sample, or null when it can.
+  async #keepRefusal(adapter: BlackboxAdapter, agent: KeptAgent, ready: boolean): Promise<string | null> {
+    const settings = this.effective;
+    if (!settings.agent_reuse) return 'agent_reuse is off';
+    if (adapter.recycle === undefined) return `the ${adapter.type} adapter starts its agent per sample`;
+    if (!ready) return 'the agent failed';
+    if (agent.samples >= settings.agent_max_samples)
+      return `the agent served agent_max_samples (${settings.agent_max_samples}) samples`;
+    const age = (Date.now() - agent.startedAt) / 1000;
+    if (age >= settings.agent_max_age)
+      return `the agent ran longer than agent_max_age (${settings.agent_max_age} s)`;
+    const groups = adapter.processGroups?.() ?? [];
+    let rss = 0;
+    for (const group of groups) rss += await processGroupRssBytes(group);
+    if (rss > settings.agent_max_rss_mb * 1024 ** 2)
+      return `the agent holds ${Math.round(rss / 1024 ** 2)} MiB, over agent_max_rss_mb (${settings.agent_max_rss_mb})`;
+    if (!(await adapter.health().catch(() => false))) return 'the agent is not healthy';
+    return null;
+  }
+
+  // A parked agent started for the same key, still healthy and within its budgets.
+  async #reusable(key: string): Promise<boolean> {
+    const agent = this.#agent;
+    const adapter = this.adapter;
+    if (agent === null || adapter === null || this.llmProxy === null) return false;
+    if (!agent.parked || agent.key !== key) return false;
+    return (await this.#keepRefusal(adapter, agent, true)) === null;
+  }
+
+  #adapterContext(
+    agent: Pick<KeptAgent, 'runtimeDir' | 'proxyApiKey'>,
+    proxy: RolloutLlmProxy,
+    request: RegisterRequest,
+    apiPath: string,
+    systemPrompt: string | null,
+  ): AdapterContext {
+    return {
+      runtimeDir: agent.runtimeDir,
+      workDir: this.#workDir,
+      proxyOrigin: proxy.url,
+      proxyApiKey: agent.proxyApiKey,
+      apiPath,
+      systemPrompt,
+      routerTimeoutMs: this.effective.router_timeout,
+      sessionId: request.bound_session_id,
+      instanceId: request.bound_instance_id,
+      insideSandbox: this.config.inside_sandbox,
+      drainModelRequests: () => proxy.drain().then(() => undefined),
+      pinAgentSession: (agentSessionId) => proxy.pinAgentSession(agentSessionId),
+    };
+  }
+
+  #bindingInfo(
+    request: RegisterRequest,
+    router: { base: string; apiPath: string },
+    runtimeId: string,
+    runtimeDir: string,
+    systemPrompt: BlackboxBinding['system_prompt'],
+  ): BlackboxBinding {
+    return {
+      runtime_id: runtimeId,
+      blackbox_type: request.blackbox_type,
+      router_raw: request.router,
+      router_base_url: router.base,
+      router_api_path: router.apiPath,
+      bound_session_id: request.bound_session_id,
+      bound_instance_id: request.bound_instance_id,
+      bound_sandbox_id: request.bound_sandbox_id ?? null,
+      system_prompt: systemPrompt,
+      runtime_dir: runtimeDir,
+      registered_at: now(),
+      backend_options: request.backend_options,
+    };
+  }
+
+  // The parked agent takes the next sample: its LLM proxy now attributes requests to it.
+  async #rebind(request: RegisterRequest, systemPrompt: string | null): Promise<void> {
+    const agent = this.#agent as KeptAgent;
+    const adapter = this.adapter as BlackboxAdapter;
+    const proxy = this.llmProxy as RolloutLlmProxy;
+    const router = normalizeRouter(request.router, request.router_api_path);
+    let systemPromptBinding: BlackboxBinding['system_prompt'] = null;
+    if (request.system_prompt_file) {
+      const runtimeFile = join(agent.runtimeDir, 'system_prompt.txt');
+      await copyFile(request.system_prompt_file, runtimeFile);
+      systemPromptBinding = {
+        source_file: request.system_prompt_file,
+        runtime_file: runtimeFile,
+        applies_to: request.blackbox_type,
+      };
+    }
+    proxy.rebind({
+      sessionId: request.bound_session_id,
+      instanceId: request.bound_instance_id,
+      sandboxId: request.bound_sandbox_id ?? null,
+    });
+    if (this.#hooks.paused()) proxy.pause();
+    else if (proxy.isPaused) proxy.resume(null);
+    await adapter.rebind?.(this.#adapterContext(agent, proxy, request, router.apiPath, systemPrompt));
+    agent.samples += 1;
+    agent.parked = false;
+    this.#info = this.#bindingInfo(request, router, agent.runtimeId, agent.runtimeDir, systemPromptBinding);
+    this.#hooks.openSession(request.bound_session_id, request.bound_instance_id);
   }
 
   #capabilities(): AdapterCapabilities {
@@ -320,6 +541,7 @@ export class RolloutBinding {
     proxyOptions: z.output<typeof proxyOptionsSchema>,
     adapterOptions: unknown,
     factory: AdapterFactory,
+    agentKey: string,
   ): Promise<void> {
     const runtimeId = `rt-${randomBytes(6).toString('hex')}`;
     const runtimeDir = join(this.effective.runtime_root, runtimeId);
@@ -351,35 +573,22 @@ export class RolloutBinding {
     });
     this.adapter = adapter;
     this.llmProxy = proxy;
-    const origin = await proxy.start();
+    await proxy.start();
     if (this.#hooks.paused()) proxy.pause();
-    await adapter.init({
+    const startedAt = Date.now();
+    await adapter.init(
+      this.#adapterContext({ runtimeDir, proxyApiKey }, proxy, request, router.apiPath, systemPrompt),
+    );
+    this.#agent = {
+      key: agentKey,
       runtimeDir,
-      workDir: this.#workDir,
-      proxyOrigin: origin,
+      runtimeId,
       proxyApiKey,
-      apiPath: router.apiPath,
-      systemPrompt,
-      routerTimeoutMs: this.effective.router_timeout,
-      sessionId: request.bound_session_id,
-      instanceId: request.bound_instance_id,
-      insideSandbox: this.config.inside_sandbox,
-      drainModelRequests: () => proxy.drain().then(() => undefined),
-    });
-    this.#info = {
-      runtime_id: runtimeId,
-      blackbox_type: request.blackbox_type,
-      router_raw: request.router,
-      router_base_url: router.base,
-      router_api_path: router.apiPath,
-      bound_session_id: request.bound_session_id,
-      bound_instance_id: request.bound_instance_id,
-      bound_sandbox_id: request.bound_sandbox_id ?? null,
-      system_prompt: systemPromptBinding,
-      runtime_dir: runtimeDir,
-      registered_at: now(),
-      backend_options: request.backend_options,
+      startedAt,
+      samples: 1,
+      parked: false,
     };
+    this.#info = this.#bindingInfo(request, router, runtimeId, runtimeDir, systemPromptBinding);
     this.#hooks.openSession(request.bound_session_id, request.bound_instance_id);
   }
 

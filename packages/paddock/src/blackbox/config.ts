@@ -24,6 +24,18 @@ export interface BlackboxServerConfig {
   inside_sandbox: boolean;
   /** Largest accepted request body in bytes (413 beyond it). */
   max_request_bytes: number;
+  /**
+   * Keep the agent (and its LLM proxy) running between the samples a slot serves, when its adapter
+   * can drop one sample's state (opencode: its server process); otherwise every registration starts
+   * the agent anew.
+   */
+  agent_reuse: boolean;
+  /** A kept agent is restarted after serving this many samples. */
+  agent_max_samples: number;
+  /** A kept agent is restarted once it has run this many seconds. */
+  agent_max_age: number;
+  /** A kept agent is restarted once its processes hold more than this many MiB of memory (RSS). */
+  agent_max_rss_mb: number;
 }
 
 /** Class defaults (the CLI reads the environment instead, see {@link blackboxConfigFromEnv}). */
@@ -42,6 +54,10 @@ export const defaultBlackboxConfig: BlackboxServerConfig = {
   runtime_health_check_retry_delay: 1,
   inside_sandbox: false,
   max_request_bytes: 16 * 1024 ** 2,
+  agent_reuse: true,
+  agent_max_samples: 100,
+  agent_max_age: 3600,
+  agent_max_rss_mb: 2048,
 };
 
 function number(env: NodeJS.ProcessEnv, key: string, fallback: number): number {
@@ -58,10 +74,23 @@ function number(env: NodeJS.ProcessEnv, key: string, fallback: number): number {
   return value;
 }
 
+function flag(env: NodeJS.ProcessEnv, key: string, fallback: boolean): boolean {
+  const raw = env[key];
+  if (raw === undefined || raw === '') return fallback;
+  if (/^(1|true|yes|on)$/i.test(raw)) return true;
+  if (/^(0|false|no|off)$/i.test(raw)) return false;
+  throw new DressageError({
+    code: 'invalid_argument',
+    message: `${key}=${raw} is not a boolean (1/0, true/false, yes/no, on/off)`,
+    details: { key },
+  });
+}
+
 /**
  * Reads the `BBS_*` environment variables (with the CLI defaults: port 23456, 3 retries, 0.5 s
  * delay). `BBS_INSIDE_SANDBOX=1` says the server runs inside a sandbox; `BBS_MAX_REQUEST_MB` bounds
- * request bodies.
+ * request bodies; `BBS_AGENT_REUSE`, `BBS_AGENT_MAX_SAMPLES`, `BBS_AGENT_MAX_AGE` and
+ * `BBS_AGENT_MAX_RSS_MB` set the kept agent's reuse and budgets.
  */
 export function blackboxConfigFromEnv(env: NodeJS.ProcessEnv = process.env): BlackboxServerConfig {
   return {
@@ -79,6 +108,10 @@ export function blackboxConfigFromEnv(env: NodeJS.ProcessEnv = process.env): Bla
     runtime_health_check_retry_delay: number(env, 'BBS_RUNTIME_HEALTH_CHECK_RETRY_DELAY', 0.5),
     inside_sandbox: /^(1|true|yes)$/i.test(env.BBS_INSIDE_SANDBOX ?? ''),
     max_request_bytes: Math.floor(number(env, 'BBS_MAX_REQUEST_MB', 16) * 1024 ** 2),
+    agent_reuse: flag(env, 'BBS_AGENT_REUSE', defaultBlackboxConfig.agent_reuse),
+    agent_max_samples: number(env, 'BBS_AGENT_MAX_SAMPLES', defaultBlackboxConfig.agent_max_samples),
+    agent_max_age: number(env, 'BBS_AGENT_MAX_AGE', defaultBlackboxConfig.agent_max_age),
+    agent_max_rss_mb: number(env, 'BBS_AGENT_MAX_RSS_MB', defaultBlackboxConfig.agent_max_rss_mb),
   };
 }
 

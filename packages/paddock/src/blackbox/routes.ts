@@ -85,6 +85,7 @@ export const blackboxRoutes = new RouteTable<RouteHandler>({ decodeParameter })
   .add('POST', '/v1/rollout/register', async ({ parts, body }) => ({
     body: await parts.binding.register(body),
   }))
+  .add('POST', '/v1/rollout/recycle', async ({ parts }) => ({ body: await parts.binding.recycle() }))
   .add('POST', '/v1/rollout/pause', async ({ parts, body }) => ({ body: await parts.pause.pause(body) }))
   .add('POST', '/v1/rollout/resume', async ({ parts, body }) => ({ body: await parts.pause.resume(body) }))
   .add('GET', '/v1/rollout/pause_state', ({ parts }) => ({ body: parts.pause.state() }))

@@ -20,6 +20,10 @@ export const serverConfigSchema = z.strictObject({
   runtime_health_check_interval: z.number().positive().optional(),
   runtime_health_check_retries: z.int().nonnegative().optional(),
   runtime_health_check_retry_delay: z.number().nonnegative().optional(),
+  agent_reuse: z.boolean().optional(),
+  agent_max_samples: z.int().positive().optional(),
+  agent_max_age: z.number().positive().optional(),
+  agent_max_rss_mb: z.number().positive().optional(),
 });
 
 /** `backend_options.proxy`: the in-process LLM proxy's settings. Extra keys are rejected. */

@@ -44,5 +44,10 @@ export function defaultServerScript(): string {
  */
 export function blackboxSlotServer(): SlotServer {
   const script = defaultServerScript();
-  return { command: ['/usr/bin/env', 'node', script], readOnlyMounts: [findInstallRoot(script)] };
+  return {
+    command: ['/usr/bin/env', 'node', script],
+    readOnlyMounts: [findInstallRoot(script)],
+    // Between leases the server stays up and keeps its agent warm (`agent_reuse`).
+    recyclePath: '/v1/rollout/recycle',
+  };
 }

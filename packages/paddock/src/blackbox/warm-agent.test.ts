@@ -1,0 +1,201 @@
+// A kept opencode in a real bwrap slot: `opencode serve` stays up between the samples of its slot,
+// and the next sample sees nothing of the last one: no files, no opencode session or history, no
+// environment, no process; each sample's model calls land in its own trajectory; a crashed agent
+// is started anew.
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { createSample, type Sample } from '@dressage/protocol';
+import { LocalBwrapProvider } from '@dressage/sandbox';
+import { findFreePortRange } from '@dressage/sandbox/internal';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type Script, ScriptedModelServer } from '../__fixtures__/scripted-model.js';
+import { agentInstallDir, agentPackages, ensureAgentInstalled } from '../adapters/agent-install.js';
+import { createBlackboxGenerate } from '../paddock/blackbox-generate.js';
+import { httpTrajectoryProxy } from '../paddock/whitebox.js';
+import { blackboxSlotServer } from './slot-server.js';
+
+type Json = Record<string, unknown>;
+
+// Sample A leaves a trace everywhere it can; sample B looks for it. The marker is split in the
+// commands so that only what they find can contain it whole.
+const plant = [
+  'echo SECRET""_A > /workspace/a.txt',
+  'echo SECRET""_A > /tmp/a.txt',
+  'echo SECRET""_A > "$HOME/a.txt"',
+  'echo "export LEAK=SECRET""_A" >> "$HOME/.profile"',
+  'echo "export LEAK=SECRET""_A" >> "$HOME/.bashrc"',
+  'echo "remember SECRET""_A" > "$HOME/.config/opencode/AGENTS.md"',
+  'export LEAK=SECRET""_A',
+  'nohup sleep 600 >/dev/null 2>&1 &',
+  'echo planted',
+].join('; ');
+const look = [
+  'echo "pid=$(for p in /proc/[0-9]*; do if tr "\\0" " " < $p/cmdline 2>/dev/null | grep -q " serve --port"; then basename $p; fi; done | sort -n | head -1)"',
+  'echo "LEAK=$LEAK"',
+  'ls -A /workspace /tmp "$HOME" /workspace_sandbox/blackbox_server_runtime',
+  'grep -rl "SECRET""_A" /workspace /tmp "$HOME" /workspace_sandbox /home 2>/dev/null',
+  'for p in /proc/[0-9]*; do tr "\\0" " " < $p/cmdline 2>/dev/null; echo; done | grep "[s]leep 600"',
+  '/bin/sh -lc "echo login LEAK=\\$LEAK"',
+  'true',
+].join('; ');
+
+const script: Script = (request) => {
+  const messages = request.messages as Json[];
+  const last = messages.at(-1) as Json;
+  if (last.role === 'tool') return { content: `Done: ${String(last.content)}` };
+  const task = JSON.stringify(messages);
+  const command = task.includes('plant the traces') ? plant : look;
+  return { content: '', tool_calls: [{ name: 'bash', arguments: { command, description: 'Run' } }] };
+};
+
+const sample = (index: number, prompt: string): Sample =>
+  createSample({ index, group_index: index, prompt, metadata: { instance_id: `warm-${index}` } });
+
+/** The host pids of the processes whose command line matches `pattern` and whose environment holds `marker`. */
+function pidsOf(pattern: RegExp, marker: string): number[] {
+  const pids: number[] = [];
+  for (const name of readdirSync('/proc').filter((entry) => /^\d+$/.test(entry))) {
+    try {
+      const cmdline = readFileSync(`/proc/${name}/cmdline`, 'latin1').split('\0').join(' ');
+      if (!pattern.test(cmdline)) continue;
+      if (!readFileSync(`/proc/${name}/environ`, 'latin1').split('\0').includes(marker)) continue;
+      pids.push(Number(name));
+    } catch {
+      // Gone, or not ours to read.
+    }
+  }
+  return pids;
+}
+
+describe('a kept opencode agent', () => {
+  let baseDir: string;
+  let model: ScriptedModelServer;
+  let provider: LocalBwrapProvider;
+  let generate: (sample: Sample) => Promise<Sample[]>;
+  let skipReason: string | null = null;
+  let port = 0;
+
+  beforeAll(async () => {
+    let bin: string;
+    try {
+      bin = await ensureAgentInstalled(agentPackages.opencode);
+    } catch (error) {
+      skipReason = `cannot install opencode: ${String(error)}`;
+      console.warn(`[paddock] skipping: ${skipReason}`);
+      return;
+    }
+    baseDir = mkdtempSync(join(tmpdir(), 'paddock-warm-'));
+    model = new ScriptedModelServer(script);
+    await model.start();
+    port = await findFreePortRange(1);
+    provider = new LocalBwrapProvider({
+      slots: 1,
+      mode: 'blackbox',
+      server: blackboxSlotServer(),
+      baseDir: join(baseDir, 'pool'),
+      basePort: port,
+      upstreamUrl: model.url,
+      extraReadOnlyMounts: [agentInstallDir(agentPackages.opencode)],
+      env: { DRESSAGE_OPENCODE_BIN: bin, PATH: `${dirname(bin)}:/usr/local/bin:/usr/bin:/bin` },
+      healthIntervalSeconds: 0,
+    });
+    await provider.pool.start();
+    generate = createBlackboxGenerate({
+      provider,
+      proxy: httpTrajectoryProxy(model.url),
+      proxyUrl: model.url,
+      blackboxType: 'opencode',
+      backendOptions: { permission: { '*': 'deny', bash: 'allow' }, proxy: { max_steps: 8 } },
+    });
+  }, 900_000);
+  afterAll(async () => {
+    await provider?.close();
+    await model?.close();
+    if (baseDir) rmSync(baseDir, { recursive: true, force: true });
+  });
+
+  // The agent's process group leaders: children of the slot's server that run opencode.
+  const agents = () => {
+    const servers = pidsOf(/dressage-blackbox-server/, `BBS_PORT=${port}`);
+    return readdirSync('/proc')
+      .filter((entry) => /^\d+$/.test(entry))
+      .filter((pid) => {
+        try {
+          const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+          const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+          return (
+            servers.includes(ppid) && readFileSync(`/proc/${pid}/cmdline`, 'latin1').includes('opencode')
+          );
+        } catch {
+          return false;
+        }
+      })
+      .map(Number);
+  };
+  const toolOutput = (sessionId: string) => {
+    const requests = model.requests.filter((request) => request.headers['x-session-id'] === sessionId);
+    const last = requests.at(-1)?.body.messages as Json[];
+    return String(last.at(-1)?.content ?? '');
+  };
+
+  it('serves two samples in a row with one process, and the second sees nothing of the first', async (context) => {
+    if (skipReason !== null) context.skip();
+    const [a] = await generate(sample(0, 'Sample one: plant the traces.'));
+    expect(a?.status, JSON.stringify(a?.metadata)).toBe('completed');
+    await provider.pool.settled();
+    const afterA = agents();
+    expect(afterA).toHaveLength(1);
+
+    const [b] = await generate(sample(1, 'Sample two: look around.'));
+    expect(b?.status, JSON.stringify(b?.metadata)).toBe('completed');
+    await provider.pool.settled();
+    // The same opencode process served both.
+    expect(agents()).toEqual(afterA);
+
+    const sessionA = String(a?.session_id);
+    const sessionB = String(b?.session_id);
+    expect(sessionA).not.toBe(sessionB);
+    expect(toolOutput(sessionA)).toContain('planted');
+    const seen = toolOutput(sessionB);
+    expect(seen).toMatch(/^pid=\d+/);
+    expect(seen).toContain('LEAK=\n');
+    expect(seen).toContain('login LEAK=\n');
+    expect(seen).not.toContain('SECRET_A');
+    expect(seen).not.toContain('a.txt');
+    expect(seen).not.toContain('sleep 600');
+    // Nothing of sample A's conversation in any of B's model requests (no shared session or history).
+    const ofB = model.requests.filter((request) => request.headers['x-session-id'] === sessionB);
+    expect(ofB.length).toBeGreaterThan(0);
+    for (const request of ofB) {
+      expect(JSON.stringify(request.body)).not.toContain('plant the traces');
+      expect(JSON.stringify(request.body)).not.toContain('SECRET_A');
+    }
+    // Each sample's calls went to its own trajectory, and only there.
+    const ofA = model.requests.filter((request) => request.headers['x-session-id'] === sessionA);
+    expect(ofA.length).toBeGreaterThan(0);
+    for (const request of ofA) expect(JSON.stringify(request.body)).not.toContain('look around');
+    expect(
+      model.requests.every((request) =>
+        [sessionA, sessionB].includes(String(request.headers['x-session-id'])),
+      ),
+    ).toBe(true);
+    expect(a?.tokens.length).toBeGreaterThan(0);
+    expect(b?.tokens.length).toBeGreaterThan(0);
+  }, 600_000);
+
+  it('starts a crashed agent anew, and the next sample succeeds', async (context) => {
+    if (skipReason !== null) context.skip();
+    await provider.pool.settled();
+    const [before] = agents();
+    expect(before).toBeDefined();
+    process.kill(-(before as number), 'SIGKILL');
+    const [c] = await generate(sample(2, 'Sample three: look around.'));
+    expect(c?.status, JSON.stringify(c?.metadata)).toBe('completed');
+    await provider.pool.settled();
+    const after = agents();
+    expect(after).toHaveLength(1);
+    expect(after[0]).not.toBe(before);
+    expect(toolOutput(String(c?.session_id))).toMatch(/^pid=\d+/);
+  }, 600_000);
+});
