@@ -9,10 +9,14 @@ import {
 } from '../blackbox/adapter.js';
 import { agentEnv } from './agent-process.js';
 
+// Executables whose `--version` ran, by command and PATH: the check runs once per server process
+// (a kept slot server serves many samples), not at every registration and health probe.
+const versionChecked = new Map<string, Promise<boolean>>();
+
 /**
  * An agent CLI run once per turn (headless, its session resumed by id): the adapter is healthy
- * while `<command> --version` works, and a turn is one process in the work dir, killed with its
- * process group when the turn is stopped.
+ * once `<command> --version` has worked (checked once per server process and executable), and a
+ * turn is one process in the work dir, killed with its process group when the turn is stopped.
  */
 export abstract class PerTurnCliAdapter implements BlackboxAdapter {
   abstract readonly type: string;
@@ -49,15 +53,20 @@ export abstract class PerTurnCliAdapter implements BlackboxAdapter {
 
   async health(): Promise<boolean> {
     if (this.context === null) return false;
-    try {
-      const result = await runProcessGroup([this.command, '--version'], {
-        env: this.versionEnvironment(),
-        timeoutMs: 60_000,
-      });
-      return result.returncode === 0;
-    } catch {
-      return false;
+    const env = this.versionEnvironment();
+    const key = `${this.command}\0${env.PATH ?? ''}`;
+    let check = versionChecked.get(key);
+    if (check === undefined) {
+      check = runProcessGroup([this.command, '--version'], { env, timeoutMs: 60_000 }).then(
+        (result) => result.returncode === 0,
+        () => false,
+      );
+      versionChecked.set(key, check);
     }
+    const ok = await check;
+    // Only a success is remembered: a failed check runs again next time.
+    if (!ok && versionChecked.get(key) === check) versionChecked.delete(key);
+    return ok;
   }
 
   /**
