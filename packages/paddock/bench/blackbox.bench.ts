@@ -1,18 +1,21 @@
-// Blackbox throughput: trajectories per minute of N concurrent opencode agents, each in a sandbox of
-// a blackbox pool, against a zero-delay scripted model; and, in the same run, a whitebox agent
-// making the same model calls and running the same command in a sandbox of a command_only pool.
-// Each trajectory: the task, a bash tool call (`echo ok > done.txt`) run in the sandbox, a final
-// answer, then a check command in the sandbox. The ratio is the cost of driving an unmodified CLI
-// through the BlackboxServer. One run; the last line is a JSON object of the headline figures.
+// Blackbox throughput: trajectories per minute of N concurrent agents of each adapter, each in a
+// sandbox of a blackbox pool, against a zero-delay scripted model, cold (the slot server and agent
+// started for every sample, as a slot server without a recycle route is) and warm (the server and
+// the agent kept between samples; one untimed round first starts them); and, in the same run, a
+// whitebox agent making the same model calls and running the same command in a sandbox of a
+// command_only pool. Each trajectory: the task, a shell tool call (`echo ok > done.txt`) run in
+// the sandbox, a final answer, then a check command in the sandbox. The ratio is the cost of
+// driving an unmodified CLI through the BlackboxServer. One run; the last line is a JSON object.
 //
-//   BENCH_AGENTS=2 BENCH_ROUNDS=2 pnpm --filter @dressage/paddock bench
+//   BENCH_AGENTS=2 BENCH_ROUNDS=2 BENCH_ADAPTERS=opencode,qwen_code pnpm --filter @dressage/paddock bench
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { createSample, type Sample } from '@dressage/protocol';
-import { LocalBwrapProvider } from '@dressage/sandbox';
+import { LocalBwrapProvider, type SandboxSpec } from '@dressage/sandbox';
 import { type Script, ScriptedModelServer } from '../src/__fixtures__/scripted-model.js';
 import { agentInstallDir, agentPackages, ensureAgentInstalled } from '../src/adapters/agent-install.js';
+import { builtinAdapterExecutableVariables } from '../src/adapters/index.js';
 import { blackboxSlotServer } from '../src/blackbox/slot-server.js';
 import { createBlackboxGenerate } from '../src/paddock/blackbox-generate.js';
 import {
@@ -27,17 +30,36 @@ type Json = Record<string, unknown>;
 const agents = Number(process.env.BENCH_AGENTS ?? 2);
 const rounds = Number(process.env.BENCH_ROUNDS ?? 2);
 const trajectories = agents * rounds;
+const adapters = (process.env.BENCH_ADAPTERS ?? 'opencode,qwen_code')
+  .split(',')
+  .map((name) => name.trim())
+  .filter(Boolean) as (keyof typeof builtinAdapterExecutableVariables)[];
 const command = 'echo ok > done.txt';
 const check = 'test "$(cat /workspace/done.txt)" = ok';
 const round = (value: number) => Math.round(value * 1000) / 1000;
 
-// The model: a bash call first, a final answer once it sees the tool's result. No delay.
-const script: Script = (request) => {
+// The model: a call of the agent's shell tool first, a final answer once it sees the tool's result.
+// No delay.
+// When each blackbox session's first and last model request arrived (for the phase breakdown).
+const modelTimes = new Map<string, { first: number; last: number }>();
+const script: Script = (request, { headers }) => {
+  const session = String(headers['x-session-id'] ?? '');
+  const now = performance.now();
+  const times = modelTimes.get(session);
+  if (times) times.last = now;
+  else modelTimes.set(session, { first: now, last: now });
   const last = (request.messages as Json[]).at(-1) as Json;
   if (last.role === 'tool') return { content: 'Done.' };
+  const tools = ((request.tools as Json[] | undefined) ?? []).map((tool) =>
+    String((tool.function as Json).name),
+  );
+  const shell =
+    tools.find((name) => ['bash', 'run_shell_command', 'shell', 'Bash', 'exec'].includes(name)) ?? 'bash';
   return {
     content: '',
-    tool_calls: [{ name: 'bash', arguments: { command, description: 'Write the file' } }],
+    tool_calls: [
+      { name: shell, arguments: shell === 'bash' ? { command, description: 'Write the file' } : { command } },
+    ],
   };
 };
 
@@ -53,57 +75,130 @@ function task(index: number): Sample {
   });
 }
 
-/** Runs `count` samples through `generate`, `agents` at a time; returns seconds and successes. */
+/** Milliseconds of one blackbox sample, by phase. */
+interface Phases {
+  acquire: number;
+  toFirstModelCall: number;
+  agentLoop: number;
+  afterLastModelCall: number;
+}
+
+/** Runs `count` samples through `generate`, `agents` at a time; returns seconds, successes and phases. */
 async function drive(
   count: number,
   generate: (sample: Sample) => Promise<Sample[]>,
   passed: (sample: Sample) => boolean,
+  acquired?: Map<string, { start: number; end: number }>,
 ) {
   let next = 0;
   let succeeded = 0;
+  const phases: Phases[] = [];
   const started = performance.now();
   await Promise.all(
     Array.from({ length: agents }, async () => {
       while (next < count) {
+        const start = performance.now();
         const [sample] = await generate(task(next++));
+        const end = performance.now();
         if (sample !== undefined && passed(sample)) succeeded += 1;
+        const session = String(sample?.session_id ?? '');
+        const lease = acquired?.get(session);
+        const times = modelTimes.get(session);
+        if (lease && times)
+          phases.push({
+            acquire: lease.end - start,
+            toFirstModelCall: times.first - lease.end,
+            agentLoop: times.last - times.first,
+            afterLastModelCall: end - times.last,
+          });
       }
     }),
   );
-  return { count, seconds: (performance.now() - started) / 1000, succeeded };
+  const mean = (key: keyof Phases) =>
+    phases.length === 0
+      ? null
+      : round(phases.reduce((sum, phase) => sum + phase[key], 0) / phases.length / 1000);
+  return {
+    count,
+    seconds: (performance.now() - started) / 1000,
+    succeeded,
+    phases: {
+      acquire_s: mean('acquire'),
+      to_first_model_call_s: mean('toFirstModelCall'),
+      agent_loop_s: mean('agentLoop'),
+      after_last_model_call_s: mean('afterLastModelCall'),
+    },
+  };
 }
 
 const base = mkdtempSync(join(tmpdir(), 'paddock-blackbox-bench-'));
 const model = new ScriptedModelServer(script);
 await model.start();
 const proxy = httpTrajectoryProxy(model.url);
-const bin = await ensureAgentInstalled(agentPackages.opencode);
-
-// Blackbox: opencode in a network-isolated slot, its model calls through the slot's LLM proxy and
-// the pool's gate; bash its only tool.
-const blackboxProvider = new LocalBwrapProvider({
-  slots: agents,
-  mode: 'blackbox',
-  server: blackboxSlotServer(),
-  baseDir: join(base, 'blackbox'),
-  upstreamUrl: model.url,
-  extraReadOnlyMounts: [agentInstallDir(agentPackages.opencode)],
-  env: { DRESSAGE_OPENCODE_BIN: bin, PATH: `${dirname(bin)}:/usr/local/bin:/usr/bin:/bin` },
-  healthIntervalSeconds: 0,
-});
-await blackboxProvider.pool.start();
-const blackboxGenerate = createBlackboxGenerate({
-  provider: blackboxProvider,
-  proxy,
-  proxyUrl: model.url,
-  blackboxType: 'opencode',
-  backendOptions: { permission: { '*': 'deny', bash: 'allow' }, proxy: { max_steps: 8 } },
-});
 const checked = (sample: Sample) =>
   sample.status === 'completed' &&
   ((sample.metadata.execute_cmds as Json[] | undefined) ?? []).some((result) => result.returncode === 0);
-const blackbox = await drive(trajectories, blackboxGenerate, checked);
-await blackboxProvider.close();
+// Only bash among opencode's tools (a shorter prompt); the others take their defaults.
+const backendOptionsOf: Partial<Record<string, Json>> = {
+  opencode: { permission: { '*': 'deny', bash: 'allow' } },
+};
+
+// One adapter, cold or warm: agents in network-isolated slots, their model calls through the slot's
+// LLM proxy and the pool's gate.
+async function blackboxRun(type: keyof typeof builtinAdapterExecutableVariables, warm: boolean) {
+  const agent = agentPackages[type];
+  const bin = await ensureAgentInstalled(agent);
+  const { recyclePath: _recycle, ...coldServer } = blackboxSlotServer();
+  const provider = new LocalBwrapProvider({
+    slots: agents,
+    mode: 'blackbox',
+    server: warm ? blackboxSlotServer() : coldServer,
+    baseDir: join(base, `blackbox-${type}-${warm ? 'warm' : 'cold'}`),
+    upstreamUrl: model.url,
+    extraReadOnlyMounts: [agentInstallDir(agent)],
+    env: {
+      [builtinAdapterExecutableVariables[type]]: bin,
+      PATH: `${dirname(bin)}:/usr/local/bin:/usr/bin:/bin`,
+    },
+    healthIntervalSeconds: 0,
+  });
+  await provider.pool.start();
+  // The lease wait of each sample (a warm slot is leased once its recycle is done).
+  const acquired = new Map<string, { start: number; end: number }>();
+  const timed = new Proxy(provider, {
+    get(target, property, receiver) {
+      if (property === 'create')
+        return async (spec: SandboxSpec) => {
+          const start = performance.now();
+          const lease = await target.create(spec);
+          acquired.set(String(spec.sessionId ?? spec.trajectoryId), { start, end: performance.now() });
+          return lease;
+        };
+      const value = Reflect.get(target, property, receiver);
+      return typeof value === 'function' ? value.bind(target) : value;
+    },
+  });
+  const generate = createBlackboxGenerate({
+    provider: timed,
+    proxy,
+    proxyUrl: model.url,
+    blackboxType: type,
+    backendOptions: { ...backendOptionsOf[type], proxy: { max_steps: 8 } },
+  });
+  // Warm: one untimed sample per slot starts each slot's agent.
+  if (warm) await drive(agents, generate, checked);
+  const run = await drive(trajectories, generate, checked, acquired);
+  await provider.close();
+  return { ...run, version: agent.version };
+}
+
+const blackbox: Record<
+  string,
+  { cold: Awaited<ReturnType<typeof blackboxRun>>; warm: Awaited<ReturnType<typeof blackboxRun>> }
+> = {};
+for (const type of adapters) {
+  blackbox[type] = { cold: await blackboxRun(type, false), warm: await blackboxRun(type, true) };
+}
 
 // Whitebox: the same two model calls, made by the agent itself, and the same command and check
 // run in a sandbox of a command_only pool.
@@ -157,22 +252,35 @@ const perMinute = (run: { count: number; seconds: number }) => (run.count / run.
 const perTrajectory = (run: { count: number; seconds: number }) => run.seconds / run.count;
 console.log(`${agents} concurrent agents, zero-delay model`);
 console.log(
-  `blackbox (opencode ${agentPackages.opencode.version}, BlackboxServer, bwrap): ${round(perMinute(blackbox))} trajectories/min, ${blackbox.succeeded}/${blackbox.count} checked`,
-);
-console.log(
   `whitebox (same calls and command, bwrap): ${round(perMinute(whitebox))} trajectories/min, ${whitebox.succeeded}/${whitebox.count} checked`,
 );
-const ratio = perTrajectory(blackbox) / perTrajectory(whitebox);
-console.log(`blackbox cost: ${round(ratio)}x the whitebox time per trajectory`);
+const figures: Record<string, Json> = {};
+for (const [type, runs] of Object.entries(blackbox)) {
+  const entry: Json = { version: runs.cold.version };
+  for (const mode of ['cold', 'warm'] as const) {
+    const run = runs[mode];
+    const ratio = perTrajectory(run) / perTrajectory(whitebox);
+    console.log(
+      `${type} ${run.version} ${mode}: ${round(perMinute(run))} trajectories/min, ${round(perTrajectory(run))} s each, ${run.succeeded}/${run.count} checked, ${round(ratio)}x the whitebox time per trajectory`,
+    );
+    console.log(`  mean seconds per sample: ${JSON.stringify(run.phases)}`);
+    entry[mode] = {
+      trajectories: run.count,
+      trajectories_per_minute: round(perMinute(run)),
+      seconds_per_trajectory: round(perTrajectory(run)),
+      over_whitebox_time: round(ratio),
+      checked: run.succeeded,
+      mean_phases: run.phases,
+    };
+  }
+  figures[type] = entry;
+}
 console.log(
   JSON.stringify({
     agents,
-    blackbox_trajectories: blackbox.count,
     whitebox_trajectories: whitebox.count,
-    blackbox_trajectories_per_minute: round(perMinute(blackbox)),
     whitebox_trajectories_per_minute: round(perMinute(whitebox)),
-    blackbox_over_whitebox_time: round(ratio),
-    blackbox_checked: blackbox.succeeded,
     whitebox_checked: whitebox.succeeded,
+    blackbox: figures,
   }),
 );
