@@ -1,9 +1,10 @@
 // Building blocks of @dressage/proxy for code that embeds or tests parts of it: the command line's
 // parser and usage, the engine client,
 // the generation controller, the output parsers, the service behind the HTTP server, request bodies,
-// pseudo-streaming and the trajectory store. Not covered by the package's compatibility promise.
+// pseudo-streaming, the trajectory store and the directory lock it takes. Not covered by the package's compatibility promise.
 
 export { defaultRouterUrl, type ParsedArguments, parseProxyArguments, usage } from './config.js';
+export { type DirectoryLock, type LockDirectoryOptions, lockDirectory } from './directory-lock.js';
 export {
   type AbortOutcome,
   EngineClient,
