@@ -128,6 +128,27 @@ describe('dressage train on the embedded stack', () => {
       childOutput += String(chunk);
     });
     const exited = new Promise((resolve) => child.on('exit', resolve));
+    // A second run started in the same directory while this one trains is refused before it
+    // touches anything: it would remove the running run's proxy store.
+    await new Promise<void>((resolve, reject) => {
+      const timer = setInterval(() => {
+        if (childOutput.includes('RL [')) {
+          clearInterval(timer);
+          resolve();
+        } else if (child.exitCode !== null) {
+          clearInterval(timer);
+          reject(new Error(`the run ended before it trained:\n${childOutput}`));
+        }
+      }, 100);
+    });
+    const storeBefore = await readFile(join(output, 'proxy-store', 'LOCK'), 'utf8');
+    await expect(runTraining(await loadRecipe(killedRecipe), { log: () => undefined })).rejects.toMatchObject(
+      {
+        code: 'failed_precondition',
+        message: expect.stringContaining(`is in use by process ${child.pid} (one run per directory`),
+      },
+    );
+    expect(await readFile(join(output, 'proxy-store', 'LOCK'), 'utf8')).toBe(storeBefore);
     await new Promise<void>((resolve, reject) => {
       const timer = setInterval(async () => {
         const state = JSON.parse(await readFile(join(output, 'run-state.json'), 'utf8'));

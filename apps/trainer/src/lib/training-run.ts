@@ -12,6 +12,7 @@ import {
   type TrainBatch,
 } from '@dressage/protocol';
 import { ProxyClient } from '@dressage/proxy';
+import { lockDirectory } from '@dressage/proxy/internal';
 import { computeRewards, type RewardRegistry } from '@dressage/reward-registry';
 import { type GenerateContext, PromptDataSource, type RolloutScheduler } from '@dressage/schedulers';
 import {
@@ -122,16 +123,37 @@ function mean(values: readonly number[]): number {
   return values.length === 0 ? 0 : values.reduce((sum, value) => sum + value, 0) / values.length;
 }
 
-/** Runs the recipe's training end to end: warm-start (optional), then RL steps. */
+/**
+ * Runs the recipe's training end to end: warm-start (optional), then RL steps. The run holds its
+ * output directory for its whole length: a second run there (a second `dressage train` started in
+ * the same directory) is refused before it touches anything, since a new run removes the earlier
+ * run's proxy store and writes the same metrics, samples and checkpoints.
+ *
+ * @throws DressageError `failed_precondition` naming the process that holds the output directory.
+ */
 export async function runTraining(
   loaded: LoadedRecipe,
   options: RunTrainingOptions = {},
 ): Promise<TrainingSummary> {
+  const { outputDirectory } = runPlanOf(loaded, options.steps === undefined ? {} : { steps: options.steps });
+  await mkdir(outputDirectory, { recursive: true });
+  const lock = lockDirectory(outputDirectory, {
+    file: 'run.lock',
+    subject: `the run directory ${outputDirectory}`,
+    remedy: 'one run per directory: stop that run, or give this recipe its own output_dir',
+  });
+  try {
+    return await trainInDirectory(loaded, options);
+  } finally {
+    lock.release();
+  }
+}
+
+async function trainInDirectory(loaded: LoadedRecipe, options: RunTrainingOptions): Promise<TrainingSummary> {
   const { recipe } = loaded;
   const log = options.log ?? ((line: string) => process.stdout.write(`${line}\n`));
   const plan = runPlanOf(loaded, options.steps === undefined ? {} : { steps: options.steps });
   const { outputDirectory, dataPath, proxyStore } = plan;
-  await mkdir(outputDirectory, { recursive: true });
   const previous = options.resume ? await readRunState(outputDirectory) : null;
   if (options.resume && previous === null) log(`resume: no checkpoint in ${outputDirectory}, starting fresh`);
   const embedded = plan.stack === 'embedded';
