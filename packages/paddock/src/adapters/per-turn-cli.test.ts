@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { AdapterContext } from '../blackbox/adapter.js';
-import { QwenCodeAdapter } from './qwen-code.js';
+import { ClaudeCodeAdapter } from './claude-code.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'paddock-version-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -34,13 +34,13 @@ const context = (runtimeDir: string): AdapterContext => ({
 });
 
 async function withBin<T>(path: string, run: () => Promise<T>): Promise<T> {
-  const previous = process.env.DRESSAGE_QWEN_CODE_BIN;
-  process.env.DRESSAGE_QWEN_CODE_BIN = path;
+  const previous = process.env.DRESSAGE_CLAUDE_CODE_BIN;
+  process.env.DRESSAGE_CLAUDE_CODE_BIN = path;
   try {
     return await run();
   } finally {
-    if (previous === undefined) delete process.env.DRESSAGE_QWEN_CODE_BIN;
-    else process.env.DRESSAGE_QWEN_CODE_BIN = previous;
+    if (previous === undefined) delete process.env.DRESSAGE_CLAUDE_CODE_BIN;
+    else process.env.DRESSAGE_CLAUDE_CODE_BIN = previous;
   }
 }
 
@@ -49,7 +49,7 @@ describe('per-turn CLI version check', () => {
     const good = cli('good-cli', 0);
     await withBin(good.path, async () => {
       for (const sample of ['a', 'b', 'c']) {
-        const adapter = new QwenCodeAdapter({});
+        const adapter = new ClaudeCodeAdapter({});
         await adapter.init(context(join(dir, `rt-${sample}`)));
         expect(await adapter.health()).toBe(true);
         await adapter.close();
@@ -61,7 +61,7 @@ describe('per-turn CLI version check', () => {
   it('runs a failed check again, and refuses to register', async () => {
     const bad = cli('bad-cli', 1);
     await withBin(bad.path, async () => {
-      const adapter = new QwenCodeAdapter({});
+      const adapter = new ClaudeCodeAdapter({});
       await expect(adapter.init(context(join(dir, 'rt-bad')))).rejects.toThrow(/--version failed/);
       expect(await adapter.health()).toBe(false);
     });

@@ -59,12 +59,12 @@ describe('blackbox slots', () => {
 
   beforeAll(async () => {
     baseDir = mkdtempSync(join(tmpdir(), 'paddock-slots-'));
-    // A stand-in for the qwen CLI that only answers --version: enough for slot A's server to register
+    // A stand-in for the Claude Code CLI (a per-turn CLI) that only answers --version: enough for slot A's server to register
     // it and start its LLM proxy.
     const agentDir = join(baseDir, 'agent');
     mkdirSync(agentDir, { mode: 0o755 });
     chmodSync(baseDir, 0o755);
-    writeFileSync(join(agentDir, 'qwen'), '#!/bin/sh\necho 0.0.0\n', { mode: 0o755 });
+    writeFileSync(join(agentDir, 'claude'), '#!/bin/sh\necho 0.0.0\n', { mode: 0o755 });
     provider = new LocalBwrapProvider({
       slots: 2,
       baseDir: join(baseDir, 'pool'),
@@ -73,7 +73,7 @@ describe('blackbox slots', () => {
       basePort: await findFreePortRange(2),
       healthIntervalSeconds: 0,
       extraReadOnlyMounts: [agentDir],
-      env: { DRESSAGE_QWEN_CODE_BIN: join(agentDir, 'qwen') },
+      env: { DRESSAGE_CLAUDE_CODE_BIN: join(agentDir, 'claude') },
     });
     await provider.pool.start();
     first = await provider.create({ trajectoryId: 'slot-a', metadata: { paddock_mode: 'blackbox' } });
@@ -143,7 +143,7 @@ describe('blackbox slots', () => {
       method: 'POST',
       headers: { ...a.headers, 'content-type': 'application/json' },
       body: JSON.stringify({
-        blackbox_type: 'qwen_code',
+        blackbox_type: 'claude_code',
         router: 'http://127.0.0.1:9',
         bound_session_id: session,
         bound_instance_id: 'i',

@@ -1,7 +1,7 @@
-// A kept opencode in a real bwrap slot: `opencode serve` stays up between the samples of its slot,
-// and the next sample sees nothing of the last one: no files, no opencode session or history, no
-// environment, no process; each sample's model calls land in its own trajectory; a crashed agent
-// is started anew.
+// Kept agents in a real bwrap slot (`opencode serve`, `qwen --acp`) stay up between the samples of
+// their slot, and the next sample sees nothing of the last one: no files, no agent session or
+// history, no memory, no environment, no process; each sample's model calls land in its own
+// trajectory; a crashed agent is started anew.
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -25,13 +25,15 @@ const plant = [
   'echo SECRET""_A > "$HOME/a.txt"',
   'echo "export LEAK=SECRET""_A" >> "$HOME/.profile"',
   'echo "export LEAK=SECRET""_A" >> "$HOME/.bashrc"',
+  'mkdir -p "$HOME/.config/opencode" "$HOME/.qwen"',
   'echo "remember SECRET""_A" > "$HOME/.config/opencode/AGENTS.md"',
+  'echo "remember SECRET""_A" > "$HOME/.qwen/QWEN.md"',
   'export LEAK=SECRET""_A',
   'nohup sleep 600 >/dev/null 2>&1 &',
   'echo planted',
 ].join('; ');
 const look = [
-  'echo "pid=$(for p in /proc/[0-9]*; do if tr "\\0" " " < $p/cmdline 2>/dev/null | grep -q " serve --port"; then basename $p; fi; done | sort -n | head -1)"',
+  'echo looked',
   'echo "LEAK=$LEAK"',
   'ls -A /workspace /tmp "$HOME" /workspace_sandbox/blackbox_server_runtime',
   'grep -rl "SECRET""_A" /workspace /tmp "$HOME" /workspace_sandbox /home 2>/dev/null',
@@ -46,6 +48,11 @@ const script: Script = (request) => {
   if (last.role === 'tool') return { content: `Done: ${String(last.content)}` };
   const task = JSON.stringify(messages);
   const command = task.includes('plant the traces') ? plant : look;
+  const tools = ((request.tools as Json[] | undefined) ?? []).map((tool) =>
+    String((tool.function as Json).name),
+  );
+  if (tools.includes('run_shell_command'))
+    return { content: '', tool_calls: [{ name: 'run_shell_command', arguments: { command } }] };
   return { content: '', tool_calls: [{ name: 'bash', arguments: { command, description: 'Run' } }] };
 };
 
@@ -68,7 +75,17 @@ function pidsOf(pattern: RegExp, marker: string): number[] {
   return pids;
 }
 
-describe('a kept opencode agent', () => {
+const kept = [
+  {
+    type: 'opencode',
+    agent: agentPackages.opencode,
+    variable: 'DRESSAGE_OPENCODE_BIN',
+    options: { permission: { '*': 'deny', bash: 'allow' } },
+  },
+  { type: 'qwen_code', agent: agentPackages.qwen_code, variable: 'DRESSAGE_QWEN_CODE_BIN', options: {} },
+] as const;
+
+describe.each(kept)('a kept $type agent', ({ type, agent, variable, options }) => {
   let baseDir: string;
   let model: ScriptedModelServer;
   let provider: LocalBwrapProvider;
@@ -79,13 +96,13 @@ describe('a kept opencode agent', () => {
   beforeAll(async () => {
     let bin: string;
     try {
-      bin = await ensureAgentInstalled(agentPackages.opencode);
+      bin = await ensureAgentInstalled(agent);
     } catch (error) {
-      skipReason = `cannot install opencode: ${String(error)}`;
+      skipReason = `cannot install ${agent.name}: ${String(error)}`;
       console.warn(`[paddock] skipping: ${skipReason}`);
       return;
     }
-    baseDir = mkdtempSync(join(tmpdir(), 'paddock-warm-'));
+    baseDir = mkdtempSync(join(tmpdir(), `paddock-warm-${type}-`));
     model = new ScriptedModelServer(script);
     await model.start();
     port = await findFreePortRange(1);
@@ -96,8 +113,8 @@ describe('a kept opencode agent', () => {
       baseDir: join(baseDir, 'pool'),
       basePort: port,
       upstreamUrl: model.url,
-      extraReadOnlyMounts: [agentInstallDir(agentPackages.opencode)],
-      env: { DRESSAGE_OPENCODE_BIN: bin, PATH: `${dirname(bin)}:/usr/local/bin:/usr/bin:/bin` },
+      extraReadOnlyMounts: [agentInstallDir(agent)],
+      env: { [variable]: bin, PATH: `${dirname(bin)}:/usr/local/bin:/usr/bin:/bin` },
       healthIntervalSeconds: 0,
     });
     await provider.pool.start();
@@ -105,8 +122,8 @@ describe('a kept opencode agent', () => {
       provider,
       proxy: httpTrajectoryProxy(model.url),
       proxyUrl: model.url,
-      blackboxType: 'opencode',
-      backendOptions: { permission: { '*': 'deny', bash: 'allow' }, proxy: { max_steps: 8 } },
+      blackboxType: type,
+      backendOptions: { ...options, proxy: { max_steps: 8 } },
     });
   }, 900_000);
   afterAll(async () => {
@@ -115,7 +132,7 @@ describe('a kept opencode agent', () => {
     if (baseDir) rmSync(baseDir, { recursive: true, force: true });
   });
 
-  // The agent's process group leaders: children of the slot's server that run opencode.
+  // The agent's process group leaders: children of the slot's server that run the agent's CLI.
   const agents = () => {
     const servers = pidsOf(/dressage-blackbox-server/, `BBS_PORT=${port}`);
     return readdirSync('/proc')
@@ -124,9 +141,7 @@ describe('a kept opencode agent', () => {
         try {
           const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
           const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
-          return (
-            servers.includes(ppid) && readFileSync(`/proc/${pid}/cmdline`, 'latin1').includes('opencode')
-          );
+          return servers.includes(ppid) && readFileSync(`/proc/${pid}/cmdline`, 'latin1').includes(agent.bin);
         } catch {
           return false;
         }
@@ -136,7 +151,11 @@ describe('a kept opencode agent', () => {
   const toolOutput = (sessionId: string) => {
     const requests = model.requests.filter((request) => request.headers['x-session-id'] === sessionId);
     const last = requests.at(-1)?.body.messages as Json[];
-    return String(last.at(-1)?.content ?? '');
+    const content = last.at(-1)?.content ?? '';
+    // qwen-code sends content as text blocks.
+    return Array.isArray(content)
+      ? content.map((block: Json) => String(block.text ?? '')).join('')
+      : String(content);
   };
 
   it('serves two samples in a row with one process, and the second sees nothing of the first', async (context) => {
@@ -150,7 +169,7 @@ describe('a kept opencode agent', () => {
     const [b] = await generate(sample(1, 'Sample two: look around.'));
     expect(b?.status, JSON.stringify(b?.metadata)).toBe('completed');
     await provider.pool.settled();
-    // The same opencode process served both.
+    // The same agent process served both.
     expect(agents()).toEqual(afterA);
 
     const sessionA = String(a?.session_id);
@@ -158,7 +177,7 @@ describe('a kept opencode agent', () => {
     expect(sessionA).not.toBe(sessionB);
     expect(toolOutput(sessionA)).toContain('planted');
     const seen = toolOutput(sessionB);
-    expect(seen).toMatch(/^pid=\d+/);
+    expect(seen).toContain('looked');
     expect(seen).toContain('LEAK=\n');
     expect(seen).toContain('login LEAK=\n');
     expect(seen).not.toContain('SECRET_A');
@@ -166,14 +185,15 @@ describe('a kept opencode agent', () => {
     expect(seen).not.toContain('sleep 600');
     // Nothing of sample A's conversation in any of B's model requests (no shared session or history).
     const ofB = model.requests.filter((request) => request.headers['x-session-id'] === sessionB);
-    expect(ofB.length).toBeGreaterThan(0);
+    // Two model calls (the tool call, the answer): no side request of a kept agent.
+    expect(ofB).toHaveLength(2);
     for (const request of ofB) {
       expect(JSON.stringify(request.body)).not.toContain('plant the traces');
       expect(JSON.stringify(request.body)).not.toContain('SECRET_A');
     }
     // Each sample's calls went to its own trajectory, and only there.
     const ofA = model.requests.filter((request) => request.headers['x-session-id'] === sessionA);
-    expect(ofA.length).toBeGreaterThan(0);
+    expect(ofA).toHaveLength(2);
     for (const request of ofA) expect(JSON.stringify(request.body)).not.toContain('look around');
     expect(
       model.requests.every((request) =>
@@ -196,6 +216,6 @@ describe('a kept opencode agent', () => {
     const after = agents();
     expect(after).toHaveLength(1);
     expect(after[0]).not.toBe(before);
-    expect(toolOutput(String(c?.session_id))).toMatch(/^pid=\d+/);
+    expect(toolOutput(String(c?.session_id))).toContain('looked');
   }, 600_000);
 });
