@@ -1,11 +1,13 @@
 import { execFile } from 'node:child_process';
 import { access } from 'node:fs/promises';
+import { resolve } from 'node:path';
 import { promisify } from 'node:util';
 import { DressageError, type ErrorCode, HealthStatus } from '@dressage/protocol';
 import { codeOfHttpStatus } from '@dressage/protocol/http';
 import { createProxyConfig, loadPromptRendering } from '@dressage/proxy';
 import { PromptDataSource } from '@dressage/schedulers';
 import { createTrainerClient } from '@dressage/trainer-bridge';
+import { loadRecipeModules, loadRunHooks, loadRunRewards, parseHookReference } from './hooks.js';
 import type { LoadedRecipe } from './recipe.js';
 
 /** One check of a dry run. */
@@ -50,7 +52,8 @@ async function check(name: string, checks: DeploymentCheck[], run: () => Promise
 }
 
 /**
- * Checks a cluster deployment before any GPU time is spent: the prompt file, the tokenizer, the proxy
+ * Checks a cluster deployment before any GPU time is spent: the prompt file, the recipe's modules
+ * (hooks, agent, warm-start examples and reward modules, imported as a run imports them), the tokenizer, the proxy
  * (health, integration capabilities, token build mode), the SGLang router and each worker (health,
  * weight version), the trainer (reachable, serving, model limits against the recipe) and, with
  * `trainer.slime_check`, the Megatron worker's slime launch. Returns every check; none of them
@@ -76,6 +79,24 @@ export async function dryRun(
     if (source.size === 0) throw failed('failed_precondition', `${dataPath} has no prompts`);
     return `${source.size} prompts, every line valid`;
   });
+
+  // What a run imports first: a module that does not load would end the run before its first step.
+  const references = [
+    ...Object.values(recipe.hooks).filter((value): value is string => typeof value === 'string'),
+    ...recipe.hooks.reward_modules,
+    ...(recipe.agent?.module === undefined ? [] : [recipe.agent.module]),
+    ...(recipe.warm_start.examples === undefined ? [] : [recipe.warm_start.examples]),
+  ];
+  const modules = [...new Set(references.map((reference) => parseHookReference(reference).module))];
+  if (modules.length > 0) {
+    await check('recipe modules', checks, async () => {
+      const baseDirectory = resolve(loaded.path, '..');
+      await loadRunHooks(recipe, baseDirectory);
+      await loadRecipeModules(recipe, baseDirectory);
+      await loadRunRewards(recipe, baseDirectory);
+      return `${modules.length} loaded: ${modules.join(', ')}`;
+    });
+  }
 
   if (recipe.tokenizer_path !== undefined) {
     const tokenizerPath = loaded.resolvePath(recipe.tokenizer_path);

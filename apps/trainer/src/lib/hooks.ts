@@ -1,4 +1,5 @@
-import { isAbsolute, resolve } from 'node:path';
+import { existsSync, readFileSync } from 'node:fs';
+import { basename, dirname, extname, isAbsolute, join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { TrajectoryProxy, WhiteboxAgentClass } from '@dressage/paddock';
 import type { PackedTrainBatch, Sample, TrainBatch } from '@dressage/protocol';
@@ -32,17 +33,65 @@ export async function importRecipeModule(
   baseDirectory: string,
 ): Promise<Record<string, unknown>> {
   const isPath = specifier.startsWith('.') || isAbsolute(specifier);
-  const target = isPath ? pathToFileURL(resolve(baseDirectory, specifier)).href : specifier;
+  const file = isPath ? resolve(baseDirectory, specifier) : null;
+  const target = file === null ? specifier : pathToFileURL(file).href;
   try {
     return (await import(target)) as Record<string, unknown>;
   } catch (error) {
     throw new DressageError({
       code: 'invalid_argument',
-      message: `Cannot load recipe module ${specifier} (from ${baseDirectory}): ${(error as Error).message}`,
+      message: `Cannot load recipe module ${specifier} (from ${baseDirectory}): ${(error as Error).message}${commonJsHint(error, file)}`,
       cause: error,
       details: { module: specifier },
     });
   }
+}
+
+// Node's codes for CommonJS requiring an ES module, which is how a module loaded as CommonJS fails
+// to load an ES one (the @dressage packages, or its own ESM syntax).
+const requireEsmCodes = new Set(['ERR_REQUIRE_ESM', 'ERR_REQUIRE_CYCLE_MODULE', 'ERR_REQUIRE_ASYNC_MODULE']);
+
+function errorCodes(error: unknown): string[] {
+  const codes: string[] = [];
+  for (let current = error; current instanceof Error && codes.length < 8; current = current.cause) {
+    const code = (current as { code?: unknown }).code;
+    if (typeof code === 'string') codes.push(code);
+  }
+  return codes;
+}
+
+/**
+ * The `type` of the nearest package.json above `directory` (`commonjs` when it has none), or null
+ * when there is no package.json up to the root: Node then loads `.ts` and `.js` files as CommonJS.
+ */
+export function nearestPackageType(directory: string): string | null {
+  for (let current = directory; ; current = dirname(current)) {
+    const path = join(current, 'package.json');
+    if (existsSync(path)) {
+      try {
+        const type = (JSON.parse(readFileSync(path, 'utf8')) as { type?: unknown }).type;
+        return typeof type === 'string' ? type : 'commonjs';
+      } catch {
+        return 'commonjs';
+      }
+    }
+    if (dirname(current) === current) return null;
+  }
+}
+
+/**
+ * What to do when a recipe's `.ts` or `.js` file failed because Node loaded it as CommonJS: Node's
+ * own message speaks of a require() cycle, which names neither the cause nor the fix.
+ */
+function commonJsHint(error: unknown, file: string | null): string {
+  if (file === null || !['.ts', '.js', '.tsx', '.jsx'].includes(extname(file))) return '';
+  if (!errorCodes(error).some((code) => requireEsmCodes.has(code))) return '';
+  const directory = dirname(file);
+  if (nearestPackageType(directory) === 'module') return '';
+  return (
+    `. Node loaded ${basename(file)} as CommonJS: no package.json from ${directory} up says "type": "module". ` +
+    `Add a package.json with {"type": "module"} to ${directory} (dressage init writes one), or rename the file to .m${extname(file).slice(1)}`
+  );
 }
 
 /** Loads the value a hook reference names, checking that it exists. */
@@ -160,7 +209,21 @@ export async function loadRecipeModules(recipe: Recipe, baseDirectory: string): 
 export async function loadRunRewards(recipe: Recipe, baseDirectory: string): Promise<RewardRegistry> {
   const registry = new RewardRegistry({ parent: defaultRewardRegistry });
   if (recipe.hooks.reward_modules.length > 0) {
-    await registry.loadModules(recipe.hooks.reward_modules, { baseDirectory });
+    try {
+      await registry.loadModules(recipe.hooks.reward_modules, { baseDirectory });
+    } catch (error) {
+      const hint = recipe.hooks.reward_modules
+        .filter((specifier) => specifier.startsWith('.') || isAbsolute(specifier))
+        .map((specifier) => commonJsHint(error, resolve(baseDirectory, specifier)))
+        .find((text) => text !== '');
+      if (hint === undefined || !DressageError.isInstance(error)) throw error;
+      throw new DressageError({
+        code: error.code,
+        message: `${error.message}${hint}`,
+        cause: error,
+        ...(error.details === undefined ? {} : { details: error.details }),
+      });
+    }
   }
   return registry;
 }

@@ -165,4 +165,31 @@ describe('dressage init', () => {
     expect(stdout).toContain('recipe.yaml');
     expect((await readdir(join(directory, 'cli-new'))).length).toBe(5);
   }, 60_000);
+
+  it('says what to do when the task module loads as CommonJS, from the dry run on', async () => {
+    // Without the scaffold's package.json, Node loads task.ts as CommonJS and reports a require()
+    // cycle; the dry run imports the recipe's modules as a run does, and names the fix. The built
+    // CLI, as `pnpm dressage` runs it: it registers TypeScript loading for ES modules only.
+    const target = join(directory, 'no-package');
+    await initProject({ directory: target });
+    const packageJson = await readFile(join(target, 'package.json'), 'utf8');
+    await rm(join(target, 'package.json'));
+    const bin = join(here, '..', '..', 'dist', 'bin', 'dressage.js');
+    const run = promisify(execFile);
+    const dryRun = [bin, 'train', '--recipe', join(target, 'recipe.yaml'), '--dry-run'];
+    const failure = await run(process.execPath, dryRun).then(
+      () => null,
+      (error: { code: number; stdout: string; stderr: string }) => error,
+    );
+    expect(failure?.code).toBe(1);
+    const report = `${failure?.stdout}${failure?.stderr}`;
+    expect(report).toMatch(/FAIL\s+recipe modules/);
+    expect(report).toContain(
+      `Node loaded task.ts as CommonJS: no package.json from ${target} up says "type": "module"`,
+    );
+    expect(report).toContain(`Add a package.json with {"type": "module"} to ${target}`);
+    await writeFile(join(target, 'package.json'), packageJson);
+    const { stdout } = await run(process.execPath, dryRun);
+    expect(stdout).toMatch(/ok\s+recipe modules\s+1 loaded: \.\/task\.ts/);
+  }, 120_000);
 });
