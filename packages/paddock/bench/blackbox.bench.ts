@@ -7,14 +7,19 @@
 // the sandbox, a final answer, then a check command in the sandbox. The ratio is the cost of
 // driving an unmodified CLI through the BlackboxServer. One run; the last line is a JSON object.
 //
-//   BENCH_AGENTS=2 BENCH_ROUNDS=2 BENCH_ADAPTERS=opencode,qwen_code pnpm --filter @dressage/paddock bench
+//   BENCH_AGENTS=2 BENCH_ROUNDS=2 BENCH_ADAPTERS=opencode,codex pnpm --filter @dressage/paddock bench
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
 import { createSample, type Sample } from '@dressage/protocol';
 import { LocalBwrapProvider, type SandboxSpec } from '@dressage/sandbox';
 import { type Script, ScriptedModelServer } from '../src/__fixtures__/scripted-model.js';
-import { agentInstallDir, agentPackages, ensureAgentInstalled } from '../src/adapters/agent-install.js';
+import {
+  agentBinDirectories,
+  agentInstallDir,
+  agentPackages,
+  ensureAgentInstalled,
+} from '../src/adapters/agent-install.js';
 import { builtinAdapterExecutableVariables } from '../src/adapters/index.js';
 import { blackboxSlotServer } from '../src/blackbox/slot-server.js';
 import { createBlackboxGenerate } from '../src/paddock/blackbox-generate.js';
@@ -30,7 +35,7 @@ type Json = Record<string, unknown>;
 const agents = Number(process.env.BENCH_AGENTS ?? 2);
 const rounds = Number(process.env.BENCH_ROUNDS ?? 2);
 const trajectories = agents * rounds;
-const adapters = (process.env.BENCH_ADAPTERS ?? 'opencode,qwen_code')
+const adapters = (process.env.BENCH_ADAPTERS ?? 'opencode,qwen_code,claude_code,codex,openclaw')
   .split(',')
   .map((name) => name.trim())
   .filter(Boolean) as (keyof typeof builtinAdapterExecutableVariables)[];
@@ -38,10 +43,19 @@ const command = 'echo ok > done.txt';
 const check = 'test "$(cat /workspace/done.txt)" = ok';
 const round = (value: number) => Math.round(value * 1000) / 1000;
 
-// The model: a call of the agent's shell tool first, a final answer once it sees the tool's result.
-// No delay.
 // When each blackbox session's first and last model request arrived (for the phase breakdown).
 const modelTimes = new Map<string, { first: number; last: number }>();
+// Each CLI's shell tool and the arguments it takes.
+const shellCalls: Record<string, Json> = {
+  bash: { command, description: 'Write the file' },
+  run_shell_command: { command },
+  Bash: { command, description: 'Write the file' },
+  shell: { command: ['bash', '-lc', command] },
+  exec_command: { cmd: command },
+  exec: { command },
+};
+// The model: a call of the agent's shell tool first, a final answer once it sees the tool's result.
+// No delay.
 const script: Script = (request, { headers }) => {
   const session = String(headers['x-session-id'] ?? '');
   const now = performance.now();
@@ -51,16 +65,10 @@ const script: Script = (request, { headers }) => {
   const last = (request.messages as Json[]).at(-1) as Json;
   if (last.role === 'tool') return { content: 'Done.' };
   const tools = ((request.tools as Json[] | undefined) ?? []).map((tool) =>
-    String((tool.function as Json).name),
+    String((tool.function as Json | undefined)?.name ?? tool.name),
   );
-  const shell =
-    tools.find((name) => ['bash', 'run_shell_command', 'shell', 'Bash', 'exec'].includes(name)) ?? 'bash';
-  return {
-    content: '',
-    tool_calls: [
-      { name: shell, arguments: shell === 'bash' ? { command, description: 'Write the file' } : { command } },
-    ],
-  };
+  const shell = tools.find((name) => name in shellCalls) ?? 'bash';
+  return { content: '', tool_calls: [{ name: shell, arguments: shellCalls[shell] as Json }] };
 };
 
 function task(index: number): Sample {
@@ -158,7 +166,8 @@ async function blackboxRun(type: keyof typeof builtinAdapterExecutableVariables,
     extraReadOnlyMounts: [agentInstallDir(agent)],
     env: {
       [builtinAdapterExecutableVariables[type]]: bin,
-      PATH: `${dirname(bin)}:/usr/local/bin:/usr/bin:/bin`,
+      // The CLI's own Node first, where it brings one (OpenClaw).
+      PATH: [...agentBinDirectories(agent), '/usr/local/bin', '/usr/bin', '/bin'].join(':'),
     },
     healthIntervalSeconds: 0,
   });
