@@ -291,7 +291,7 @@ export class PromptDataSource implements RolloutDataSource {
     });
   }
 
-  #parseRecord(record: StoredPromptRecord): Record<string, unknown> {
+  #parseRecord(record: StoredPromptRecord): z.output<ReturnType<typeof createPromptRecordSchema>> {
     let value = record.value;
     if (record.text !== null) {
       try {
@@ -306,7 +306,7 @@ export class PromptDataSource implements RolloutDataSource {
       const first = issues[0] ?? { path: '(root)', message: parsed.error.message };
       this.#fail(record, first.path, first.message, parsed.error);
     }
-    return parsed.data as Record<string, unknown>;
+    return parsed.data;
   }
 
   #makeGroup(record: StoredPromptRecord): Sample[] {

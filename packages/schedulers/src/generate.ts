@@ -1,7 +1,10 @@
-import { DressageError, type Sample } from '@dressage/protocol';
+import { DressageError, type Sample, type SglangSamplingParams } from '@dressage/protocol';
 
-/** Sampling parameters handed to every generate call unchanged (temperature, max_new_tokens, ...). */
-export type SamplingParams = Record<string, unknown>;
+/**
+ * Sampling parameters handed to every generate call unchanged: SGLang's (temperature, top_p,
+ * max_new_tokens, ...); keys it does not name pass through.
+ */
+export type SamplingParams = SglangSamplingParams;
 
 /** Which scheduler runs a generate call. */
 export type RolloutMode = 'sync' | 'fully-async' | 'partial-async';

@@ -130,7 +130,7 @@ function envError(name: string, raw: string, expected: string): DressageError {
 export function schedulerOptionsFromEnv(
   env: Readonly<Record<string, string | undefined>> = process.env,
 ): Partial<SchedulerOptionsInput> {
-  const options: Record<string, unknown> = {};
+  const options: { [Key in IntegerKey | NumberKey | BooleanKey]?: number | boolean } = {};
   for (const [name, key] of Object.entries(schedulerEnvironmentVariables)) {
     const raw = env[name];
     if (raw === undefined || raw.trim() === '') continue;

@@ -1,4 +1,4 @@
-import { type Sample, SampleStatus } from '@dressage/protocol';
+import { type PromptRecord, type Sample, SampleStatus } from '@dressage/protocol';
 import type { GenerateContext, GenerateFunction, SessionDiscarder } from '../generate.js';
 
 /** What a scripted generate call does for one sample. */
@@ -171,7 +171,7 @@ export function recordingDiscarder(): SessionDiscarder & { discarded: string[] }
 }
 
 /** Prompt records `p0..p{count-1}`. */
-export function promptRecords(count: number): Record<string, unknown>[] {
+export function promptRecords(count: number): PromptRecord[] {
   return Array.from({ length: count }, (_, i) => ({
     prompt: `p${i}`,
     label: `l${i}`,
