@@ -52,79 +52,92 @@ export class GroupRun {
   /** Settles once every call has, with the group's outcome. */
   readonly done: Promise<GroupOutcome>;
   // Per sample: what its call returned (empty when it threw); `null` while it runs.
-  private readonly results: (Sample[] | null)[];
-  private readonly controller = new AbortController();
-  private readonly forward: () => void;
-  private running = 0;
-  private failed = false;
-  private firstError: unknown;
-  private settle!: (outcome: GroupOutcome) => void;
+  readonly #results: (Sample[] | null)[];
+  readonly #controller = new AbortController();
+  readonly #forward: () => void;
+  #running = 0;
+  #failed = false;
+  #firstError: unknown;
+  #settle!: (outcome: GroupOutcome) => void;
+
+  readonly #group: Sample[];
+  readonly #generate: GenerateFunction;
+  readonly #samplingParams: SamplingParams;
+  readonly #context: Omit<GenerateContext, 'signal'>;
+  readonly #signal: AbortSignal;
+  readonly #listener: GroupRunListener;
 
   constructor(
-    private readonly group: Sample[],
-    private readonly generate: GenerateFunction,
-    private readonly samplingParams: SamplingParams,
-    private readonly context: Omit<GenerateContext, 'signal'>,
-    private readonly signal: AbortSignal,
-    private readonly listener: GroupRunListener = {},
+    group: Sample[],
+    generate: GenerateFunction,
+    samplingParams: SamplingParams,
+    context: Omit<GenerateContext, 'signal'>,
+    signal: AbortSignal,
+    listener: GroupRunListener = {},
   ) {
+    this.#group = group;
+    this.#generate = generate;
+    this.#samplingParams = samplingParams;
+    this.#context = context;
+    this.#signal = signal;
+    this.#listener = listener;
     this.done = new Promise((resolve) => {
-      this.settle = resolve;
+      this.#settle = resolve;
     });
-    this.forward = () => this.controller.abort(signal.reason);
-    if (signal.aborted) this.forward();
-    else signal.addEventListener('abort', this.forward, { once: true });
-    this.results = group.map(() => null);
-    this.running = group.length;
+    this.#forward = () => this.#controller.abort(signal.reason);
+    if (signal.aborted) this.#forward();
+    else signal.addEventListener('abort', this.#forward, { once: true });
+    this.#results = group.map(() => null);
+    this.#running = group.length;
     for (const [position, sample] of group.entries()) {
-      this.listener.started?.();
-      void this.call(position, sample);
+      this.#listener.started?.();
+      void this.#call(position, sample);
     }
-    if (group.length === 0) this.finish();
+    if (group.length === 0) this.#finish();
   }
 
   /** Samples of the calls that have finished so far, in group order. */
   finishedSamples(): Sample[] {
-    return this.results.flatMap((result) => result ?? []);
+    return this.#results.flatMap((result) => result ?? []);
   }
 
-  private async call(position: number, sample: Sample): Promise<void> {
+  async #call(position: number, sample: Sample): Promise<void> {
     try {
       const result = flatten(
-        await this.generate(sample, this.samplingParams, {
-          ...this.context,
-          signal: this.controller.signal,
+        await this.#generate(sample, this.#samplingParams, {
+          ...this.#context,
+          signal: this.#controller.signal,
         }),
       );
       if (result.length === 0 || result.some((item) => item.status === SampleStatus.ABORTED)) {
-        this.failed = true;
-        this.controller.abort(new DressageError({ code: 'aborted', message: 'a sibling sample failed' }));
+        this.#failed = true;
+        this.#controller.abort(new DressageError({ code: 'aborted', message: 'a sibling sample failed' }));
       }
-      this.results[position] = result;
-      this.listener.settled?.(result);
+      this.#results[position] = result;
+      this.#listener.settled?.(result);
     } catch (error) {
-      this.results[position] = [];
-      this.listener.settled?.(null);
-      if (!this.failed) this.firstError = error;
-      this.failed = true;
-      this.controller.abort(new DressageError({ code: 'aborted', message: 'a sibling sample failed' }));
+      this.#results[position] = [];
+      this.#listener.settled?.(null);
+      if (!this.#failed) this.#firstError = error;
+      this.#failed = true;
+      this.#controller.abort(new DressageError({ code: 'aborted', message: 'a sibling sample failed' }));
     }
-    this.running--;
-    if (this.running === 0) this.finish();
+    this.#running--;
+    if (this.#running === 0) this.#finish();
   }
 
-  private finish(): void {
-    this.signal.removeEventListener('abort', this.forward);
-    const cancelled = this.signal.aborted;
+  #finish(): void {
+    this.#signal.removeEventListener('abort', this.#forward);
+    const cancelled = this.#signal.aborted;
     const outcome: GroupOutcome = {
-      group: this.group,
+      group: this.#group,
       samples: this.finishedSamples(),
-      failed: this.failed || cancelled,
+      failed: this.#failed || cancelled,
       cancelled,
     };
-    if (this.firstError !== undefined) outcome.error = this.firstError;
-    else if (cancelled) outcome.error = this.signal.reason;
-    this.settle(outcome);
+    if (this.#firstError !== undefined) outcome.error = this.#firstError;
+    else if (cancelled) outcome.error = this.#signal.reason;
+    this.#settle(outcome);
   }
 }
 
@@ -195,38 +208,41 @@ export function sessionIdsOf(outcome: Pick<GroupOutcome, 'group' | 'samples'>): 
  * them. A failing discard is logged, never thrown: the rollout does not depend on it.
  */
 export class SessionJanitor {
-  private readonly pending = new Set<Promise<void>>();
+  readonly #pending = new Set<Promise<void>>();
   discarded = 0;
 
-  constructor(
-    private readonly discarder: SessionDiscarder | undefined,
-    private readonly logger: SchedulerLogger,
-  ) {}
+  readonly #discarder: SessionDiscarder | undefined;
+  readonly #logger: SchedulerLogger;
+
+  constructor(discarder: SessionDiscarder | undefined, logger: SchedulerLogger) {
+    this.#discarder = discarder;
+    this.#logger = logger;
+  }
 
   discard(sessionIds: readonly string[]): void {
-    if (this.discarder === undefined) return;
+    if (this.#discarder === undefined) return;
     for (const sessionId of sessionIds) {
       const call = Promise.resolve()
-        .then(() => this.discarder?.discardSession(sessionId))
+        .then(() => this.#discarder?.discardSession(sessionId))
         .then(
           () => {
             this.discarded++;
           },
           (error: unknown) => {
-            this.logger.warn(`could not discard proxy session ${sessionId}`, {
+            this.#logger.warn(`could not discard proxy session ${sessionId}`, {
               sessionId,
               error: error instanceof Error ? error.message : String(error),
             });
           },
         )
-        .finally(() => this.pending.delete(call));
-      this.pending.add(call);
+        .finally(() => this.#pending.delete(call));
+      this.#pending.add(call);
     }
   }
 
   /** Resolves once every discard started so far has settled. */
   async settle(): Promise<void> {
-    while (this.pending.size > 0) await Promise.allSettled([...this.pending]);
+    while (this.#pending.size > 0) await Promise.allSettled([...this.#pending]);
   }
 }
 

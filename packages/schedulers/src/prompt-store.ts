@@ -71,10 +71,14 @@ function isBlankByte(byte: number): boolean {
  * number of lines (16 bytes each), never with the file's size.
  */
 export class JsonlPromptStore implements PromptStore {
+  readonly #index: GrowableIndex;
+
   private constructor(
     readonly path: string,
-    private readonly index: GrowableIndex,
-  ) {}
+    index: GrowableIndex,
+  ) {
+    this.#index = index;
+  }
 
   /** Indexes `path`. Fails with `not_found`-style Node errors when the file cannot be read. */
   static async open(path: string): Promise<JsonlPromptStore> {
@@ -111,12 +115,12 @@ export class JsonlPromptStore implements PromptStore {
   }
 
   get size(): number {
-    return this.index.size;
+    return this.#index.size;
   }
 
   /** Bytes the line index holds (16 per record), whatever the file's size. */
   get indexBytes(): number {
-    return this.index.bytes;
+    return this.#index.bytes;
   }
 
   async read(positions: readonly number[]): Promise<StoredPromptRecord[]> {
@@ -125,13 +129,13 @@ export class JsonlPromptStore implements PromptStore {
     try {
       const records: StoredPromptRecord[] = [];
       for (const position of positions) {
-        const length = this.index.lengths[position] as number;
+        const length = this.#index.lengths[position] as number;
         const buffer = Buffer.allocUnsafe(length);
-        const { bytesRead } = await handle.read(buffer, 0, length, this.index.starts[position] as number);
+        const { bytesRead } = await handle.read(buffer, 0, length, this.#index.starts[position] as number);
         records.push({
           text: buffer.toString('utf8', 0, bytesRead),
           source: this.path,
-          line: this.index.lines[position] as number,
+          line: this.#index.lines[position] as number,
         });
       }
       return records;
@@ -143,20 +147,23 @@ export class JsonlPromptStore implements PromptStore {
 
 /** Prompt records already in memory (tests, generated data sets). */
 export class InMemoryPromptStore implements PromptStore {
-  constructor(
-    private readonly records: readonly unknown[],
-    private readonly label = '(memory)',
-  ) {}
+  readonly #records: readonly unknown[];
+  readonly #label: string;
+
+  constructor(records: readonly unknown[], label = '(memory)') {
+    this.#records = records;
+    this.#label = label;
+  }
 
   get size(): number {
-    return this.records.length;
+    return this.#records.length;
   }
 
   async read(positions: readonly number[]): Promise<StoredPromptRecord[]> {
     return positions.map((position) => ({
       text: null,
-      value: this.records[position],
-      source: this.label,
+      value: this.#records[position],
+      source: this.#label,
       line: position + 1,
     }));
   }

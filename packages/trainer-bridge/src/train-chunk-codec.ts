@@ -310,7 +310,10 @@ class DirectlyFramedChunk {
   readonly length: number;
   readonly byteLength: number;
 
-  constructor(private readonly writer: TrainChunkWriter) {
+  readonly #writer: TrainChunkWriter;
+
+  constructor(writer: TrainChunkWriter) {
+    this.#writer = writer;
     this.length = writer.size;
     this.byteLength = writer.size;
   }
@@ -321,7 +324,7 @@ class DirectlyFramedChunk {
         `a frame of ${target.byteLength - targetStart} bytes cannot hold a ${this.length}-byte chunk`,
       );
     }
-    this.writer.write(target, targetStart);
+    this.#writer.write(target, targetStart);
     return this.length;
   }
 }

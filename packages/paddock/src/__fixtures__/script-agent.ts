@@ -14,11 +14,11 @@ export class ScriptAgentAdapter implements BlackboxAdapter {
   context: AdapterContext | null = null;
   healthy = true;
   aborts = 0;
-  private history: Json[] = [];
+  #history: Json[] = [];
 
   async init(context: AdapterContext): Promise<void> {
     this.context = context;
-    if (context.systemPrompt) this.history.push({ role: 'system', content: context.systemPrompt });
+    if (context.systemPrompt) this.#history.push({ role: 'system', content: context.systemPrompt });
   }
 
   async health(): Promise<boolean> {
@@ -29,7 +29,7 @@ export class ScriptAgentAdapter implements BlackboxAdapter {
     const context = this.context as AdapterContext;
     if (turn.text.includes('crash')) throw new Error('agent process crashed');
     const outputs: BlackboxMessage[] = [];
-    this.history.push({ role: 'user', content: turn.text });
+    this.#history.push({ role: 'user', content: turn.text });
     for (let step = 0; step < 50; step++) {
       const stream = step % 2 === 1 || turn.text.includes('stream');
       const response = await fetch(`${context.proxyOrigin}${context.apiPath}/chat/completions`, {
@@ -43,7 +43,7 @@ export class ScriptAgentAdapter implements BlackboxAdapter {
         body: JSON.stringify({
           model: 'agent-model',
           stream,
-          messages: this.history,
+          messages: this.#history,
           tools: [{ type: 'function', function: { name: 'shell', parameters: { type: 'object' } } }],
         }),
         signal: turn.signal,
@@ -53,7 +53,7 @@ export class ScriptAgentAdapter implements BlackboxAdapter {
       const message = stream
         ? await readStream(response)
         : ((((await response.json()) as Json).choices as Json[])[0]?.message as Json);
-      this.history.push(message);
+      this.#history.push(message);
       outputs.push(message as BlackboxMessage);
       const calls = (message.tool_calls as Json[] | undefined) ?? [];
       if (calls.length === 0) return { outputs, backendSessionId: 'script-session' };
@@ -67,7 +67,7 @@ export class ScriptAgentAdapter implements BlackboxAdapter {
           output = String(error);
         }
         const tool = { role: 'tool', tool_call_id: call.id, content: output };
-        this.history.push(tool);
+        this.#history.push(tool);
         outputs.push(tool as BlackboxMessage);
       }
     }

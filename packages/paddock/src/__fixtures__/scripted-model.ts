@@ -104,13 +104,17 @@ export class ScriptedModelServer {
   readonly requests: RecordedRequest[] = [];
   readonly sessions = new Map<string, { instanceId: string; steps: RecordedStep[]; finalized: boolean }>();
   readonly controlCalls: { path: string; body: Json }[] = [];
-  private server: Server | null = null;
+  #server: Server | null = null;
   url = '';
 
-  constructor(private readonly script: Script) {}
+  readonly #script: Script;
+
+  constructor(script: Script) {
+    this.#script = script;
+  }
 
   async start(): Promise<string> {
-    this.server = createServer(async (request, response) => {
+    this.#server = createServer(async (request, response) => {
       const chunks: Buffer[] = [];
       for await (const chunk of request) chunks.push(chunk as Buffer);
       const text = Buffer.concat(chunks).toString('utf8');
@@ -126,7 +130,7 @@ export class ScriptedModelServer {
         const instanceId = String(request.headers['x-instance-id'] ?? sessionId);
         const session = this.sessions.get(sessionId) ?? { instanceId, steps: [], finalized: false };
         this.sessions.set(sessionId, session);
-        const reply = await this.script(body, { headers: request.headers, step: session.steps.length });
+        const reply = await this.#script(body, { headers: request.headers, step: session.steps.length });
         if ('status' in reply) return send(reply.status, reply.body);
         const stream = body.stream === true;
         if ('streamError' in reply) {
@@ -249,13 +253,13 @@ export class ScriptedModelServer {
       if (path === '/health') return send(200, { status: 'ok' });
       send(404, { detail: 'Not Found' });
     });
-    await new Promise<void>((resolve) => this.server?.listen(0, '127.0.0.1', resolve));
-    this.url = `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
+    await new Promise<void>((resolve) => this.#server?.listen(0, '127.0.0.1', resolve));
+    this.url = `http://127.0.0.1:${(this.#server.address() as AddressInfo).port}`;
     return this.url;
   }
 
   async close(): Promise<void> {
-    const server = this.server;
+    const server = this.#server;
     if (!server) return;
     server.closeAllConnections();
     await new Promise<void>((resolve) => server.close(() => resolve()));

@@ -95,20 +95,23 @@ export interface RetryOptions {
  * connection failures (with backoff, honouring Retry-After); execute_cmd, pause and resume are not.
  */
 export class BlackboxClient {
-  private readonly retry: Required<RetryOptions>;
+  readonly #retry: Required<RetryOptions>;
+
+  readonly #headers: Record<string, string>;
 
   constructor(
     readonly baseUrl: string,
     retry: RetryOptions = {},
     /** Sent with every call: the endpoint's headers (a slot server's bearer token). */
-    private readonly headers: Record<string, string> = {},
+    headers: Record<string, string> = {},
   ) {
+    this.#headers = headers;
     const fromEnv = Number(
       process.env.DRESSAGE_BLACKBOX_AGENT_REQUEST_MAX_ATTEMPTS ??
         process.env.DRESSAGE_SANDBOX_REQUEST_MAX_ATTEMPTS ??
         6,
     );
-    this.retry = {
+    this.#retry = {
       maxAttempts: retry.maxAttempts ?? (Number.isFinite(fromEnv) && fromEnv > 0 ? fromEnv : 6),
       initialDelaySeconds: retry.initialDelaySeconds ?? 1,
       maxDelaySeconds: retry.maxDelaySeconds ?? 10,
@@ -128,35 +131,35 @@ export class BlackboxClient {
     body?: unknown,
     retried = false,
   ): Promise<z.output<T>> {
-    const attempts = retried ? this.retry.maxAttempts : 1;
-    let delay = this.retry.initialDelaySeconds;
+    const attempts = retried ? this.#retry.maxAttempts : 1;
+    let delay = this.#retry.initialDelaySeconds;
     for (let attempt = 1; ; attempt++) {
       let wait = delay;
       try {
         const response = await fetch(`${this.baseUrl}${path}`, {
           method,
           headers:
-            body === undefined ? this.headers : { ...this.headers, 'content-type': 'application/json' },
+            body === undefined ? this.#headers : { ...this.#headers, 'content-type': 'application/json' },
           body: body === undefined ? undefined : JSON.stringify(body),
         });
         const answer: unknown = await response.json().catch(() => null);
-        if (response.status < 400) return this.checked(schema, answer, path);
+        if (response.status < 400) return this.#checked(schema, answer, path);
         if (response.status !== 503 || attempt >= attempts)
           throw new BlackboxCallError(response.status, errorBodyOf(response.status, answer));
         const retryAfter = Number(response.headers.get('retry-after'));
         if (Number.isFinite(retryAfter) && retryAfter > 0)
-          wait = Math.min(retryAfter, this.retry.maxDelaySeconds);
+          wait = Math.min(retryAfter, this.#retry.maxDelaySeconds);
       } catch (error) {
         if (DressageError.isInstance(error) || attempt >= attempts) throw error;
       }
-      const jittered = wait * (1 + (Math.random() * 2 - 1) * this.retry.jitter);
+      const jittered = wait * (1 + (Math.random() * 2 - 1) * this.#retry.jitter);
       await sleep(Math.max(0, jittered) * 1000);
-      delay = Math.min(delay * 2, this.retry.maxDelaySeconds);
+      delay = Math.min(delay * 2, this.#retry.maxDelaySeconds);
     }
   }
 
   // The answers are small records (no token data), so the whole schema is cheap.
-  private checked<T extends z.ZodType>(schema: T, answer: unknown, path: string): z.output<T> {
+  #checked<T extends z.ZodType>(schema: T, answer: unknown, path: string): z.output<T> {
     const result = schema.safeParse(answer);
     if (result.success) return result.data;
     throw new DressageError({

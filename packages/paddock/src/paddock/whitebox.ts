@@ -20,10 +20,13 @@ type Json = Record<string, unknown>;
  * returns the text the model sees and metadata for logs.
  */
 export class WhiteboxToolPaddock {
-  constructor(
-    private readonly provider: SandboxProvider,
-    private readonly lease: SandboxLease,
-  ) {}
+  readonly #provider: SandboxProvider;
+  readonly #lease: SandboxLease;
+
+  constructor(provider: SandboxProvider, lease: SandboxLease) {
+    this.#provider = provider;
+    this.#lease = lease;
+  }
 
   async toolCall(toolId: string, args: Json): Promise<[string, Json]> {
     if (toolId === 'shell.exec') {
@@ -31,7 +34,7 @@ export class WhiteboxToolPaddock {
       if (command === undefined)
         throw new DressageError({ code: 'invalid_argument', message: 'shell.exec needs cmd or command' });
       const line = Array.isArray(command) ? shellJoin(command.map(String)) : String(command);
-      const result: CommandResult = await this.provider.runCommand(this.lease, line, {
+      const result: CommandResult = await this.#provider.runCommand(this.#lease, line, {
         cwd: typeof args.cwd === 'string' ? args.cwd : undefined,
         env: (args.env as Record<string, string> | undefined) ?? undefined,
         timeoutSeconds: typeof args.timeout === 'number' ? args.timeout : undefined,
@@ -41,7 +44,7 @@ export class WhiteboxToolPaddock {
     }
     if (toolId === 'file.read') {
       const path = String(args.path);
-      const bytes = await this.provider.readFile(this.lease, path);
+      const bytes = await this.#provider.readFile(this.#lease, path);
       const limited = typeof args.max_bytes === 'number' ? bytes.subarray(0, args.max_bytes) : bytes;
       const encoding = (args.encoding as BufferEncoding | undefined) ?? 'utf-8';
       const text = limited.toString(encoding);
@@ -50,7 +53,7 @@ export class WhiteboxToolPaddock {
     if (toolId === 'file.write') {
       const path = String(args.path);
       const content = String(args.content ?? '');
-      await this.provider.writeFile(this.lease, path, content, { append: args.append === true });
+      await this.#provider.writeFile(this.#lease, path, content, { append: args.append === true });
       return [
         '',
         { path, chars: content.length, encoding: args.encoding ?? 'utf-8', append: args.append === true },
@@ -131,16 +134,16 @@ export abstract class WhiteboxAgent {
 
 /** A whitebox agent with a sandbox: `this.tools` runs `shell.exec`, `file.read`, `file.write` in it. */
 export abstract class PaddockWhiteboxAgent extends WhiteboxAgent {
-  private lease: SandboxLease | null = null;
-  private toolPaddock: WhiteboxToolPaddock | null = null;
+  #lease: SandboxLease | null = null;
+  #toolPaddock: WhiteboxToolPaddock | null = null;
 
   protected get tools(): WhiteboxToolPaddock {
-    if (!this.toolPaddock)
+    if (!this.#toolPaddock)
       throw new DressageError({
         code: 'failed_precondition',
         message: 'the sandbox is not ready: tools are available inside run()',
       });
-    return this.toolPaddock;
+    return this.#toolPaddock;
   }
 
   override async setup(_sample: Sample, context: WhiteboxRunContext): Promise<void> {
@@ -150,18 +153,18 @@ export abstract class PaddockWhiteboxAgent extends WhiteboxAgent {
         code: 'invalid_argument',
         message: 'PaddockWhiteboxAgent needs options.provider',
       });
-    this.lease = await provider.create({
+    this.#lease = await provider.create({
       trajectoryId: context.sessionId,
       metadata: { paddock_mode: 'whitebox' },
     });
-    this.toolPaddock = new WhiteboxToolPaddock(provider, this.lease);
+    this.#toolPaddock = new WhiteboxToolPaddock(provider, this.#lease);
   }
 
   override async teardown(): Promise<void> {
-    if (this.lease && this.options.provider)
-      await this.options.provider.terminate(this.lease).catch(() => undefined);
-    this.lease = null;
-    this.toolPaddock = null;
+    if (this.#lease && this.options.provider)
+      await this.options.provider.terminate(this.#lease).catch(() => undefined);
+    this.#lease = null;
+    this.#toolPaddock = null;
   }
 }
 
