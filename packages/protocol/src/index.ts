@@ -66,6 +66,8 @@ export {
   capabilitiesResponseSchema,
   type DiscardResponse,
   discardResponseSchema,
+  type EngineReadiness,
+  engineReadinessSchema,
   type FinalizeResponse,
   finalizeResponseSchema,
   type RolloutPauseResponse,

@@ -571,7 +571,8 @@ export function parseProxyArguments(
   ) {
     throw invalid('--enable-transfer-queue', 'the TransferQueue data plane is not supported by this proxy');
   }
-  const input: Record<string, unknown> = {};
+  // Setting values as given, checked by the schema below.
+  const input: { [Name in FieldName]?: unknown } = {};
   const whereOf = new Map<string, string>();
   for (const [name, source] of settingSources) {
     const fromFlag = source.flag === undefined ? undefined : values[source.flag];

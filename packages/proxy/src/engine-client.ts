@@ -7,6 +7,7 @@ import {
 } from '@dressage/protocol';
 import { codeOfHttpStatus } from '@dressage/protocol/http';
 import { Agent, type Dispatcher, request } from 'undici';
+import { z } from 'zod';
 import { ProxyHttpError } from './http-error.js';
 import { idsJson } from './ids-json.js';
 
@@ -48,6 +49,69 @@ export interface EngineGenerateResult {
   /** `meta_info.routed_experts_start_len`: the first token position the routed experts cover (0 when absent). */
   routedExpertsStart: number;
 }
+
+// The router's and the workers' auxiliary answers, decoded leniently: a field of an unexpected type
+// reads as absent (the caller then falls back), never as a failed call.
+const lenient = <T extends z.ZodType>(schema: T) => schema.optional().catch(undefined);
+
+// `GET /workers`: a list (or `{workers: [...]}`) of URLs or of objects naming one.
+const routerWorkersSchema = z.union([
+  z.array(z.unknown()),
+  z.looseObject({ workers: z.array(z.unknown()) }).transform((value) => value.workers),
+  z.unknown().transform((): unknown[] => []),
+]);
+const routerWorkerSchema = z.looseObject({
+  url: lenient(z.string()),
+  worker_url: lenient(z.string()),
+  is_healthy: z.unknown().optional(),
+  healthy: z.unknown().optional(),
+  connection_mode: z.unknown().optional(),
+});
+
+/** `GET /get_weight_version` of a worker. */
+const workerWeightVersionSchema = z.looseObject({
+  weight_version: z.unknown().optional(),
+  version: z.unknown().optional(),
+});
+
+/** The body of `POST /parse_function_call`. */
+export interface ParseFunctionCallRequest {
+  text: string;
+  tool_call_parser: string;
+  tools: readonly unknown[];
+}
+
+/** One call of a `/parse_function_call` answer: SGLang sends `parameters` as a JSON string. */
+const parsedFunctionCallSchema = z.looseObject({
+  name: lenient(z.string()),
+  parameters: z.unknown().optional(),
+  arguments: z.unknown().optional(),
+});
+
+/** A `/parse_function_call` answer: the text outside the calls and the calls. */
+export const parseFunctionCallAnswerSchema = z.looseObject({
+  normal_text: lenient(z.string()),
+  calls: z.array(z.union([parsedFunctionCallSchema, z.unknown().transform(() => null)])),
+});
+
+/** A `/parse_function_call` answer. */
+export type ParseFunctionCallAnswer = z.infer<typeof parseFunctionCallAnswerSchema>;
+
+/** The body of `POST /separate_reasoning`. */
+export interface SeparateReasoningRequest {
+  text: string;
+  reasoning_parser: string;
+}
+
+/** A `/separate_reasoning` answer: the text without its reasoning, and the reasoning. */
+export const separateReasoningAnswerSchema = z.looseObject({
+  text: z.string(),
+  reasoning_text: z.unknown().optional(),
+  reasoning_content: z.unknown().optional(),
+});
+
+/** A `/separate_reasoning` answer. */
+export type SeparateReasoningAnswer = z.infer<typeof separateReasoningAnswerSchema>;
 
 /** A worker behind the router as `GET /workers` lists it. */
 export interface EngineWorker {
@@ -255,22 +319,18 @@ export class EngineClient {
 
   /** `GET {router}/workers`, leniently decoded; an empty list when the router has no such endpoint. */
   async workers(): Promise<EngineWorker[]> {
-    const payload = await this.#getJson(`${this.routerUrl}/workers`);
-    const list = Array.isArray(payload)
-      ? payload
-      : Array.isArray((payload as { workers?: unknown })?.workers)
-        ? (payload as { workers: unknown[] }).workers
-        : [];
+    const list = routerWorkersSchema.parse(await this.#getJson(`${this.routerUrl}/workers`));
     const workers: EngineWorker[] = [];
     for (const entry of list) {
       if (typeof entry === 'string') {
         workers.push({ url: entry.replace(/\/+$/, ''), healthy: true, connectionMode: 'http' });
         continue;
       }
-      if (typeof entry !== 'object' || entry === null) continue;
-      const record = entry as Record<string, unknown>;
+      const parsed = routerWorkerSchema.safeParse(entry);
+      if (!parsed.success) continue;
+      const record = parsed.data;
       const url = record.url ?? record.worker_url;
-      if (typeof url !== 'string') continue;
+      if (url === undefined) continue;
       const healthy = record.is_healthy ?? record.healthy ?? true;
       const mode = record.connection_mode ?? 'http';
       workers.push({
@@ -320,13 +380,13 @@ export class EngineClient {
   }
 
   /** `POST {worker}/parse_function_call` on the first healthy worker that answers. */
-  async parseFunctionCall(body: Record<string, unknown>): Promise<Record<string, unknown> | null> {
-    return this.#firstWorkerAnswer('/parse_function_call', body, (value) => Array.isArray(value.calls));
+  async parseFunctionCall(body: ParseFunctionCallRequest): Promise<ParseFunctionCallAnswer | null> {
+    return this.#firstWorkerAnswer('/parse_function_call', body, parseFunctionCallAnswerSchema);
   }
 
   /** `POST {worker}/separate_reasoning` on the first healthy worker whose answer has a `text` field. */
-  async separateReasoning(body: Record<string, unknown>): Promise<Record<string, unknown> | null> {
-    return this.#firstWorkerAnswer('/separate_reasoning', body, (value) => typeof value.text === 'string');
+  async separateReasoning(body: SeparateReasoningRequest): Promise<SeparateReasoningAnswer | null> {
+    return this.#firstWorkerAnswer('/separate_reasoning', body, separateReasoningAnswerSchema);
   }
 
   /** `GET {worker}/get_weight_version` of every healthy HTTP worker (null where it failed). */
@@ -335,11 +395,10 @@ export class EngineClient {
     return Promise.all(
       workers.map(async (worker) => {
         try {
-          const payload = (await this.#getJson(`${worker.url}/get_weight_version`)) as Record<
-            string,
-            unknown
-          >;
-          return toVersion(payload?.weight_version ?? payload?.version);
+          const payload = workerWeightVersionSchema.safeParse(
+            await this.#getJson(`${worker.url}/get_weight_version`),
+          );
+          return payload.success ? toVersion(payload.data.weight_version ?? payload.data.version) : null;
         } catch {
           return null;
         }
@@ -357,16 +416,17 @@ export class EngineClient {
     await this.#dispatcher.close();
   }
 
-  async #firstWorkerAnswer(
+  // The first answer the schema accepts, from the healthy workers in turn.
+  async #firstWorkerAnswer<Schema extends z.ZodType>(
     path: string,
-    body: Record<string, unknown>,
-    accept: (value: Record<string, unknown>) => boolean,
-  ): Promise<Record<string, unknown> | null> {
+    body: object,
+    schema: Schema,
+  ): Promise<z.output<Schema> | null> {
     const workers = await this.healthyHttpWorkers();
     for (const worker of workers) {
       try {
-        const value = (await this.#postJson(`${worker.url}${path}`, body)) as Record<string, unknown> | null;
-        if (value && typeof value === 'object' && accept(value)) return value;
+        const value = schema.safeParse(await this.#postJson(`${worker.url}${path}`, body));
+        if (value.success) return value.data;
       } catch {
         // The next worker may answer.
       }

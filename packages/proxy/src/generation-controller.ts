@@ -1,9 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import {
+  type EngineReadiness,
   isRealVersion,
   type RolloutPauseResponse,
   type RolloutPauseState,
   type RolloutResumeResponse,
+  type SglangSamplingParams,
   UNKNOWN_TOKEN_VERSION,
 } from '@dressage/protocol';
 import { sleep, Waiters } from '@dressage/protocol/internal';
@@ -52,7 +54,7 @@ export interface GenerationControllerRequest {
   instanceId: string;
   turnId: string;
   promptIds: Int32Array;
-  samplingParams: Record<string, unknown>;
+  samplingParams: SglangSamplingParams;
   /** Output token budget over all chunks; null lets the engine decide. */
   maxNewTokens: number | null;
   /** `logprob_start_len` of the first chunk (0 asks for prompt logprobs). */
@@ -242,10 +244,10 @@ export class GenerationController {
       throw detailError(503, { status: 'shutting_down', paused: this.paused, shutting_down: true });
     }
     const wasPaused = this.paused;
-    let readiness: Record<string, unknown> | undefined;
+    let readiness: EngineReadiness | undefined;
     if (wasPaused) {
       readiness = await this.#waitForReadiness();
-      if (readiness.ready !== true) {
+      if (!readiness.ready) {
         throw detailError(503, {
           status: 'backend_not_ready',
           readiness,
@@ -279,7 +281,7 @@ export class GenerationController {
     this.#resumed.wakeAll();
   }
 
-  async #waitForReadiness(): Promise<Record<string, unknown>> {
+  async #waitForReadiness(): Promise<EngineReadiness> {
     const deadline = Date.now() + this.#readinessTimeoutMs;
     for (;;) {
       const workers = await this.#engine.healthyHttpWorkers();

@@ -42,9 +42,7 @@ export function pythonJson(value: unknown): string {
   if (typeof value === 'boolean') return value ? 'true' : 'false';
   if (Array.isArray(value)) return `[${value.map(pythonJson).join(', ')}]`;
   if (typeof value === 'object') {
-    const entries = Object.entries(value as Record<string, unknown>).map(
-      ([key, item]) => `${JSON.stringify(key)}: ${pythonJson(item)}`,
-    );
+    const entries = Object.entries(value).map(([key, item]) => `${JSON.stringify(key)}: ${pythonJson(item)}`);
     return `{${entries.join(', ')}}`;
   }
   return JSON.stringify(String(value));
@@ -249,7 +247,7 @@ export class OutputParser {
       if (!answer) return null;
       const reasoning = answer.reasoning_text ?? answer.reasoning_content;
       return {
-        text: String(answer.text),
+        text: answer.text,
         reasoning: typeof reasoning === 'string' && reasoning.trim() !== '' ? reasoning.trim() : null,
       };
     } catch {
@@ -277,10 +275,10 @@ export class OutputParser {
         tool_call_parser: 'qwen3_coder',
         tools,
       });
-      if (!answer || !Array.isArray(answer.calls)) return null;
+      if (!answer) return null;
       const toolCalls: ParsedToolCall[] = [];
-      for (const call of answer.calls as Array<Record<string, unknown>>) {
-        if (typeof call?.name !== 'string' || call.name === '') continue;
+      for (const call of answer.calls) {
+        if (call?.name === undefined || call.name === '') continue;
         const args = call.parameters ?? call.arguments ?? {};
         toolCalls.push({
           id: newToolCallId(),
@@ -290,7 +288,7 @@ export class OutputParser {
         });
       }
       if (toolCalls.length === 0) return null;
-      const normal = typeof answer.normal_text === 'string' ? answer.normal_text : '';
+      const normal = answer.normal_text ?? '';
       return { content: finishContent(normal), toolCalls };
     } catch {
       return null;

@@ -9,6 +9,7 @@ import {
   type DiscardResponse,
   isRealVersion,
   type RolloutPauseResponse,
+  type RolloutPauseState,
   type RolloutResumeResponse,
   type SglangSamplingParams,
   safeParseWire,
@@ -34,7 +35,7 @@ import {
   rolloutPauseRequestSchema,
   rolloutResumeRequestSchema,
 } from './request-bodies.js';
-import { type BodyLayout, continueBody, layoutOf, parseJson } from './request-bytes.js';
+import { type BodyLayout, continueBody, layoutOf, parseJson, type RawChatBody } from './request-bytes.js';
 import { commitStep, type PlanOptions, planStep, Session, type StepPlan } from './session.js';
 import {
   type HookMetadataSink,
@@ -53,7 +54,7 @@ export interface ProxyServiceOptions {
 /** A chat request body, parsed and validated ({@link ProxyService.parseChatRequest}). */
 export interface ParsedChatRequest {
   /** The body as JSON.parse gives it. */
-  raw: Record<string, unknown>;
+  raw: RawChatBody;
   body: ChatCompletionRequest;
   /** Where its messages lie in its bytes, when it came as bytes. */
   layout: BodyLayout | null;
@@ -64,6 +65,38 @@ export interface CompletionOutcome {
   completion: ChatCompletionResponse;
   stream: boolean;
   includeUsage: boolean;
+}
+
+/** `GET /health` of the proxy: its sessions, its store, the rollout pause and its settings. */
+export interface ProxyHealth {
+  status: 'ok';
+  active_sessions: number;
+  store: TrajectoryStats;
+  rollout_pause: RolloutPauseState;
+  config: {
+    sglang_router_url: ProxyConfig['sglangRouterUrl'];
+    token_build_mode: ProxyConfig['tokenBuildMode'];
+    token_build_model: ProxyConfig['tokenBuildModel'];
+    record_token_versions: ProxyConfig['recordTokenVersions'];
+    mask_nonlast_version_tokens: ProxyConfig['maskNonlastVersionTokens'];
+    max_output_tokens: ProxyConfig['maxOutputTokens'];
+    rollout_temperature: ProxyConfig['rolloutTemperature'];
+    context_window: ProxyConfig['contextWindow'];
+    dynamic_max_tokens: ProxyConfig['dynamicMaxTokens'];
+    use_rollout_routing_replay: ProxyConfig['useRolloutRoutingReplay'];
+    partial_rollout: ProxyConfig['partialRollout'];
+    max_partial_rollout_preempts: ProxyConfig['maxPartialRolloutPreempts'];
+    stream_heartbeat_interval_seconds: ProxyConfig['streamHeartbeatIntervalSeconds'];
+  };
+}
+
+function isRawChatBody(value: unknown): value is RawChatBody {
+  return (
+    typeof value === 'object' &&
+    value !== null &&
+    !Array.isArray(value) &&
+    Array.isArray((value as { messages?: unknown }).messages)
+  );
 }
 
 function parseBody<TSchema extends z.ZodType>(
@@ -232,7 +265,8 @@ export class ProxyService {
     if (this.controller.shuttingDown) throw detailError(503, { error: 'proxy_shutting_down' });
     const body = this.#parseChatBody(rawBody, headers);
     return this.runChatCompletion(
-      { raw: rawBody as Record<string, unknown>, body, layout: null },
+      // #parseChatBody accepted it: an object with a `messages` array.
+      { raw: rawBody as RawChatBody, body, layout: null },
       headers,
       signal,
     );
@@ -253,7 +287,7 @@ export class ProxyService {
       if (this.controller.shuttingDown) throw detailError(503, { error: 'proxy_shutting_down' });
       const { layout, repeated, appended } = continued;
       const rawMessages = [...cache.rawMessages.slice(0, repeated), ...appended];
-      const raw: Record<string, unknown> = { ...layout.before, messages: rawMessages, ...layout.after };
+      const raw: RawChatBody = { ...layout.before, messages: rawMessages, ...layout.after };
       // The same tools: the same bytes after the messages (or before them, with none after), or
       // the same JSON. Tools dropped from the request are a change too.
       const sameTools = continued.sameAfter || sameJson(raw.tools, cache.rawTools);
@@ -276,7 +310,7 @@ export class ProxyService {
     const raw = parseJson(bytes);
     if (this.controller.shuttingDown) throw detailError(503, { error: 'proxy_shutting_down' });
     const body = this.#parseChatBody(raw, headers);
-    return { raw: raw as Record<string, unknown>, body, layout: layoutOf(bytes) };
+    return { raw: raw as RawChatBody, body, layout: layoutOf(bytes) };
   }
 
   /** Runs a request from {@link parseChatRequest} up to the finished completion. */
@@ -314,11 +348,10 @@ export class ProxyService {
     } else if (instanceId !== null) {
       session.instanceId = instanceId;
     }
-    const raw = rawBody as { messages: unknown[]; tools?: unknown };
     session.requestCache = {
-      rawMessages: raw.messages,
+      rawMessages: rawBody.messages,
       messages: body.messages as ChatMessage[],
-      rawTools: raw.tools,
+      rawTools: rawBody.tools,
       tools: body.tools as Tool[] | null | undefined,
       layout: request.layout,
     };
@@ -340,9 +373,9 @@ export class ProxyService {
    * through the schema; any failure falls back to validating everything, so errors are unchanged.
    */
   #parseChatBody(rawBody: unknown, headers: IncomingHttpHeaders): ChatCompletionRequest {
-    const raw = rawBody as Record<string, unknown> | null;
+    const raw = isRawChatBody(rawBody) ? rawBody : null;
     const rawMessages = raw?.messages;
-    if (typeof raw === 'object' && raw !== null && !Array.isArray(raw) && Array.isArray(rawMessages)) {
+    if (raw !== null && rawMessages !== undefined) {
       const key =
         header(headers, 'x-session-id') ??
         header(headers, 'x-smg-routing-key') ??
@@ -828,7 +861,7 @@ export class ProxyService {
   }
 
   /** `GET /health`. */
-  health(): Record<string, unknown> {
+  health(): ProxyHealth {
     const config = this.config;
     return {
       status: 'ok',

@@ -36,9 +36,24 @@ export interface BodyLayout {
   /** The bytes from the array's closing bracket to the end of the body (a copy). */
   tail: Buffer;
   /** Top-level members before `messages`, as JSON.parse gives them. */
-  before: Record<string, unknown>;
+  before: RawBodyMembers;
   /** Top-level members after the `messages` array. */
-  after: Record<string, unknown>;
+  after: RawBodyMembers;
+}
+
+/**
+ * Top-level members of a chat request body other than `messages`, as JSON.parse gives them: the
+ * proxy compares `tools` with the previous request's; the rest is validated with the body.
+ */
+export interface RawBodyMembers {
+  tools?: unknown;
+  session_id?: unknown;
+  [member: string]: unknown;
+}
+
+/** A chat request body as JSON.parse gives it, once known to be an object with a `messages` array. */
+export interface RawChatBody extends RawBodyMembers {
+  messages: unknown[];
 }
 
 /** A body parsed against the previous one of its session. */
@@ -217,12 +232,9 @@ function messagesOf(
 
 // Parses the members after the array's closing bracket; null when they are malformed or name
 // `messages` again (JSON.parse would take that later array).
-function parseAfter(bytes: Buffer, close: number): Record<string, unknown> | null {
+function parseAfter(bytes: Buffer, close: number): RawBodyMembers | null {
   try {
-    const members = JSON.parse(`{"messages":0${bytes.toString('utf8', close + 1)}`) as Record<
-      string,
-      unknown
-    >;
+    const members: RawBodyMembers = JSON.parse(`{"messages":0${bytes.toString('utf8', close + 1)}`);
     if (members.messages !== 0) return null;
     delete members.messages;
     return members;
@@ -266,9 +278,9 @@ export function layoutOf(bytes: Buffer): BodyLayout | null {
     if (close === -1) return null;
     const after = parseAfter(bytes, close);
     if (after === null) return null;
-    let before: Record<string, unknown>;
+    let before: RawBodyMembers;
     try {
-      before = JSON.parse(`${bytes.toString('utf8', 0, position)}0}`) as Record<string, unknown>;
+      before = JSON.parse(`${bytes.toString('utf8', 0, position)}0}`);
     } catch {
       return null;
     }

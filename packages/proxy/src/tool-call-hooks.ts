@@ -166,15 +166,15 @@ export async function loadToolCallHooks(
   const hooks: ToolCallHook[] = [];
   for (const reference of references.flatMap((entry) => entry.split(/[\s,]+/)).filter(Boolean)) {
     const { module, exportName } = splitReference(reference);
-    let namespace: Record<string, unknown>;
+    let namespace: object;
     try {
-      namespace = (await import(moduleUrl(module, cwd))) as Record<string, unknown>;
+      namespace = await import(moduleUrl(module, cwd));
     } catch (error) {
       throw invalidHook(`cannot import ${JSON.stringify(module)}: ${(error as Error).message}`, error);
     }
     if (!(exportName in namespace))
       throw invalidHook(`${JSON.stringify(module)} has no export ${JSON.stringify(exportName)}`);
-    let value = namespace[exportName];
+    let value: unknown = Reflect.get(namespace, exportName);
     if (typeof value === 'function') value = await (value as () => unknown)();
     const list = Array.isArray(value) ? value : [value];
     list.forEach((item, index) => {

@@ -150,6 +150,16 @@ export const rolloutPauseResponseSchema = z.looseObject({
 /** `POST /v1/rollout/pause` of the proxy. */
 export type RolloutPauseResponse = z.infer<typeof rolloutPauseResponseSchema>;
 
+/** The proxy's probe of the engine before a resume: ready once a worker answers over HTTP. */
+export const engineReadinessSchema = z.looseObject({
+  ready: z.boolean(),
+  healthy_http_workers: z.int().nonnegative(),
+  worker_urls: z.array(z.string()),
+});
+
+/** The proxy's probe of the engine before a resume. */
+export type EngineReadiness = z.infer<typeof engineReadinessSchema>;
+
 /** `POST /v1/rollout/resume` of the proxy. */
 export const rolloutResumeResponseSchema = z.looseObject({
   status: z.enum(['resumed', 'already_running']),
@@ -160,7 +170,7 @@ export const rolloutResumeResponseSchema = z.looseObject({
   active_sglang_generations: z.int().nonnegative(),
   suspended_generations: z.int().nonnegative(),
   /** The engine readiness probe, when the proxy was paused. */
-  readiness: z.record(z.string(), z.unknown()).optional(),
+  readiness: engineReadinessSchema.optional(),
 });
 
 /** `POST /v1/rollout/resume` of the proxy. */

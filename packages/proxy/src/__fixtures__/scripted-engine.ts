@@ -1,5 +1,11 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import type {
+  SglangGenerateResponse,
+  SglangLogprobEntry,
+  SglangMetaInfo,
+  SglangSamplingParams,
+} from '@dressage/protocol';
 
 /** What the scripted engine answers to one `/generate`. */
 export interface ScriptedReply {
@@ -42,7 +48,7 @@ export function scriptedExpert(tokenId: number, slot: number): number {
 export interface SeenRequest {
   body: {
     input_ids: number[];
-    sampling_params: Record<string, unknown>;
+    sampling_params: SglangSamplingParams;
     rid: string;
     logprob_start_len: number;
     return_logprob: boolean;
@@ -203,7 +209,7 @@ export class ScriptedEngine {
     }
     if (response.destroyed || request.socket.destroyed) return;
     const out = ids.slice(0, emitted);
-    const meta: Record<string, unknown> = {
+    const meta: SglangMetaInfo = {
       id: body.rid,
       finish_reason:
         finish === 'abort'
@@ -211,11 +217,13 @@ export class ScriptedEngine {
           : { type: finish },
       prompt_tokens: body.input_ids.length,
       completion_tokens: out.length,
-      output_token_logprobs: out.map((id, index) => [
-        index < logprobs.length ? logprobs[index] : -0.1,
-        id,
-        null,
-      ]),
+      output_token_logprobs: out.map(
+        (id, index): SglangLogprobEntry => [
+          index < logprobs.length ? (logprobs[index] ?? null) : -0.1,
+          id,
+          null,
+        ],
+      ),
     };
     if (version !== null) meta.weight_version = version;
     if (body.return_routed_experts === true) {
@@ -232,8 +240,10 @@ export class ScriptedEngine {
       if (start > 0) meta.routed_experts_start_len = start;
     }
     if (body.logprob_start_len === 0)
-      meta.input_token_logprobs = body.input_ids.map((id, index) => [index === 0 ? null : -1, id, null]);
-    const payload: Record<string, unknown> = { text: this.#decode(out), meta_info: meta };
+      meta.input_token_logprobs = body.input_ids.map(
+        (id, index): SglangLogprobEntry => [index === 0 ? null : -1, id, null],
+      );
+    const payload: SglangGenerateResponse = { text: this.#decode(out), meta_info: meta };
     if (!reply.omitOutputIds) payload.output_ids = out;
     response.writeHead(200, { 'content-type': 'application/json' });
     response.end(JSON.stringify(payload));
