@@ -18,7 +18,7 @@ export {
 export { maxPageSize, parseSessionQuery, SessionIndex, type SessionQuery } from './session-index.js';
 export { loadRunDirectory } from './sources/run-directory.js';
 export { loadSegmentFiles } from './sources/segment-file.js';
-export type { InspectorSource, SourceKind } from './sources/source.js';
+export type { InspectorSource, RunErrorLine, SourceKind } from './sources/source.js';
 export { loadStoreDirectory } from './sources/store-directory.js';
 export {
   defaultInspectorPort,

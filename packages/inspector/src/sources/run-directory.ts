@@ -6,14 +6,40 @@ import { forEachLine } from './lines.js';
 import {
   fitNumbers,
   type InspectorSource,
+  isJsonObject,
   numberOrNull,
   objectOrEmpty,
+  type RunErrorLine,
   stringArray,
   stringOrNull,
 } from './source.js';
 
+/**
+ * One line of `samples/step-NNNNNN.jsonl` (the trainer's `ExportedSample`) as read: each field is
+ * checked where it is read, so a line from an older trainer still shows.
+ */
+export interface SampleLine {
+  tokens?: unknown;
+  prompt_length?: unknown;
+  loss_mask?: unknown;
+  rollout_log_probs?: unknown;
+  full_versions?: unknown;
+  segment_reason?: unknown;
+  segment_index?: unknown;
+  metadata?: unknown;
+  messages?: unknown;
+  session_id?: unknown;
+  trajectory_id?: unknown;
+  instance_id?: unknown;
+  step?: unknown;
+  index?: unknown;
+  status?: unknown;
+  reward?: unknown;
+  remove_sample?: unknown;
+}
+
 /** Converts one line of `samples/step-NNNNNN.jsonl` (the trainer's `ExportedSample`). */
-export function segmentFromSample(sample: Record<string, unknown>): InspectedSegment {
+export function segmentFromSample(sample: SampleLine): InspectedSegment {
   const tokens = fitNumbers(sample.tokens, Array.isArray(sample.tokens) ? sample.tokens.length : 0, 0);
   const promptLength = Math.min(numberOrNull(sample.prompt_length) ?? 0, tokens.length);
   const responseLength = tokens.length - promptLength;
@@ -47,7 +73,7 @@ export function segmentFromSample(sample: Record<string, unknown>): InspectedSeg
 const statusRank: Record<string, number> = { aborted: 4, failed: 3, truncated: 2, completed: 1 };
 
 /** Groups exported samples into sessions by session id (else trajectory id). */
-export function sessionsFromSamples(samples: readonly Record<string, unknown>[]): InspectedSession[] {
+export function sessionsFromSamples(samples: readonly SampleLine[]): InspectedSession[] {
   const sessions = new Map<string, InspectedSession>();
   for (const [position, sample] of samples.entries()) {
     const sessionId = stringOrNull(sample.session_id);
@@ -90,12 +116,13 @@ function readJson(path: string): unknown {
 }
 
 /** Reads `errors.jsonl` (one failure per line); a torn last line of a killed run is skipped. */
-function readErrors(path: string): Record<string, unknown>[] {
-  const errors: Record<string, unknown>[] = [];
+function readErrors(path: string): RunErrorLine[] {
+  const errors: RunErrorLine[] = [];
   if (!existsSync(path)) return errors;
   forEachLine(path, (line) => {
     try {
-      errors.push(objectOrEmpty(JSON.parse(line)));
+      const error: unknown = JSON.parse(line);
+      errors.push(isJsonObject(error) ? error : {});
     } catch {
       // Each record is one append: only the last line can be torn.
     }
@@ -120,9 +147,12 @@ export function loadRunDirectory(directory: string): InspectorSource {
   const files = readdirSync(samplesDirectory)
     .filter((name) => /^step-\d+\.jsonl$/.test(name))
     .sort();
-  const samples: Record<string, unknown>[] = [];
+  const samples: SampleLine[] = [];
   for (const name of files)
-    forEachLine(join(samplesDirectory, name), (line) => samples.push(JSON.parse(line)));
+    forEachLine(join(samplesDirectory, name), (line) => {
+      const sample: unknown = JSON.parse(line);
+      if (isJsonObject(sample)) samples.push(sample);
+    });
   const sessions = sessionsFromSamples(samples);
   const byId = new Map(sessions.map((session) => [session.id, session]));
   let lastMetrics: unknown = null;

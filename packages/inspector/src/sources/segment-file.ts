@@ -7,23 +7,24 @@ import {
   summarizeSession,
 } from '../model.js';
 import { forEachLine } from './lines.js';
-import { rewardOfRecord, segmentFromRecord } from './segment-records.js';
-import { type InspectorSource, objectOrEmpty, stringOrNull } from './source.js';
+import { rewardOfRecord, type SegmentRecordLine, segmentFromRecord } from './segment-records.js';
+import { type InspectorSource, isJsonObject, stringOrNull } from './source.js';
 
 // A file may hold one segment, an array of them, a `/trajectory/read` answer (`data` is a list of
 // segments, or of instance groups in batch mode), or JSONL of any of these.
-function collectRecords(value: unknown, into: Record<string, unknown>[]): void {
+function collectRecords(value: unknown, into: SegmentRecordLine[]): void {
   if (Array.isArray(value)) {
     for (const item of value) collectRecords(item, into);
     return;
   }
-  const object = objectOrEmpty(value);
+  if (!isJsonObject(value)) return;
+  const object: SegmentRecordLine & { data?: unknown } = value;
   if (Array.isArray(object.tokens)) into.push(object);
   else if (Array.isArray(object.data)) collectRecords(object.data, into);
 }
 
 /** Groups segment records into sessions by trajectory id (else session id). */
-export function sessionsFromRecords(records: readonly Record<string, unknown>[]): InspectedSession[] {
+export function sessionsFromRecords(records: readonly SegmentRecordLine[]): InspectedSession[] {
   const sessions = new Map<string, InspectedSession>();
   const views = new Map<string, Set<string>>();
   for (const [position, record] of records.entries()) {
@@ -62,7 +63,7 @@ export function sessionsFromRecords(records: readonly Record<string, unknown>[])
 
 /** Reads exported trajectory files (JSON or JSONL of segments as `/trajectory/read` returns them). */
 export function loadSegmentFiles(paths: readonly string[]): InspectorSource {
-  const records: Record<string, unknown>[] = [];
+  const records: SegmentRecordLine[] = [];
   for (const path of paths) {
     try {
       if (path.endsWith('.jsonl')) {

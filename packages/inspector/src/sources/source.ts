@@ -16,7 +16,31 @@ export interface InspectorSource {
    * The run's recorded failures (`errors.jsonl`: stage, where, sample, session, code, message), in
    * order; absent for sources without one.
    */
-  errors?: readonly Record<string, unknown>[];
+  errors?: readonly RunErrorLine[];
+}
+
+/**
+ * One line of a run's `errors.jsonl` as read (the trainer's `RunErrorRecord`): the inspector filters
+ * on `session_id` and shows every field as it is, so none is checked.
+ */
+export interface RunErrorLine {
+  time?: unknown;
+  step?: unknown;
+  stage?: unknown;
+  where?: unknown;
+  sample_index?: unknown;
+  group_index?: unknown;
+  instance_id?: unknown;
+  session_id?: unknown;
+  retry?: unknown;
+  code?: unknown;
+  message?: unknown;
+  trained?: unknown;
+}
+
+/** Whether a parsed JSON value is an object (not null, not an array). */
+export function isJsonObject(value: unknown): value is object {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
 /** Reads a field as a string, else null. */
@@ -31,9 +55,8 @@ export function numberOrNull(value: unknown): number | null {
 
 /** Reads a field as a plain object, else an empty one. */
 export function objectOrEmpty(value: unknown): Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value)
-    ? (value as Record<string, unknown>)
-    : {};
+  // Free-form metadata and extra info: every key is shown as it is.
+  return isJsonObject(value) ? (value as Record<string, unknown>) : {};
 }
 
 /** Reads a field as an array of strings. */

@@ -1,4 +1,5 @@
 import type { SegmentView, SessionSummary } from '../model.js';
+import type { RunErrorLine } from '../sources/source.js';
 import type { TokenKind, TokenVersionSpan } from './token-kinds.js';
 
 /** One page of the session list. */
@@ -63,13 +64,13 @@ export interface SessionDetail {
   views: SegmentView[];
   segments: SegmentDetail[];
   /** The run's recorded failures of this session (`errors.jsonl`); empty for other sources. */
-  errors?: Record<string, unknown>[];
+  errors?: RunErrorLine[];
 }
 
 /** What `/api/errors` answers: the run's recorded failures, optionally of one session. */
 export interface ErrorPage {
   total: number;
-  items: Record<string, unknown>[];
+  items: RunErrorLine[];
 }
 
 /** A session exported as one self-contained JSON document: every view, every token decoded. */
