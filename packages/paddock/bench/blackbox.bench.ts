@@ -13,6 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createSample, type Sample } from '@dressage/protocol';
 import { LocalBwrapProvider, type SandboxSpec } from '@dressage/sandbox';
+import { findFreePortRange } from '@dressage/sandbox/internal';
 import { type Script, ScriptedModelServer } from '../src/__fixtures__/scripted-model.js';
 import {
   agentBinDirectories,
@@ -160,6 +161,8 @@ async function blackboxRun(type: keyof typeof builtinAdapterExecutableVariables,
   const provider = new LocalBwrapProvider({
     slots: agents,
     mode: 'blackbox',
+    // Free ports of this moment: other pools on the machine may hold the default ones.
+    basePort: await findFreePortRange(agents),
     server: warm ? blackboxSlotServer() : coldServer,
     baseDir: join(base, `blackbox-${type}-${warm ? 'warm' : 'cold'}`),
     upstreamUrl: model.url,
