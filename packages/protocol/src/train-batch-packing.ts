@@ -474,52 +474,55 @@ type ReceivedBlock = Record<ColumnName, Uint8Array | null> & {
 // response_token_count, and for a batch that arrived as a single block, whose column an adopting
 // assembler keeps where it landed.
 class ColumnBuilder {
-  private bytes: Uint8Array | null = null;
-  private readonly parts: Uint8Array[] = [];
-  private written = 0;
+  #bytes: Uint8Array | null = null;
+  readonly #parts: Uint8Array[] = [];
+  #written = 0;
 
-  constructor(
-    private readonly capacityBytes: number | null,
-    private readonly adopt = false,
-  ) {}
+  readonly #capacityBytes: number | null;
+  readonly #adopt: boolean;
+
+  constructor(capacityBytes: number | null, adopt = false) {
+    this.#capacityBytes = capacityBytes;
+    this.#adopt = adopt;
+  }
 
   append(part: Uint8Array): void {
     if (part.byteLength === 0) return;
-    if (this.capacityBytes === null) this.parts.push(part);
+    if (this.#capacityBytes === null) this.#parts.push(part);
     else {
-      const needed = this.written + part.byteLength;
-      if (this.bytes === null || needed > this.bytes.byteLength) this.grow(needed);
-      (this.bytes as Uint8Array).set(part, this.written);
+      const needed = this.#written + part.byteLength;
+      if (this.#bytes === null || needed > this.#bytes.byteLength) this.#grow(needed);
+      (this.#bytes as Uint8Array).set(part, this.#written);
     }
-    this.written += part.byteLength;
+    this.#written += part.byteLength;
   }
 
-  private grow(needed: number): void {
-    const limit = Math.max(needed, this.capacityBytes as number);
+  #grow(needed: number): void {
+    const limit = Math.max(needed, this.#capacityBytes as number);
     const next = new Uint8Array(Math.min(limit, needed * COLUMN_GROWTH));
-    if (this.bytes !== null) next.set(this.bytes.subarray(0, this.written));
-    this.bytes = next;
+    if (this.#bytes !== null) next.set(this.#bytes.subarray(0, this.#written));
+    this.#bytes = next;
   }
 
   finish<K extends ColumnName>(name: K): PackedArrayByType[(typeof columnTypes)[K]] {
     const type = columnTypes[name];
     // A single received part the assembler owns: a view where it is aligned (unpackTypedArray copies
     // it otherwise).
-    if (this.adopt && this.parts.length === 1) return unpackTypedArray(this.parts[0] as Uint8Array, type);
-    let bytes = this.bytes;
-    if (this.capacityBytes !== null) {
+    if (this.#adopt && this.#parts.length === 1) return unpackTypedArray(this.#parts[0] as Uint8Array, type);
+    let bytes = this.#bytes;
+    if (this.#capacityBytes !== null) {
       bytes ??= new Uint8Array(0);
-      if (bytes.byteLength !== this.written) bytes = bytes.subarray(0, this.written);
+      if (bytes.byteLength !== this.#written) bytes = bytes.subarray(0, this.#written);
     } else {
       // Always a copy of received bytes, never a view of them: a decoder's bytes are views into a
       // message the caller may reuse (and a Node Buffer's `slice()` is a view too).
-      bytes = new Uint8Array(this.written);
+      bytes = new Uint8Array(this.#written);
       let offset = 0;
-      for (const part of this.parts) {
+      for (const part of this.#parts) {
         bytes.set(part, offset);
         offset += part.byteLength;
       }
-      this.parts.length = 0;
+      this.#parts.length = 0;
     }
     return unpackTypedArray(bytes, type);
   }
@@ -563,67 +566,74 @@ type RequiredColumn = (typeof requiredColumns)[number];
  * {@link checkTrainBatchValues}).
  */
 export class TrainBatchAssembler {
-  private header: TrainBatchHeader | null = null;
-  private columns: Record<RequiredColumn, ColumnBuilder> | null = null;
-  private adopting = false;
+  #header: TrainBatchHeader | null = null;
+  #columns: Record<RequiredColumn, ColumnBuilder> | null = null;
+  #adopting = false;
   // Per logprob column: undefined until a block with response tokens says whether it is carried.
-  private readonly optional: Record<OptionalColumn, ColumnBuilder | null | undefined> = {
+  readonly #optional: Record<OptionalColumn, ColumnBuilder | null | undefined> = {
     rollout_log_probs: undefined,
     teacher_log_probs: undefined,
   };
-  private readonly routedParts: Uint8Array[] = [];
-  private blockCount = 0;
-  private samples = 0;
-  private tokens = 0;
-  private responseTokens = 0;
-  private result: { header: TrainBatchHeader; batch: PackedTrainBatch } | null = null;
+  readonly #routedParts: Uint8Array[] = [];
+  #blockCount = 0;
+  #samples = 0;
+  #tokens = 0;
+  #responseTokens = 0;
+  #result: { header: TrainBatchHeader; batch: PackedTrainBatch } | null = null;
 
-  constructor(private readonly options: TrainBatchAssemblerOptions = {}) {}
+  readonly #options: TrainBatchAssemblerOptions;
+
+  constructor(options: TrainBatchAssemblerOptions = {}) {
+    this.#options = options;
+  }
 
   /** Adds the next chunk of the stream. */
   push(chunk: TrainChunk): void {
     const payload = chunk.payload;
     if (payload === undefined) throw invalid('train stream: a chunk carries neither a header nor samples');
     if (payload.$case === 'header') {
-      if (this.header !== null) throw invalid('train stream: a second header arrived');
-      this.header = checkedHeader(payload.value);
+      if (this.#header !== null) throw invalid('train stream: a second header arrived');
+      this.#header = checkedHeader(payload.value);
       return;
     }
-    const header = this.header;
+    const header = this.#header;
     if (header === null) throw invalid('train stream: sample block before the header');
-    const block = receiveBlock(payload.value, this.blockCount);
-    const routed = receiveRoutedExperts(payload.value, header, this.blockCount);
-    this.blockCount += 1;
+    const block = receiveBlock(payload.value, this.#blockCount);
+    const routed = receiveRoutedExperts(payload.value, header, this.#blockCount);
+    this.#blockCount += 1;
     // Everything is checked before anything is copied: a rejected block writes nothing.
-    if (this.samples + block.sampleCount > header.sample_count) {
+    if (this.#samples + block.sampleCount > header.sample_count) {
       throw invalid(
-        `train stream: ${this.samples + block.sampleCount} samples received, more than the header's ${header.sample_count}`,
+        `train stream: ${this.#samples + block.sampleCount} samples received, more than the header's ${header.sample_count}`,
       );
     }
-    if (this.tokens + block.tokenCount > header.token_count) {
+    if (this.#tokens + block.tokenCount > header.token_count) {
       throw invalid(
-        `train stream: ${this.tokens + block.tokenCount} tokens received, more than the header's ${header.token_count}`,
+        `train stream: ${this.#tokens + block.tokenCount} tokens received, more than the header's ${header.token_count}`,
       );
     }
     const announcedResponses = header.response_token_count;
-    if (announcedResponses !== undefined && this.responseTokens + block.responseTokens > announcedResponses) {
+    if (
+      announcedResponses !== undefined &&
+      this.#responseTokens + block.responseTokens > announcedResponses
+    ) {
       throw invalid(
-        `train stream: ${this.responseTokens + block.responseTokens} response tokens received, more than the header's ${announcedResponses}`,
+        `train stream: ${this.#responseTokens + block.responseTokens} response tokens received, more than the header's ${announcedResponses}`,
       );
     }
     // The whole batch in this one block: an owning assembler keeps its columns in place.
     const columns =
-      this.columns ??
-      this.startColumns(
+      this.#columns ??
+      this.#startColumns(
         header,
-        this.options.adoptBlockBytes === true && block.sampleCount === header.sample_count,
+        this.#options.adoptBlockBytes === true && block.sampleCount === header.sample_count,
       );
     if (block.responseTokens > 0) {
       for (const name of optionalColumns) {
         const carried = block[name] !== null;
-        const known = this.optional[name];
+        const known = this.#optional[name];
         if (known === undefined) {
-          this.optional[name] = carried ? this.responseColumn(header, 4) : null;
+          this.#optional[name] = carried ? this.#responseColumn(header, 4) : null;
         } else if ((known !== null) !== carried) {
           throw invalid(`train stream: ${name} present in some blocks only`);
         }
@@ -631,41 +641,41 @@ export class TrainBatchAssembler {
     }
     for (const name of requiredColumns) columns[name].append(block[name] as Uint8Array);
     if (block.responseTokens > 0) {
-      for (const name of optionalColumns) this.optional[name]?.append(block[name] as Uint8Array);
+      for (const name of optionalColumns) this.#optional[name]?.append(block[name] as Uint8Array);
     }
     // Routed experts are a small column next to the tokens: kept as received parts, joined once.
-    if (routed !== null) this.routedParts.push(Uint8Array.from(routed));
-    this.samples += block.sampleCount;
-    this.tokens += block.tokenCount;
-    this.responseTokens += block.responseTokens;
+    if (routed !== null) this.#routedParts.push(Uint8Array.from(routed));
+    this.#samples += block.sampleCount;
+    this.#tokens += block.tokenCount;
+    this.#responseTokens += block.responseTokens;
   }
 
   /** Checks the totals against the header and the values (all finite), and returns the packed batch. */
   finish(): { header: TrainBatchHeader; batch: PackedTrainBatch } {
-    if (this.result !== null) return this.result;
-    const header = this.header;
+    if (this.#result !== null) return this.#result;
+    const header = this.#header;
     if (header === null) throw invalid('train stream: ended without a header');
     const announcedResponses = header.response_token_count;
-    const responsesDiffer = announcedResponses !== undefined && this.responseTokens !== announcedResponses;
-    if (this.samples !== header.sample_count || this.tokens !== header.token_count || responsesDiffer) {
+    const responsesDiffer = announcedResponses !== undefined && this.#responseTokens !== announcedResponses;
+    if (this.#samples !== header.sample_count || this.#tokens !== header.token_count || responsesDiffer) {
       throw invalid(
-        `train stream: ended after ${this.samples} samples / ${this.tokens} tokens, header announced ${header.sample_count} / ${header.token_count}${responsesDiffer ? ` (${this.responseTokens} response tokens of ${announcedResponses})` : ''}`,
+        `train stream: ended after ${this.#samples} samples / ${this.#tokens} tokens, header announced ${header.sample_count} / ${header.token_count}${responsesDiffer ? ` (${this.#responseTokens} response tokens of ${announcedResponses})` : ''}`,
         {
-          received_samples: this.samples,
-          received_tokens: this.tokens,
-          received_response_tokens: this.responseTokens,
+          received_samples: this.#samples,
+          received_tokens: this.#tokens,
+          received_response_tokens: this.#responseTokens,
         },
       );
     }
-    const columns = this.columns ?? this.startColumns(header, false);
+    const columns = this.#columns ?? this.#startColumns(header, false);
     const batch: PackedTrainBatch = {
-      sample_count: this.samples,
+      sample_count: this.#samples,
       tokens: columns.tokens.finish('tokens'),
       total_lengths: columns.total_lengths.finish('total_lengths'),
       response_lengths: columns.response_lengths.finish('response_lengths'),
       loss_masks: columns.loss_masks.finish('loss_masks'),
-      rollout_log_probs: this.optional.rollout_log_probs?.finish('rollout_log_probs') ?? null,
-      teacher_log_probs: this.optional.teacher_log_probs?.finish('teacher_log_probs') ?? null,
+      rollout_log_probs: this.#optional.rollout_log_probs?.finish('rollout_log_probs') ?? null,
+      teacher_log_probs: this.#optional.teacher_log_probs?.finish('teacher_log_probs') ?? null,
       rollout_ids: columns.rollout_ids.finish('rollout_ids'),
       rewards: columns.rewards.finish('rewards'),
       raw_rewards: columns.raw_rewards.finish('raw_rewards'),
@@ -676,14 +686,14 @@ export class TrainBatchAssembler {
     const layout = header.routed_experts;
     if (layout !== undefined) {
       let length = 0;
-      for (const part of this.routedParts) length += part.byteLength;
+      for (const part of this.#routedParts) length += part.byteLength;
       const bytes = new Uint8Array(length);
       let offset = 0;
-      for (const part of this.routedParts) {
+      for (const part of this.#routedParts) {
         bytes.set(part, offset);
         offset += part.byteLength;
       }
-      this.routedParts.length = 0;
+      this.#routedParts.length = 0;
       batch.routed_experts = {
         dtype: layout.dtype as RoutedExpertsDtype,
         num_layers: layout.num_layers,
@@ -691,21 +701,21 @@ export class TrainBatchAssembler {
         ids: unpackTypedArray(bytes, layout.dtype as RoutedExpertsDtype),
       };
     }
-    this.columns = null;
+    this.#columns = null;
     checkTrainBatchValues(batch);
-    this.result = { header, batch };
-    return this.result;
+    this.#result = { header, batch };
+    return this.#result;
   }
 
-  private startColumns(header: TrainBatchHeader, adopt: boolean): Record<RequiredColumn, ColumnBuilder> {
-    this.adopting = adopt;
+  #startColumns(header: TrainBatchHeader, adopt: boolean): Record<RequiredColumn, ColumnBuilder> {
+    this.#adopting = adopt;
     const samples = header.sample_count;
     const sized = (bytes: number) => new ColumnBuilder(adopt ? null : bytes, adopt);
-    this.columns = {
+    this.#columns = {
       tokens: sized(header.token_count * 4),
       total_lengths: sized(samples * 4),
       response_lengths: sized(samples * 4),
-      loss_masks: this.responseColumn(header, 1),
+      loss_masks: this.#responseColumn(header, 1),
       rollout_ids: sized(samples * 4),
       rewards: sized(samples * 4),
       raw_rewards: sized(samples * 4),
@@ -713,13 +723,13 @@ export class TrainBatchAssembler {
       truncated: sized(samples),
       sample_indices: sized(samples * 4),
     };
-    return this.columns;
+    return this.#columns;
   }
 
-  private responseColumn(header: TrainBatchHeader, bytesPerToken: number): ColumnBuilder {
+  #responseColumn(header: TrainBatchHeader, bytesPerToken: number): ColumnBuilder {
     const responses = header.response_token_count;
-    const unknown = this.adopting || responses === undefined;
-    return new ColumnBuilder(unknown ? null : responses * bytesPerToken, this.adopting);
+    const unknown = this.#adopting || responses === undefined;
+    return new ColumnBuilder(unknown ? null : responses * bytesPerToken, this.#adopting);
   }
 }
 
