@@ -67,16 +67,6 @@ export function defaultEosTokenIds(tokenizer: TitoTokenizer): number[] {
   return [...ids];
 }
 
-/** Every added token of a tokenizer (special or not: `<tool_call>` and `<think>` are not special in Qwen3). */
-export function addedTokenIds(tokenizer: TitoTokenizer): number[] {
-  const added = tokenizer.files.tokenizerJson.added_tokens;
-  const ids = new Set<number>(tokenizer.specialTokens.values());
-  if (Array.isArray(added)) {
-    for (const token of added as Array<{ id?: unknown }>) if (typeof token.id === 'number') ids.add(token.id);
-  }
-  return [...ids];
-}
-
 async function initCommand(args: string[], io: CliIo): Promise<void> {
   const { values } = parseArgs({
     args,
@@ -101,7 +91,7 @@ async function initCommand(args: string[], io: CliIo): Promise<void> {
   const tokenizer = await loadTokenizer(tokenizerDirectory);
   const texts = [...(values.text ?? [])];
   for (const file of values['text-file'] ?? []) texts.push(await readFile(file, 'utf8'));
-  const vocabulary = buildVocabulary({ tokenizer, texts, tokenIds: addedTokenIds(tokenizer) });
+  const vocabulary = buildVocabulary({ tokenizer, texts, addedTokensOf: tokenizer });
   const config = Object.fromEntries(
     Object.entries({
       layerCount: integer(values.layers, 'layers'),

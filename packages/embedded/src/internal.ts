@@ -10,7 +10,6 @@ export {
   weightsEqual,
 } from './checkpoint.js';
 export { DecodeBatch } from './decode-batch.js';
-export { addedTokenIds } from './engine-cli.js';
 export { differentiableProduct, type MatrixProduct, plainProduct } from './linear.js';
 export {
   defaultPrefillChunkLength,
@@ -40,3 +39,4 @@ export {
 export { disposeCache, type SequenceCache } from './sequence-cache.js';
 export { nextWeightVersion } from './trainer/embedded-trainer.js';
 export { optimizerStateFile, referenceStateFile, trainerStateFile } from './trainer/trainer-state.js';
+export { addedTokenIds } from './vocabulary.js';

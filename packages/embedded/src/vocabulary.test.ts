@@ -23,6 +23,18 @@ describe('buildVocabulary with the real Qwen3 tokenizer', () => {
     expect(Array.from(vocabulary.slotsOf([9707, 12345]))).toEqual([vocabulary.slotOf(9707), 0]);
   });
 
+  it('takes every added token of a tokenizer, special or not', async () => {
+    const tokenizer = await qwen3Tokenizer();
+    const vocabulary = buildVocabulary({ tokenizer, texts: ['Hello'], addedTokensOf: tokenizer });
+    const added = tokenizer.files.tokenizerJson.added_tokens as Array<{ id: number; content: string }>;
+    const toolCall = added.find((token) => token.content === '<tool_call>')!;
+    // Not a special token in Qwen3, yet written by every tool call.
+    expect([...tokenizer.specialTokens.values()]).not.toContain(toolCall.id);
+    for (const token of added) expect(vocabulary.has(token.id)).toBe(true);
+    expect(vocabulary.has(9707)).toBe(true);
+    expect(vocabulary.outputCount).toBe(new Set([...added.map((token) => token.id), 9707]).size);
+  });
+
   it('rejects empty or invalid tables and texts without a tokenizer', () => {
     expect(() => new TokenVocabulary([])).toThrow(expect.objectContaining({ code: 'invalid_argument' }));
     expect(() => new TokenVocabulary([1, -2])).toThrow(expect.objectContaining({ code: 'invalid_argument' }));

@@ -1,4 +1,5 @@
 import { DressageError } from '@dressage/protocol';
+import type { TitoTokenizer } from '@dressage/tito';
 
 /** Anything that turns text into real token ids (a `TitoTokenizer` does). */
 export interface TokenEncoder {
@@ -13,6 +14,11 @@ export interface BuildVocabularyOptions {
   tokenIds?: Iterable<number>;
   /** The tokenizer that encodes `texts`; required when `texts` is given. */
   tokenizer?: TokenEncoder;
+  /**
+   * Includes every added token of this tokenizer, special or not (`<tool_call>` and `<think>` are
+   * not special in Qwen3): the ids a chat template and a tool-calling model write.
+   */
+  addedTokensOf?: TitoTokenizer;
 }
 
 /**
@@ -112,13 +118,14 @@ export class TokenVocabulary {
  * const vocabulary = buildVocabulary({
  *   tokenizer,
  *   texts: [renderedPrompt, 'CALC 12 + 30 ;'],
- *   tokenIds: tokenizer.specialTokens.values(),
+ *   addedTokensOf: tokenizer,
  * });
  * ```
  */
 export function buildVocabulary(options: BuildVocabularyOptions): TokenVocabulary {
   const ids = new Set<number>();
   for (const id of options.tokenIds ?? []) ids.add(id);
+  if (options.addedTokensOf !== undefined) for (const id of addedTokenIds(options.addedTokensOf)) ids.add(id);
   if (options.texts !== undefined) {
     if (options.tokenizer === undefined) {
       throw new DressageError({
@@ -130,4 +137,14 @@ export function buildVocabulary(options: BuildVocabularyOptions): TokenVocabular
       for (const id of Array.from(options.tokenizer.encode(text))) ids.add(id);
   }
   return new TokenVocabulary(Array.from(ids));
+}
+
+/** Every added token of a tokenizer (special or not: `<tool_call>` and `<think>` are not special in Qwen3). */
+export function addedTokenIds(tokenizer: TitoTokenizer): number[] {
+  const added = tokenizer.files.tokenizerJson.added_tokens;
+  const ids = new Set<number>(tokenizer.specialTokens.values());
+  if (Array.isArray(added)) {
+    for (const token of added as Array<{ id?: unknown }>) if (typeof token.id === 'number') ids.add(token.id);
+  }
+  return [...ids];
 }

@@ -12,7 +12,7 @@ import {
   startEmbeddedTrainerServer,
   startEngineServer,
 } from '@dressage/embedded';
-import { addedTokenIds, hashSeed } from '@dressage/embedded/internal';
+import { hashSeed } from '@dressage/embedded/internal';
 import { DressageError, type PackedTrainBatch } from '@dressage/protocol';
 import {
   createPromptTokenizer,
@@ -215,7 +215,7 @@ export async function startEmbeddedStack(options: EmbeddedStackOptions): Promise
   const vocabulary = buildVocabulary({
     tokenizer,
     texts: vocabularyTextsOf(recipe, records, sequences),
-    tokenIds: addedTokenIds(tokenizer),
+    addedTokensOf: tokenizer,
   });
   const modelConfig = modelConfigOf(modelSettings);
   // The engine serves this model; the trainer trains its own copy and publishes it on UpdateWeights.
