@@ -14,7 +14,13 @@ import {
 import { ProxyClient } from '@dressage/proxy';
 import { lockDirectory } from '@dressage/proxy/internal';
 import { computeRewards, type RewardRegistry } from '@dressage/reward-registry';
-import { type GenerateContext, PromptDataSource, type RolloutScheduler } from '@dressage/schedulers';
+import {
+  type GenerateContext,
+  type GenerateFunction,
+  PromptDataSource,
+  type RolloutScheduler,
+  type SamplingParams,
+} from '@dressage/schedulers';
 import {
   convertSamplesToPackedTrainBatch,
   type TrainerClient,
@@ -28,18 +34,36 @@ import { dataSourceOptionsOf } from './data-source-options.js';
 import { type EmbeddedStack, startEmbeddedStack } from './embedded-stack.js';
 import { ErrorLog, readErrorLog } from './error-log.js';
 import { whiteboxSettingsOf } from './expansion-options.js';
-import { loadRecipeModules, loadRunHooks, loadRunRewards, type RunDataSource } from './hooks.js';
+import {
+  loadRecipeModules,
+  loadRunHooks,
+  loadRunRewards,
+  type RecipeModules,
+  type RunDataSource,
+  type RunHooks,
+} from './hooks.js';
 import { lossConfigOf } from './loss-config.js';
 import { MetricsLog, type MetricsRecord, readMetricsLog } from './metrics-log.js';
 import { formatDuration, Progress, sparkline } from './progress.js';
 import type { LoadedRecipe, Recipe } from './recipe.js';
 import { defaultReportPlots, renderReportHtml } from './report.js';
-import { checkpointsAfterStep, publishesAfterStep, reportsAfterStep, runPlanOf } from './run-plan.js';
+import {
+  checkpointsAfterStep,
+  publishesAfterStep,
+  type RunPlan,
+  reportsAfterStep,
+  runPlanOf,
+} from './run-plan.js';
 import { exportSamples, exportTrainLogProbs } from './sample-export.js';
 import { createRunScheduler } from './scheduler-options.js';
 import { tokenVersionStatistics, VersionHistory } from './token-versions.js';
 import { warmStartTrainOptionsOf } from './warm-start.js';
-import { pauseSettingsOf, publishWeights } from './weight-publish.js';
+import {
+  type PauseSettings,
+  type PublishedWeights,
+  pauseSettingsOf,
+  publishWeights,
+} from './weight-publish.js';
 import { needsSandbox, startWhiteboxSandboxes, type WhiteboxSandboxes } from './whitebox-sandboxes.js';
 
 /** Options of {@link runTraining}. */
@@ -123,6 +147,479 @@ function mean(values: readonly number[]): number {
   return values.length === 0 ? 0 : values.reduce((sum, value) => sum + value, 0) / values.length;
 }
 
+/** What a run loads from its recipe before anything starts. */
+interface RunSetup {
+  hooks: RunHooks;
+  modules: RecipeModules;
+  registry: RewardRegistry;
+  /** What every reward function reads as `context.args`: the validated recipe, a frozen copy. */
+  rewardArgs: Readonly<Record<string, unknown>>;
+}
+
+// Checks that the recipe names a way to run (stack, agent) and loads its hooks, modules and rewards.
+async function loadRunSetup(loaded: LoadedRecipe, embedded: boolean): Promise<RunSetup> {
+  const { recipe } = loaded;
+  if (!embedded && recipe.trainer.kind !== 'grpc') {
+    throw new DressageError({
+      code: 'invalid_argument',
+      message: `${loaded.path}: use an embedded engine (with the embedded trainer or a gRPC one), or SGLang with a gRPC trainer`,
+    });
+  }
+  const baseDirectory = resolve(loaded.path, '..');
+  const hooks = await loadRunHooks(recipe, baseDirectory);
+  if (recipe.agent?.module === undefined && hooks.generate === null && recipe.blackbox === undefined) {
+    throw new DressageError({
+      code: 'invalid_argument',
+      message: `${loaded.path}: set agent.module (a whitebox agent class), blackbox (an agent CLI) or hooks.generate`,
+    });
+  }
+  const modules = await loadRecipeModules(recipe, baseDirectory);
+  if (recipe.agent?.sandbox_slots !== undefined && !needsSandbox(modules.agent)) {
+    throw new DressageError({
+      code: 'invalid_argument',
+      message: `${loaded.path}: agent.sandbox_slots is set, but ${recipe.agent.module} does not extend PaddockWhiteboxAgent (it has no sandbox)`,
+      details: { field: 'agent.sandbox_slots' },
+    });
+  }
+  const registry = await loadRunRewards(recipe, baseDirectory);
+  const rewardArgs = structuredClone(recipe) as unknown as Readonly<Record<string, unknown>>;
+  return { hooks, modules, registry, rewardArgs };
+}
+
+/** One run in progress: what its phases share, and the weights the engine serves. */
+interface RunContext {
+  loaded: LoadedRecipe;
+  recipe: Recipe;
+  options: RunTrainingOptions;
+  log: (line: string) => void;
+  plan: RunPlan;
+  setup: RunSetup;
+  stack: EmbeddedStack;
+  proxyClient: ProxyClient;
+  pauseSettings: PauseSettings;
+  dataSource: RunDataSource;
+  metricsLog: MetricsLog;
+  errorLog: ErrorLog;
+  progress: Progress;
+  history: VersionHistory;
+  /** `performance.now()` when the stack was up. */
+  started: number;
+  /** The version the engine serves now. */
+  weightVersion: string;
+  /** RL steps completed (the step running, during one). */
+  step: number;
+}
+
+// Publishes the trainer's weights and records the version the engine now serves.
+async function publish(run: RunContext, reason: string): Promise<PublishedWeights> {
+  const published = await publishWeights(
+    run.stack.trainer,
+    run.proxyClient,
+    reason,
+    run.pauseSettings,
+    run.log,
+  );
+  run.weightVersion = published.weightVersion;
+  run.history.publish(run.weightVersion);
+  return published;
+}
+
+// `--resume`: the trainer loads the run's last checkpoint, the engine gets its weights and the data
+// source its position.
+async function resumeRun(run: RunContext, previous: RunState): Promise<void> {
+  const { stack, log } = run;
+  const loadedCheckpoint = await stack.trainer.loadCheckpoint({ path: previous.checkpoint });
+  if (stack.checkpointsAt === 'trainer' && Number(loadedCheckpoint.rollout_id) !== previous.step) {
+    // A trainer that loads only when it starts (slime: --load) must have started from this checkpoint.
+    throw new DressageError({
+      code: 'failed_precondition',
+      message: `resume: the run stopped after step ${previous.step} (checkpoint ${previous.checkpoint}), but the trainer continues at rollout ${loadedCheckpoint.rollout_id}: restart it from that checkpoint`,
+    });
+  }
+  await publish(run, 'resume');
+  // The position saved with this checkpoint: a run killed after saving a later position but
+  // before its run state would otherwise skip the prompts of the steps it never trained.
+  await run.dataSource.load?.(join(run.plan.outputDirectory, 'data-source'), previous.step);
+  log(
+    `resume: step ${previous.step}, checkpoint ${previous.checkpoint} (weights ${loadedCheckpoint.weight_version}), serving ${run.weightVersion}`,
+  );
+}
+
+// Supervised warm-start through the same TrainerService (a model that sometimes succeeds), or its
+// cached result; the engine then serves the warm-started weights.
+async function runWarmStart(run: RunContext): Promise<WarmStartSummary> {
+  const { loaded, recipe, options, stack, log, progress } = run;
+  const trainer = stack.trainer;
+  const warmStarted = performance.now();
+  const cache = await warmStartCachePath(loaded, stack.warmStartBatches, run.plan.dataPath);
+  let summary: WarmStartSummary;
+  if (cache !== null && existsSync(cache) && options.freshWarmStart !== true) {
+    await trainer.loadCheckpoint({ path: cache });
+    summary = { source: 'cached', path: cache, seconds: seconds(warmStarted) };
+    log(`warm-start: loaded ${recipe.warm_start.steps} supervised steps from ${displayPath(cache)}`);
+  } else {
+    if (cache !== null && options.freshWarmStart !== true)
+      log(`warm-start: nothing cached at ${displayPath(cache)}; training ${recipe.warm_start.steps} steps`);
+    const completed = await warmStart(
+      trainer,
+      stack,
+      recipe,
+      run.metricsLog,
+      progress,
+      run.started,
+      options.signal,
+    );
+    if (cache !== null && !options.signal?.aborted) {
+      // Written beside, then renamed: a run killed mid-write or a concurrent run never reads half.
+      const partial = `${cache}.partial-${process.pid}`;
+      await trainer.saveCheckpoint({ path: partial, rollout_id: 0 });
+      if (options.freshWarmStart === true) await rm(cache, { recursive: true, force: true });
+      await rename(partial, cache).catch(() => rm(partial, { recursive: true, force: true }));
+    }
+    summary = { source: 'trained', path: cache, seconds: seconds(warmStarted) };
+    progress.endPhase(
+      `warm-start: ${completed} supervised steps in ${formatDuration(summary.seconds)}` +
+        (cache === null || options.signal?.aborted ? '' : `, saved to ${displayPath(cache)}`),
+    );
+  }
+  await publish(run, 'initial_weight_update');
+  return summary;
+}
+
+/** The agents of the RL phase: its generate function and what must be closed after it. */
+interface RunAgents {
+  generate: GenerateFunction;
+  blackbox: BlackboxAgents | null;
+  sandboxes: WhiteboxSandboxes | null;
+}
+
+// The generate function the scheduler calls: the recipe's generate hook, its blackbox agent CLI, or
+// its whitebox agent class (with sandboxes when it has tools in one). Each failed attempt is logged.
+async function startAgents(run: RunContext, currentStep: () => number): Promise<RunAgents> {
+  const { loaded, recipe, stack, proxyClient, log } = run;
+  const { hooks } = run.setup;
+  const AgentClass = run.setup.modules.agent;
+  let sandboxes: WhiteboxSandboxes | null = null;
+  let blackbox: BlackboxAgents | null = null;
+  if (hooks.generate === null && recipe.blackbox === undefined && needsSandbox(AgentClass)) {
+    sandboxes = await startWhiteboxSandboxes({
+      slots: run.plan.sandboxSlots,
+      outputDirectory: run.plan.outputDirectory,
+    });
+    log(`whitebox sandboxes: ${sandboxes.description}`);
+  }
+  if (hooks.generate === null && recipe.blackbox !== undefined) {
+    blackbox = await startBlackboxAgents({
+      loaded,
+      proxyUrl: stack.proxyUrl,
+      proxy: proxyClient,
+      outputDirectory: run.plan.outputDirectory,
+    });
+    log(`blackbox agents: ${blackbox.description}`);
+  }
+  // A generate hook gets the run's proxy with the scheduler's context.
+  const hookGenerate = hooks.generate;
+  const generate = run.errorLog.wrapGenerate(
+    (hookGenerate === null
+      ? null
+      : (sample: Sample, samplingParams: SamplingParams, context: GenerateContext) =>
+          hookGenerate(sample, samplingParams, {
+            ...context,
+            proxyUrl: stack.proxyUrl,
+            proxy: proxyClient,
+          })) ??
+      blackbox?.generate ??
+      makeGenerate(AgentClass as WhiteboxAgentClass, {
+        proxy: proxyClient,
+        proxyUrl: stack.proxyUrl,
+        ...(sandboxes === null ? {} : { provider: sandboxes.provider }),
+        ...whiteboxSettingsOf(recipe),
+      }),
+    hooks.generate !== null
+      ? `generate hook ${recipe.hooks.generate}`
+      : blackbox !== null
+        ? `blackbox agent ${recipe.blackbox?.agent}`
+        : `whitebox agent ${(AgentClass as WhiteboxAgentClass).name}`,
+    currentStep,
+  );
+  return { generate, blackbox, sandboxes };
+}
+
+/** The RL phase's running figures, as the summary and the metrics report them. */
+class RlTotals {
+  readonly rewards: number[] = [];
+  firstReward: number | null = null;
+  lastReward: number | null = null;
+  maxLogprobDiff = 0;
+  maxOffPolicyLogprobDiff = 0;
+  readonly gapMeans: number[] = [];
+  trainerBusySeconds = 0;
+  rolloutWaitSeconds = 0;
+  /** `performance.now()` when the RL phase began: trainer idleness is measured over it only. */
+  started = performance.now();
+
+  /** Marks the start of the RL phase (the warm-start keeps the trainer busy by design). */
+  begin(): void {
+    this.started = performance.now();
+  }
+
+  /** Counts one step's mean reward and token figures. */
+  observe(reward: number, tokens: ReturnType<typeof tokenVersionStatistics>): void {
+    this.firstReward ??= reward;
+    this.lastReward = reward;
+    this.rewards.push(reward);
+    this.maxLogprobDiff = Math.max(this.maxLogprobDiff, tokens.parityMax ?? 0);
+    this.maxOffPolicyLogprobDiff = Math.max(
+      this.maxOffPolicyLogprobDiff,
+      tokens.metrics['offpolicy/logprob_abs_diff_max'] ?? 0,
+    );
+    if (tokens.gapMean !== null) this.gapMeans.push(tokens.gapMean);
+  }
+}
+
+/** What one RL step trained on and what its training answered. */
+interface TrainedStep {
+  samples: Sample[];
+  packed: PackedTrainBatch;
+  response: Awaited<ReturnType<TrainerClient['train']>>;
+  tokens: ReturnType<typeof tokenVersionStatistics>;
+  published: PublishedWeights | null;
+  /** Seconds of the train call alone, and with the weight publication after it. */
+  trainedSeconds: number;
+  trainSeconds: number;
+}
+
+// Scores a rollout's samples, exports them, trains on them and publishes the weights when the
+// recipe's update interval says so.
+async function trainStep(run: RunContext, step: number, samples: Sample[]): Promise<TrainedStep> {
+  const { recipe, stack, errorLog } = run;
+  const { hooks, registry, rewardArgs } = run.setup;
+  const outputDirectory = run.plan.outputDirectory;
+  await scoreSamples(samples, registry, rewardArgs).catch(async (error: unknown) => {
+    await errorLog.recordRewardFailure(error, samples, step);
+    throw error;
+  });
+  // What the trainer receives, kept for `dressage inspect` and bug reports: cut to
+  // `training.max_sequence_length` as the conversion cuts them.
+  const maxSequenceLength = recipe.training.max_sequence_length;
+  await exportSamples(
+    outputDirectory,
+    step,
+    maxSequenceLength === undefined
+      ? samples
+      : samples.map((sample) => truncateSample(sample, maxSequenceLength)),
+  );
+  const globalBatchSize = globalBatchSizeOf(recipe);
+  const convertOptions = conversionOptionsOf(recipe, globalBatchSize, hooks.rewardPostProcess);
+  const converted = (hooks.convert ?? convertSamplesToPackedTrainBatch)(samples, convertOptions);
+  const packed = isPackedBatch(converted) ? converted : packTrainBatch(converted);
+  const trainStarted = performance.now();
+  const trainerVersion = run.weightVersion;
+  const response = await stack.trainer.train(packed, {
+    rollout_id: step,
+    global_batch_size: globalBatchSize,
+    loss: lossConfigOf(recipe),
+    expected_weight_version: trainerVersion,
+  });
+  const trainedSeconds = (performance.now() - trainStarted) / 1000;
+  const trainLogProbs = stack.takeTrainLogProbs?.() ?? null;
+  const tokens = tokenVersionStatistics({
+    samples,
+    batch: packed,
+    history: run.history,
+    trainerVersion,
+    trainLogProbs,
+    trainerParity: {
+      mean: response.metrics.train_rollout_logprob_abs_diff ?? 0,
+      max: response.metrics.train_rollout_logprob_abs_diff_max ?? 0,
+    },
+  });
+  if (trainLogProbs !== null) await exportTrainLogProbs(outputDirectory, step, packed, trainLogProbs);
+  // Weights reach the engine after every `update_weights_interval`-th step only.
+  const published = publishesAfterStep(recipe, step)
+    ? await publish(run, `weight_update_after_rollout_${step}`)
+    : null;
+  const trainSeconds = (performance.now() - trainStarted) / 1000;
+  return { samples, packed, response, tokens, published, trainedSeconds, trainSeconds };
+}
+
+function globalBatchSizeOf(recipe: Recipe): number {
+  return (
+    recipe.training.global_batch_size ?? recipe.data.rollout_batch_size * recipe.data.n_samples_per_prompt
+  );
+}
+
+/** The step's timings besides those of the train call. */
+interface StepTimes {
+  stepSeconds: number;
+  waitSeconds: number;
+}
+
+// One step's metrics line: the rollout's, the trainer's, the token versions', timings, the weight
+// update, the collapse alarm and the proxy's preemption counters.
+async function stepMetrics(
+  run: RunContext,
+  trained: TrainedStep,
+  rollout: Awaited<ReturnType<RolloutScheduler['generateRollout']>>,
+  reward: number,
+  reading: ReturnType<CollapseAlarm['observe']>,
+  times: StepTimes,
+  totals: RlTotals,
+): Promise<Record<string, number>> {
+  const { hooks } = run.setup;
+  const { samples, packed, response, tokens, published } = trained;
+  const logged =
+    hooks.rolloutLog === null ? undefined : await hooks.rolloutLog(run.step, samples, rollout.metrics);
+  const rolloutMetrics = logged === true ? {} : { ...rollout.metrics, ...rolloutLogMetrics(samples) };
+  // The proxy's preemption counters (since it started): those it did not request are the
+  // engines' own aborts, e.g. slime pausing them around its weight update.
+  const pauseState = await run.proxyClient.pauseState().catch(() => null);
+  const preemptions: Record<string, number> = {};
+  if (typeof pauseState?.preempted_chunks === 'number')
+    preemptions['proxy/preempted_chunks'] = pauseState.preempted_chunks;
+  if (typeof pauseState?.unrequested_preemptions === 'number')
+    preemptions['proxy/unrequested_preemptions'] = pauseState.unrequested_preemptions;
+  return {
+    ...rolloutMetrics,
+    ...(typeof logged === 'object' ? logged : {}),
+    'rollout/raw_reward_trajectory_mean': reward,
+    ...prefixed('train/', response.metrics),
+    ...tokens.metrics,
+    'perf/step_seconds': times.stepSeconds,
+    'perf/rollout_wait_seconds': times.waitSeconds,
+    'perf/rollout_wait_fraction': totals.rolloutWaitSeconds / seconds(totals.started),
+    'perf/train_seconds': trained.trainedSeconds,
+    'perf/publish_seconds': trained.trainSeconds - trained.trainedSeconds,
+    // 1 when the rollouts were paused (and quiesced) before the weights moved.
+    'weight_update/published': published === null ? 0 : 1,
+    'weight_update/paused': published?.paused === true ? 1 : 0,
+    'weight_update/quiesced': published?.quiesced === true ? 1 : 0,
+    'perf/tokens_per_second': packed.tokens.length / times.stepSeconds,
+    'perf/trainer_idle_fraction': Math.max(0, 1 - totals.trainerBusySeconds / seconds(totals.started)),
+    ...reading.metrics,
+    ...preemptions,
+  };
+}
+
+// One RL step: a rollout from the scheduler, training on it, its metrics line, progress, and a
+// checkpoint when one is due.
+async function rlStep(
+  run: RunContext,
+  scheduler: RolloutScheduler,
+  alarm: CollapseAlarm,
+  totals: RlTotals,
+): Promise<void> {
+  const { recipe, options, step } = run;
+  const totalSteps = run.plan.totalSteps;
+  const stepStarted = performance.now();
+  const rollout = await scheduler.generateRollout(step, {
+    signal: options.signal,
+    weightVersion: run.weightVersion,
+  });
+  const waitSeconds = (performance.now() - stepStarted) / 1000;
+  totals.rolloutWaitSeconds += waitSeconds;
+  const trained = await trainStep(run, step, rollout.samples.flat());
+  const { samples, tokens } = trained;
+  totals.trainerBusySeconds += trained.trainSeconds;
+  const stepSeconds = (performance.now() - stepStarted) / 1000;
+  const reward =
+    rawRewardTrajectoryMean(samples) ?? mean(samples.map((sample) => Number(sample.reward ?? 0)));
+  totals.observe(reward, tokens);
+  const reading = alarm.observe(
+    trained.response.metrics.grad_norm,
+    groupTrajectoryRewards(rollout.samples),
+    reward,
+  );
+  const metrics = await stepMetrics(
+    run,
+    trained,
+    rollout,
+    reward,
+    reading,
+    { stepSeconds, waitSeconds },
+    totals,
+  );
+  await run.metricsLog.append({ step, time: seconds(run.started), phase: 'rl', metrics });
+  if (reportsAfterStep(recipe, step)) await writeReport(run.plan.outputDirectory, recipe);
+  run.progress.update({
+    step: step + 1,
+    totalSteps,
+    phase: 'rl',
+    reward,
+    tokensPerSecond: metrics['perf/tokens_per_second'],
+    ...(tokens.gapMean === null ? {} : { versionGap: tokens.gapMean }),
+    ...gapShares(metrics),
+    trainerIdleFraction: metrics['perf/trainer_idle_fraction'],
+    ...optionalNumber('logprobDiff', metrics['parity/logprob_abs_diff']),
+    ...optionalNumber('offPolicyLogprobDiff', metrics['offpolicy/logprob_abs_diff']),
+    ...(reading.reason === undefined ? {} : { alarm: reading.reason }),
+  });
+  if (checkpointsAfterStep(recipe, step, totalSteps)) {
+    await checkpoint(
+      run.stack.trainer,
+      run.stack,
+      run.dataSource,
+      run.plan.outputDirectory,
+      step + 1,
+      run.weightVersion,
+    );
+  }
+}
+
+/** How the RL phase ended. */
+interface RlOutcome {
+  /** True when the run was stopped (Ctrl-C) before its last step. */
+  stopped: boolean;
+  seconds: number;
+}
+
+// The RL phase: the agents and the scheduler start, one step runs after another, and a stopped run
+// leaves a checkpoint to resume from. The scheduler and the agents are closed however it ends.
+async function runRlPhase(run: RunContext, totals: RlTotals): Promise<RlOutcome> {
+  const { recipe, plan, proxyClient, options } = run;
+  let scheduler: RolloutScheduler | null = null;
+  let agents: RunAgents | null = null;
+  try {
+    if (recipe.rollout.mode !== 'sync') await refuseFailingPreemption(proxyClient, recipe.rollout.mode);
+    agents = await startAgents(run, () => run.step);
+    scheduler = createRunScheduler(
+      recipe,
+      { dataSource: run.dataSource, generate: agents.generate, sessionDiscarder: proxyClient },
+      plan.totalSteps,
+      run.setup.hooks.rolloutScheduler,
+    );
+    run.progress.begin('rl', run.step);
+    const alarm = new CollapseAlarm();
+    totals.begin();
+    let stopped = false;
+    for (; run.step < plan.totalSteps; run.step++) {
+      if (options.signal?.aborted) {
+        stopped = true;
+        break;
+      }
+      await rlStep(run, scheduler, alarm, totals);
+    }
+    const rlSeconds = seconds(totals.started);
+    if (totals.rewards.length > 0) run.progress.endPhase(rlSummary(totals.rewards, rlSeconds));
+    if (stopped) {
+      await checkpoint(
+        run.stack.trainer,
+        run.stack,
+        run.dataSource,
+        plan.outputDirectory,
+        run.step,
+        run.weightVersion,
+      );
+      run.log(`stopped at step ${run.step}; resume with --resume`);
+    }
+    return { stopped, seconds: rlSeconds };
+  } finally {
+    await scheduler?.shutdown();
+    await agents?.blackbox?.close();
+    await agents?.sandboxes?.close();
+  }
+}
+
 /**
  * Runs the recipe's training end to end: warm-start (optional), then RL steps. The run holds its
  * output directory for its whole length: a second run there (a second `dressage train` started in
@@ -157,35 +654,7 @@ async function trainInDirectory(loaded: LoadedRecipe, options: RunTrainingOption
   const previous = options.resume ? await readRunState(outputDirectory) : null;
   if (options.resume && previous === null) log(`resume: no checkpoint in ${outputDirectory}, starting fresh`);
   const embedded = plan.stack === 'embedded';
-  if (!embedded && recipe.trainer.kind !== 'grpc') {
-    throw new DressageError({
-      code: 'invalid_argument',
-      message: `${loaded.path}: use an embedded engine (with the embedded trainer or a gRPC one), or SGLang with a gRPC trainer`,
-    });
-  }
-  const baseDirectory = resolve(loaded.path, '..');
-  const hooks = await loadRunHooks(recipe, baseDirectory);
-  const agentReference = recipe.agent?.module;
-  if (agentReference === undefined && hooks.generate === null && recipe.blackbox === undefined) {
-    throw new DressageError({
-      code: 'invalid_argument',
-      message: `${loaded.path}: set agent.module (a whitebox agent class), blackbox (an agent CLI) or hooks.generate`,
-    });
-  }
-  const { agent: AgentClass, warmStartExamples: examplesFunction } = await loadRecipeModules(
-    recipe,
-    baseDirectory,
-  );
-  if (recipe.agent?.sandbox_slots !== undefined && !needsSandbox(AgentClass)) {
-    throw new DressageError({
-      code: 'invalid_argument',
-      message: `${loaded.path}: agent.sandbox_slots is set, but ${recipe.agent.module} does not extend PaddockWhiteboxAgent (it has no sandbox)`,
-      details: { field: 'agent.sandbox_slots' },
-    });
-  }
-  const registry = await loadRunRewards(recipe, baseDirectory);
-  // What every reward function reads as `context.args`: the validated recipe, a frozen copy.
-  const rewardArgs = structuredClone(recipe) as unknown as Record<string, unknown>;
+  const setup = await loadRunSetup(loaded, embedded);
 
   // The run's proxy store lives in its output directory: a new run starts with an empty one (an
   // earlier run's undrained trajectories would otherwise be trained on as this run's), and --resume
@@ -198,307 +667,59 @@ async function trainInDirectory(loaded: LoadedRecipe, options: RunTrainingOption
     ? await startEmbeddedStack({
         recipe,
         dataPath,
-        warmStartExamples: examplesFunction,
+        warmStartExamples: setup.modules.warmStartExamples,
         outputDirectory,
         log,
         resolvePath: loaded.resolvePath,
       })
     : await connectClusterStack(loaded, log);
   const started = performance.now();
-  let scheduler: RolloutScheduler | null = null;
   const metricsLog = new MetricsLog(join(outputDirectory, 'metrics.jsonl'));
   // Every failed rollout attempt and reward call, with its sample and session.
   const errorLog = new ErrorLog(join(outputDirectory, 'errors.jsonl'));
-  const progress = options.progress ?? new Progress();
-  const rewards: number[] = [];
   let warmStartSummary: WarmStartSummary = { source: 'none', path: null, seconds: 0 };
   let rlSeconds = 0;
   let stopped = false;
-  let firstReward: number | null = null;
-  let lastReward: number | null = null;
-  let maxLogprobDiff = 0;
-  let maxOffPolicyLogprobDiff = 0;
-  const gapMeans: number[] = [];
-  let weightVersion = stack.weightVersion;
-  const history = new VersionHistory(weightVersion);
-  let step = previous?.step ?? 0;
-  let blackbox: BlackboxAgents | null = null;
-  let sandboxes: WhiteboxSandboxes | null = null;
+  const totals = new RlTotals();
+  // Set at the head of the try block: the summary below is reached only when that block completed.
+  let run!: RunContext;
   try {
-    const trainer = stack.trainer;
     const proxyClient = new ProxyClient({
       baseUrl: stack.proxyUrl,
       ...(recipe.proxy.api_key === 'no-auth' ? {} : { apiKey: recipe.proxy.api_key }),
     });
-    const pauseSettings = pauseSettingsOf(recipe);
-    const dataSource: RunDataSource =
-      hooks.dataSource !== null
-        ? await hooks.dataSource({ recipe, dataPath })
-        : await PromptDataSource.fromJsonl(dataPath, dataSourceOptionsOf(recipe));
-
-    if (previous !== null) {
-      const loadedCheckpoint = await trainer.loadCheckpoint({ path: previous.checkpoint });
-      if (stack.checkpointsAt === 'trainer' && Number(loadedCheckpoint.rollout_id) !== previous.step) {
-        // A trainer that loads only when it starts (slime: --load) must have started from this checkpoint.
-        throw new DressageError({
-          code: 'failed_precondition',
-          message: `resume: the run stopped after step ${previous.step} (checkpoint ${previous.checkpoint}), but the trainer continues at rollout ${loadedCheckpoint.rollout_id}: restart it from that checkpoint`,
-        });
-      }
-      weightVersion = (await publishWeights(trainer, proxyClient, 'resume', pauseSettings, log))
-        .weightVersion;
-      history.publish(weightVersion);
-      // The position saved with this checkpoint: a run killed after saving a later position but
-      // before its run state would otherwise skip the prompts of the steps it never trained.
-      await dataSource.load?.(join(outputDirectory, 'data-source'), previous.step);
-      log(
-        `resume: step ${previous.step}, checkpoint ${previous.checkpoint} (weights ${loadedCheckpoint.weight_version}), serving ${weightVersion}`,
-      );
-    }
-
-    // Supervised warm-start through the same TrainerService: a model that sometimes succeeds.
-    if (previous === null && plan.warmStartSteps > 0 && stack.warmStartBatches.length > 0) {
-      const warmStarted = performance.now();
-      const cache = await warmStartCachePath(loaded, stack.warmStartBatches, dataPath);
-      if (cache !== null && existsSync(cache) && options.freshWarmStart !== true) {
-        await trainer.loadCheckpoint({ path: cache });
-        warmStartSummary = { source: 'cached', path: cache, seconds: seconds(warmStarted) };
-        log(`warm-start: loaded ${recipe.warm_start.steps} supervised steps from ${displayPath(cache)}`);
-      } else {
-        if (cache !== null && options.freshWarmStart !== true)
-          log(
-            `warm-start: nothing cached at ${displayPath(cache)}; training ${recipe.warm_start.steps} steps`,
-          );
-        const completed = await warmStart(
-          trainer,
-          stack,
-          recipe,
-          metricsLog,
-          progress,
-          started,
-          options.signal,
-        );
-        if (cache !== null && !options.signal?.aborted) {
-          // Written beside, then renamed: a run killed mid-write or a concurrent run never reads half.
-          const partial = `${cache}.partial-${process.pid}`;
-          await trainer.saveCheckpoint({ path: partial, rollout_id: 0 });
-          if (options.freshWarmStart === true) await rm(cache, { recursive: true, force: true });
-          await rename(partial, cache).catch(() => rm(partial, { recursive: true, force: true }));
-        }
-        warmStartSummary = { source: 'trained', path: cache, seconds: seconds(warmStarted) };
-        progress.endPhase(
-          `warm-start: ${completed} supervised steps in ${formatDuration(warmStartSummary.seconds)}` +
-            (cache === null || options.signal?.aborted ? '' : `, saved to ${displayPath(cache)}`),
-        );
-      }
-      weightVersion = (
-        await publishWeights(trainer, proxyClient, 'initial_weight_update', pauseSettings, log)
-      ).weightVersion;
-      history.publish(weightVersion);
-    }
+    run = {
+      loaded,
+      recipe,
+      options,
+      log,
+      plan,
+      setup,
+      stack,
+      proxyClient,
+      pauseSettings: pauseSettingsOf(recipe),
+      dataSource:
+        setup.hooks.dataSource !== null
+          ? await setup.hooks.dataSource({ recipe, dataPath })
+          : await PromptDataSource.fromJsonl(dataPath, dataSourceOptionsOf(recipe)),
+      metricsLog,
+      errorLog,
+      progress: options.progress ?? new Progress(),
+      history: new VersionHistory(stack.weightVersion),
+      started,
+      weightVersion: stack.weightVersion,
+      step: previous?.step ?? 0,
+    };
+    if (previous !== null) await resumeRun(run, previous);
+    if (previous === null && plan.warmStartSteps > 0 && stack.warmStartBatches.length > 0)
+      warmStartSummary = await runWarmStart(run);
     // `dressage warm-start`: the warm-start's result is all this run is for.
     if (options.warmStartOnly !== true) {
-      if (recipe.rollout.mode !== 'sync') await refuseFailingPreemption(proxyClient, recipe.rollout.mode);
-      const { totalSteps } = plan;
-      if (hooks.generate === null && recipe.blackbox === undefined && needsSandbox(AgentClass)) {
-        sandboxes = await startWhiteboxSandboxes({
-          slots: plan.sandboxSlots,
-          outputDirectory,
-        });
-        log(`whitebox sandboxes: ${sandboxes.description}`);
-      }
-      if (hooks.generate === null && recipe.blackbox !== undefined) {
-        blackbox = await startBlackboxAgents({
-          loaded,
-          proxyUrl: stack.proxyUrl,
-          proxy: proxyClient,
-          outputDirectory,
-        });
-        log(`blackbox agents: ${blackbox.description}`);
-      }
-      // A generate hook gets the run's proxy with the scheduler's context.
-      const hookGenerate = hooks.generate;
-      const generate = errorLog.wrapGenerate(
-        (hookGenerate === null
-          ? null
-          : (sample: Sample, samplingParams: Record<string, unknown>, context: GenerateContext) =>
-              hookGenerate(sample, samplingParams, {
-                ...context,
-                proxyUrl: stack.proxyUrl,
-                proxy: proxyClient,
-              })) ??
-          blackbox?.generate ??
-          makeGenerate(AgentClass as WhiteboxAgentClass, {
-            proxy: proxyClient,
-            proxyUrl: stack.proxyUrl,
-            ...(sandboxes === null ? {} : { provider: sandboxes.provider }),
-            ...whiteboxSettingsOf(recipe),
-          }),
-        hooks.generate !== null
-          ? `generate hook ${recipe.hooks.generate}`
-          : blackbox !== null
-            ? `blackbox agent ${recipe.blackbox?.agent}`
-            : `whitebox agent ${(AgentClass as WhiteboxAgentClass).name}`,
-        () => step,
-      );
-      scheduler = createRunScheduler(
-        recipe,
-        { dataSource, generate, sessionDiscarder: proxyClient },
-        totalSteps,
-        hooks.rolloutScheduler,
-      );
-      const globalBatchSize =
-        recipe.training.global_batch_size ??
-        recipe.data.rollout_batch_size * recipe.data.n_samples_per_prompt;
-      let trainerBusySeconds = 0;
-      let rolloutWaitSeconds = 0;
-      // Trainer idleness is measured over the RL phase only (the warm-start keeps it busy by design).
-      const rlStarted = performance.now();
-      progress.begin('rl', step);
-      const alarm = new CollapseAlarm();
-
-      for (; step < totalSteps; step++) {
-        if (options.signal?.aborted) {
-          stopped = true;
-          break;
-        }
-        const stepStarted = performance.now();
-        const rollout = await scheduler.generateRollout(step, { signal: options.signal, weightVersion });
-        const waitSeconds = (performance.now() - stepStarted) / 1000;
-        rolloutWaitSeconds += waitSeconds;
-        const samples = rollout.samples.flat();
-        await scoreSamples(samples, registry, rewardArgs).catch(async (error: unknown) => {
-          await errorLog.recordRewardFailure(error, samples, step);
-          throw error;
-        });
-        // What the trainer receives, kept for `dressage inspect` and bug reports: cut to
-        // `training.max_sequence_length` as the conversion cuts them.
-        const maxSequenceLength = recipe.training.max_sequence_length;
-        await exportSamples(
-          outputDirectory,
-          step,
-          maxSequenceLength === undefined
-            ? samples
-            : samples.map((sample) => truncateSample(sample, maxSequenceLength)),
-        );
-        const convertOptions = conversionOptionsOf(recipe, globalBatchSize, hooks.rewardPostProcess);
-        const converted = (hooks.convert ?? convertSamplesToPackedTrainBatch)(samples, convertOptions);
-        const packed = isPackedBatch(converted) ? converted : packTrainBatch(converted);
-        const trainStarted = performance.now();
-        const response = await trainer.train(packed, {
-          rollout_id: step,
-          global_batch_size: globalBatchSize,
-          loss: lossConfigOf(recipe),
-          expected_weight_version: weightVersion,
-        });
-        const trainedSeconds = (performance.now() - trainStarted) / 1000;
-        const trainLogProbs = stack.takeTrainLogProbs?.() ?? null;
-        const tokens = tokenVersionStatistics({
-          samples,
-          batch: packed,
-          history,
-          trainerVersion: weightVersion,
-          trainLogProbs,
-          trainerParity: {
-            mean: response.metrics.train_rollout_logprob_abs_diff ?? 0,
-            max: response.metrics.train_rollout_logprob_abs_diff_max ?? 0,
-          },
-        });
-        if (trainLogProbs !== null) await exportTrainLogProbs(outputDirectory, step, packed, trainLogProbs);
-        // Weights reach the engine after every `update_weights_interval`-th step only.
-        const updated = publishesAfterStep(recipe, step)
-          ? await publishWeights(
-              trainer,
-              proxyClient,
-              `weight_update_after_rollout_${step}`,
-              pauseSettings,
-              log,
-            )
-          : null;
-        if (updated !== null) {
-          weightVersion = updated.weightVersion;
-          history.publish(weightVersion);
-        }
-        const trainSeconds = (performance.now() - trainStarted) / 1000;
-        trainerBusySeconds += trainSeconds;
-        const stepSeconds = (performance.now() - stepStarted) / 1000;
-        const reward =
-          rawRewardTrajectoryMean(samples) ?? mean(samples.map((sample) => Number(sample.reward ?? 0)));
-        firstReward ??= reward;
-        lastReward = reward;
-        rewards.push(reward);
-        maxLogprobDiff = Math.max(maxLogprobDiff, tokens.parityMax ?? 0);
-        maxOffPolicyLogprobDiff = Math.max(
-          maxOffPolicyLogprobDiff,
-          tokens.metrics['offpolicy/logprob_abs_diff_max'] ?? 0,
-        );
-        if (tokens.gapMean !== null) gapMeans.push(tokens.gapMean);
-        const logged =
-          hooks.rolloutLog === null ? undefined : await hooks.rolloutLog(step, samples, rollout.metrics);
-        const rolloutMetrics = logged === true ? {} : { ...rollout.metrics, ...rolloutLogMetrics(samples) };
-        const reading = alarm.observe(
-          response.metrics.grad_norm,
-          groupTrajectoryRewards(rollout.samples),
-          reward,
-        );
-        // The proxy's preemption counters (since it started): those it did not request are the
-        // engines' own aborts, e.g. slime pausing them around its weight update.
-        const pauseState = await proxyClient.pauseState().catch(() => null);
-        const preemptions: Record<string, number> = {};
-        if (typeof pauseState?.preempted_chunks === 'number')
-          preemptions['proxy/preempted_chunks'] = pauseState.preempted_chunks;
-        if (typeof pauseState?.unrequested_preemptions === 'number')
-          preemptions['proxy/unrequested_preemptions'] = pauseState.unrequested_preemptions;
-        const metrics: Record<string, number> = {
-          ...rolloutMetrics,
-          ...(typeof logged === 'object' ? logged : {}),
-          'rollout/raw_reward_trajectory_mean': reward,
-          ...prefixed('train/', response.metrics),
-          ...tokens.metrics,
-          'perf/step_seconds': stepSeconds,
-          'perf/rollout_wait_seconds': waitSeconds,
-          'perf/rollout_wait_fraction': rolloutWaitSeconds / seconds(rlStarted),
-          'perf/train_seconds': trainedSeconds,
-          'perf/publish_seconds': trainSeconds - trainedSeconds,
-          // 1 when the rollouts were paused (and quiesced) before the weights moved.
-          'weight_update/published': updated === null ? 0 : 1,
-          'weight_update/paused': updated?.paused === true ? 1 : 0,
-          'weight_update/quiesced': updated?.quiesced === true ? 1 : 0,
-          'perf/tokens_per_second': packed.tokens.length / stepSeconds,
-          'perf/trainer_idle_fraction': Math.max(0, 1 - trainerBusySeconds / seconds(rlStarted)),
-          ...reading.metrics,
-          ...preemptions,
-        };
-        await metricsLog.append({ step, time: seconds(started), phase: 'rl', metrics });
-        if (reportsAfterStep(recipe, step)) await writeReport(outputDirectory, recipe);
-        progress.update({
-          step: step + 1,
-          totalSteps,
-          phase: 'rl',
-          reward,
-          tokensPerSecond: metrics['perf/tokens_per_second'],
-          ...(tokens.gapMean === null ? {} : { versionGap: tokens.gapMean }),
-          ...gapShares(metrics),
-          trainerIdleFraction: metrics['perf/trainer_idle_fraction'],
-          ...optionalNumber('logprobDiff', metrics['parity/logprob_abs_diff']),
-          ...optionalNumber('offPolicyLogprobDiff', metrics['offpolicy/logprob_abs_diff']),
-          ...(reading.reason === undefined ? {} : { alarm: reading.reason }),
-        });
-        if (checkpointsAfterStep(recipe, step, totalSteps)) {
-          await checkpoint(trainer, stack, dataSource, outputDirectory, step + 1, weightVersion);
-        }
-      }
-      rlSeconds = seconds(rlStarted);
-      if (rewards.length > 0) progress.endPhase(rlSummary(rewards, rlSeconds));
-    }
-    if (stopped) {
-      await checkpoint(trainer, stack, dataSource, outputDirectory, step, weightVersion);
-      log(`stopped at step ${step}; resume with --resume`);
+      const outcome = await runRlPhase(run, totals);
+      stopped = outcome.stopped;
+      rlSeconds = outcome.seconds;
     }
   } finally {
-    await scheduler?.shutdown();
-    await blackbox?.close();
-    await sandboxes?.close();
     await stack.close();
     await errorLog.flush();
   }
@@ -507,16 +728,16 @@ async function trainInDirectory(loaded: LoadedRecipe, options: RunTrainingOption
   const reportPath = await writeReport(outputDirectory, recipe);
   return {
     outputDirectory,
-    stepsCompleted: step,
-    firstReward,
-    lastReward,
-    maxLogprobDiff,
-    maxOffPolicyLogprobDiff,
-    meanVersionGap: mean(gapMeans),
-    weightVersion,
+    stepsCompleted: run.step,
+    firstReward: totals.firstReward,
+    lastReward: totals.lastReward,
+    maxLogprobDiff: totals.maxLogprobDiff,
+    maxOffPolicyLogprobDiff: totals.maxOffPolicyLogprobDiff,
+    meanVersionGap: mean(totals.gapMeans),
+    weightVersion: run.weightVersion,
     stopped,
     reportPath,
-    rewards,
+    rewards: totals.rewards,
     warmStart: warmStartSummary,
     rlSeconds,
   };
