@@ -31,12 +31,20 @@ function assertLittleEndian(): void {
  * padded with spaces so the data starts 8-byte aligned, then the raw little-endian bytes. The
  * format Python (`safetensors`, PyTorch) and the Megatron worker read.
  */
+/** One tensor of a safetensors header. */
+interface SafetensorsHeaderEntry {
+  dtype: 'F32';
+  shape: readonly number[];
+  data_offsets: [number, number];
+}
+
 export function encodeSafetensors(
   tensors: readonly SafetensorsTensor[],
   metadata: Readonly<Record<string, string>> = {},
 ): Uint8Array {
   assertLittleEndian();
-  const header: Record<string, unknown> = {};
+  // Tensor entries by name, and the string metadata under `__metadata__`.
+  const header: Record<string, SafetensorsHeaderEntry | Readonly<Record<string, string>>> = {};
   if (Object.keys(metadata).length > 0) header.__metadata__ = metadata;
   let offset = 0;
   for (const tensor of tensors) {
@@ -78,7 +86,7 @@ export function decodeSafetensors(
   if (length > BigInt(maxHeaderBytes) || 8 + Number(length) > bytes.byteLength) {
     throw corrupt(source, `header length ${length} does not fit the ${bytes.byteLength}-byte file`);
   }
-  let header: Record<string, unknown>;
+  let header: unknown;
   try {
     header = JSON.parse(
       new TextDecoder('utf-8', { fatal: true }).decode(bytes.subarray(8, 8 + Number(length))),
@@ -89,10 +97,11 @@ export function decodeSafetensors(
   if (typeof header !== 'object' || header === null || Array.isArray(header)) {
     throw corrupt(source, 'header is not a JSON object');
   }
-  const { __metadata__: metadata, ...entries } = header;
+  const metadata = '__metadata__' in header ? header.__metadata__ : undefined;
   const body = bytes.subarray(8 + Number(length));
   const tensors: SafetensorsTensor[] = [];
-  for (const [name, raw] of Object.entries(entries)) {
+  for (const [name, raw] of Object.entries(header)) {
+    if (name === '__metadata__') continue;
     const entry = raw as { dtype?: unknown; shape?: unknown; data_offsets?: unknown };
     const shape = entry.shape;
     const offsets = entry.data_offsets;

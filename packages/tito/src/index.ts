@@ -9,7 +9,13 @@ export {
   createSnapshotRenderer,
 } from './chat-template-renderer.js';
 export { type TitoFailureReason, TitoIncrementalError } from './errors.js';
-export { type ModelFiles, readChatTemplateFile, readModelFiles } from './model-directory.js';
+export {
+  type ModelFiles,
+  readChatTemplateFile,
+  readModelFiles,
+  type TokenizerConfig,
+  type TokenizerJson,
+} from './model-directory.js';
 export { createChatmlRenderer } from './renderers/chatml-renderer.js';
 export {
   createFixedRenderer,

@@ -49,13 +49,20 @@ function sanitizeId(id: string | undefined): string {
   return (id ?? '').replace(/[^A-Za-z0-9]/g, '');
 }
 
+// Fields of one role read from a message of any role: absent where its role has none.
+interface RoleFields {
+  role: string;
+  reasoning_content?: unknown;
+  tool_call_id?: unknown;
+}
+
 /**
  * Normalises one message for comparisons: content `""` becomes null when the message has tool calls,
  * reasoning is trimmed (dropped when empty), ids lose every non-alphanumeric character, and tool
  * call arguments become canonical JSON (sorted keys, compact). The `index` of a tool call is ignored.
  */
 export function normalizeMessage(message: ChatMessage): NormalizedMessage {
-  const record = message as Record<string, unknown>;
+  const record: RoleFields = message;
   const toolCalls = message.role === 'assistant' ? (message.tool_calls ?? []) : [];
   const text =
     message.content === null || message.content === undefined ? null : messageText(message.content);
@@ -184,8 +191,8 @@ function toolCallsSentAlike(left: ChatMessage, right: ChatMessage): boolean {
 function rawEqual(left: ChatMessage, right: ChatMessage, comparison: MessageComparison): boolean {
   if (left.role !== right.role || typeof left.content !== 'string' || left.content !== right.content)
     return false;
-  const leftRecord = left as Record<string, unknown>;
-  const rightRecord = right as Record<string, unknown>;
+  const leftRecord: RoleFields = left;
+  const rightRecord: RoleFields = right;
   if (leftRecord.reasoning_content !== rightRecord.reasoning_content) return false;
   if (
     comparison === 'all' &&
@@ -209,8 +216,8 @@ export function rendersAlike(left: ChatMessage, right: ChatMessage): boolean {
   const leftContent = left.content ?? null;
   const rightContent = right.content ?? null;
   if (leftContent !== rightContent || (leftContent !== null && typeof leftContent !== 'string')) return false;
-  const leftRecord = left as Record<string, unknown>;
-  const rightRecord = right as Record<string, unknown>;
+  const leftRecord: RoleFields = left;
+  const rightRecord: RoleFields = right;
   if (
     leftRecord.reasoning_content !== rightRecord.reasoning_content ||
     left.name !== right.name ||

@@ -2,14 +2,30 @@ import { readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { DressageError } from '@dressage/protocol';
 
+/**
+ * `tokenizer.json` as read: the pipeline and vocabulary go to the tokenizers library as they are;
+ * Dressage itself reads `model` (present in every tokenizers file) and `added_tokens`.
+ */
+export interface TokenizerJson {
+  model?: unknown;
+  added_tokens?: unknown;
+}
+
+/** `tokenizer_config.json` as read: the special tokens and the chat template Dressage reads. */
+export interface TokenizerConfig {
+  bos_token?: unknown;
+  eos_token?: unknown;
+  chat_template?: unknown;
+}
+
 /** The files of a Hugging Face model directory that tokenization needs, parsed. */
 export interface ModelFiles {
   /** The directory they were read from. */
   directory: string;
   /** `tokenizer.json`: the tokenizer pipeline and vocabulary. */
-  tokenizerJson: Record<string, unknown>;
+  tokenizerJson: TokenizerJson;
   /** `tokenizer_config.json`: special tokens and, usually, the chat template. */
-  tokenizerConfig: Record<string, unknown>;
+  tokenizerConfig: TokenizerConfig;
   /**
    * The model's own Jinja chat template: `chat_template.jinja` when present (the newer layout),
    * else `chat_template` of `tokenizer_config.json`. Null when the model ships none.
@@ -17,7 +33,7 @@ export interface ModelFiles {
   chatTemplate: string | null;
 }
 
-async function readJsonObject(path: string, required: boolean): Promise<Record<string, unknown> | null> {
+async function readJsonObject(path: string, required: boolean): Promise<object | null> {
   let text: string;
   try {
     text = await readFile(path, 'utf8');
@@ -48,7 +64,7 @@ async function readJsonObject(path: string, required: boolean): Promise<Record<s
       details: { path },
     });
   }
-  return value as Record<string, unknown>;
+  return value;
 }
 
 async function readOptionalText(path: string): Promise<string | null> {
@@ -61,7 +77,7 @@ async function readOptionalText(path: string): Promise<string | null> {
 }
 
 // Older configs may hold a list of named templates; the unnamed default is the chat one.
-function templateFromConfig(config: Record<string, unknown>, path: string): string | null {
+function templateFromConfig(config: TokenizerConfig, path: string): string | null {
   const template = config.chat_template;
   if (template === undefined || template === null) return null;
   if (typeof template === 'string') return template;

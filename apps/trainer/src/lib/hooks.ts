@@ -28,15 +28,12 @@ export function parseHookReference(reference: string): { module: string; exportN
  * or a package specifier. TypeScript recipe files need a TypeScript-aware loader in the process; the
  * `dressage` CLI registers one at start.
  */
-export async function importRecipeModule(
-  specifier: string,
-  baseDirectory: string,
-): Promise<Record<string, unknown>> {
+export async function importRecipeModule(specifier: string, baseDirectory: string): Promise<object> {
   const isPath = specifier.startsWith('.') || isAbsolute(specifier);
   const file = isPath ? resolve(baseDirectory, specifier) : null;
   const target = file === null ? specifier : pathToFileURL(file).href;
   try {
-    return (await import(target)) as Record<string, unknown>;
+    return await import(target);
   } catch (error) {
     throw new DressageError({
       code: 'invalid_argument',
@@ -98,14 +95,15 @@ function commonJsHint(error: unknown, file: string | null): string {
 export async function loadHook<T = unknown>(reference: string, baseDirectory: string): Promise<T> {
   const { module, exportName } = parseHookReference(reference);
   const loaded = await importRecipeModule(module, baseDirectory);
-  if (!(exportName in loaded) || loaded[exportName] === undefined) {
+  const value: unknown = exportName in loaded ? Reflect.get(loaded, exportName) : undefined;
+  if (value === undefined) {
     throw new DressageError({
       code: 'invalid_argument',
       message: `Recipe module ${module} has no export "${exportName}" (exports: ${Object.keys(loaded).join(', ') || 'none'})`,
       details: { module, export: exportName },
     });
   }
-  return loaded[exportName] as T;
+  return value as T;
 }
 
 /** Where a data-source hook finds the recipe's settings. */

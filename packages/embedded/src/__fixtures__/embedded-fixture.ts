@@ -128,9 +128,7 @@ export async function postJson<T = GenerateResponseBody>(
 }
 
 /** GETs JSON. */
-export async function getJson<T = Record<string, unknown>>(
-  url: string,
-): Promise<{ status: number; body: T }> {
+export async function getJson<T = unknown>(url: string): Promise<{ status: number; body: T }> {
   const response = await fetch(url);
   const text = await response.text();
   return { status: response.status, body: text === '' ? null : JSON.parse(text) };

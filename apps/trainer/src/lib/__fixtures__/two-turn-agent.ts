@@ -3,6 +3,7 @@
 // segment, metric and hook tests of a run.
 import { makeGenerate, WhiteboxAgent, type WhiteboxRunContext } from '@dressage/paddock';
 import type { Sample } from '@dressage/protocol';
+import type { SamplingParams } from '@dressage/schedulers';
 import type { RunGenerateContext } from '../hooks.js';
 
 export class TwoTurnAgent extends WhiteboxAgent {
@@ -27,11 +28,7 @@ export const rewards = {
 };
 
 /** `hooks.generate`: the two-turn agent through the run's proxy, each sample marked as the hook's. */
-export function twoTurnGenerate(
-  sample: Sample,
-  samplingParams: Record<string, unknown>,
-  context: RunGenerateContext,
-) {
+export function twoTurnGenerate(sample: Sample, samplingParams: SamplingParams, context: RunGenerateContext) {
   const marked = { ...sample, metadata: { ...sample.metadata, generated_by: 'hook' } };
   return makeGenerate(TwoTurnAgent, { proxy: context.proxy, proxyUrl: context.proxyUrl })(
     marked,
