@@ -1,7 +1,13 @@
 // A scripted OpenAI-compatible model server that also records trajectories the way the Dressage proxy
 // does (finalize / read / discard, pause / resume), with a character-level "tokenizer". Tests use it
 // where the real proxy and engine would be too slow or are not built yet.
-import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
+import {
+  createServer,
+  type IncomingHttpHeaders,
+  type IncomingMessage,
+  type Server,
+  type ServerResponse,
+} from 'node:http';
 import type { AddressInfo } from 'node:net';
 
 type Json = Record<string, unknown>;
@@ -114,148 +120,162 @@ export class ScriptedModelServer {
   }
 
   async start(): Promise<string> {
-    this.#server = createServer(async (request, response) => {
-      const chunks: Buffer[] = [];
-      for await (const chunk of request) chunks.push(chunk as Buffer);
-      const text = Buffer.concat(chunks).toString('utf8');
-      const body = (text === '' ? {} : JSON.parse(text)) as Json;
-      const path = (request.url ?? '/').split('?')[0] ?? '/';
-      const send = (status: number, payload: unknown) => {
-        response.writeHead(status, { 'content-type': 'application/json' });
-        response.end(JSON.stringify(payload));
-      };
-      if (path.endsWith('/chat/completions')) {
-        this.requests.push({ path, headers: request.headers, body });
-        const sessionId = String(request.headers['x-session-id'] ?? 'anonymous');
-        const instanceId = String(request.headers['x-instance-id'] ?? sessionId);
-        const session = this.sessions.get(sessionId) ?? { instanceId, steps: [], finalized: false };
-        this.sessions.set(sessionId, session);
-        const reply = await this.#script(body, { headers: request.headers, step: session.steps.length });
-        if ('status' in reply) return send(reply.status, reply.body);
-        const stream = body.stream === true;
-        if ('streamError' in reply) {
-          response.writeHead(200, { 'content-type': 'text/event-stream' });
-          response.end(`: heartbeat\n\ndata: ${JSON.stringify(reply.streamError)}\n\n`);
-          return;
-        }
-        // As the Dressage proxy answers: each call carries its `index` (proxy-service's tool calls).
-        const toolCalls = (reply.tool_calls ?? []).map((call, index) => ({
-          id: `call_${session.steps.length}_${index}`,
-          type: 'function',
-          index,
-          function: { name: call.name, arguments: JSON.stringify(call.arguments) },
-        }));
-        const message: Json = { role: 'assistant', content: reply.content };
-        if (toolCalls.length > 0) message.tool_calls = toolCalls;
-        session.steps.push({
-          messages: (body.messages as Json[]) ?? [],
-          reply: message,
-          turnId: (request.headers['x-turn-id'] as string | undefined) ?? null,
-        });
-        const finish = toolCalls.length > 0 ? 'tool_calls' : 'stop';
-        const usage = {
-          prompt_tokens: 10,
-          completion_tokens: encode(reply.content).length,
-          total_tokens: 10 + encode(reply.content).length,
-        };
-        if (!stream) {
-          return send(200, {
-            id: `chatcmpl-${session.steps.length}`,
-            object: 'chat.completion',
-            created: 1,
-            model: body.model ?? 'scripted',
-            choices: [{ index: 0, message, finish_reason: finish }],
-            usage,
-          });
-        }
-        response.writeHead(200, { 'content-type': 'text/event-stream' });
-        const frame = (delta: Json, finishReason: string | null, extra: Json = {}) =>
-          `data: ${JSON.stringify({ id: 'chatcmpl-s', object: 'chat.completion.chunk', created: 1, model: body.model ?? 'scripted', choices: [{ index: 0, delta, finish_reason: finishReason }], ...extra })}\n\n`;
-        // A heartbeat comment first, like the Dressage proxy sends while generating.
-        let out = ': heartbeat\n\n';
-        out += frame({ role: 'assistant', content: reply.content }, null);
-        if (toolCalls.length > 0) {
-          out += frame(
-            {
-              tool_calls: toolCalls.map((call, index) => ({
-                index,
-                id: call.id,
-                type: 'function',
-                function: call.function,
-              })),
-            },
-            null,
-          );
-        }
-        out += frame({}, finish);
-        out += `data: ${JSON.stringify({ id: 'chatcmpl-s', object: 'chat.completion.chunk', created: 1, model: 'scripted', choices: [], usage })}\n\n`;
-        out += 'data: [DONE]\n\n';
-        response.end(out);
-        return;
-      }
-      if (path.endsWith('/rollout/pause') || path.endsWith('/rollout/resume')) {
-        this.controlCalls.push({ path, body });
-        return send(200, { success: true });
-      }
-      if (path === '/session/finalize') {
-        const session = this.sessions.get(String(body.session_id));
-        if (!session) return send(404, { detail: 'Session not found' });
-        if (session.steps.length === 0) return send(400, { detail: 'Session has no turns' });
-        session.finalized = true;
-        return send(200, {
-          success: true,
-          session_id: body.session_id,
-          trajectory_id: body.session_id,
-          instance_id: session.instanceId,
-          finalization_id: `${String(body.session_id)}-finalization`,
-          num_steps: session.steps.length,
-          num_turns: 1,
-          num_segments: 1,
-          num_timeline_segments: session.steps.length,
-          history_rewritten: false,
-          token_build_mode: 'tito',
-          token_build_model: 'qwen3',
-          record_token_versions: false,
-          mask_nonlast_version_tokens: false,
-        });
-      }
-      if (path === '/trajectory/read') {
-        const id = String(body.trajectory_id ?? body.session_id);
-        const session = this.sessions.get(id);
-        if (!session?.finalized)
-          return send(200, {
-            success: false,
-            mode: 'trajectory',
-            data: [],
-            meta_info: storeStats,
-            drained: false,
-          });
-        const data = [segmentOf(id, session.instanceId, session.steps)];
-        if (body.drain === true) this.sessions.delete(id);
-        return send(200, {
-          success: true,
-          mode: 'trajectory',
-          data,
-          meta_info: storeStats,
-          drained: body.drain === true,
-        });
-      }
-      if (path === '/session/discard') {
-        const removed = this.sessions.delete(String(body.session_id));
-        return send(200, {
-          success: true,
-          session_id: body.session_id,
-          session_removed: removed,
-          segments_removed: 0,
-          tool_call_hook_keys_purged: 0,
-        });
-      }
-      if (path === '/health') return send(200, { status: 'ok' });
-      send(404, { detail: 'Not Found' });
-    });
+    this.#server = createServer((request, response) => void this.#handle(request, response));
     await new Promise<void>((resolve) => this.#server?.listen(0, '127.0.0.1', resolve));
     this.url = `http://127.0.0.1:${(this.#server.address() as AddressInfo).port}`;
     return this.url;
+  }
+
+  async #handle(request: IncomingMessage, response: ServerResponse): Promise<void> {
+    const chunks: Buffer[] = [];
+    for await (const chunk of request) chunks.push(chunk as Buffer);
+    const text = Buffer.concat(chunks).toString('utf8');
+    const body = (text === '' ? {} : JSON.parse(text)) as Json;
+    const path = (request.url ?? '/').split('?')[0] ?? '/';
+    const send = (status: number, payload: unknown) => {
+      response.writeHead(status, { 'content-type': 'application/json' });
+      response.end(JSON.stringify(payload));
+    };
+    if (path.endsWith('/chat/completions')) return this.#chatCompletion(path, request, response, body);
+    if (path.endsWith('/rollout/pause') || path.endsWith('/rollout/resume')) {
+      this.controlCalls.push({ path, body });
+      return send(200, { success: true });
+    }
+    if (path === '/session/finalize') return send(...this.#finalize(body));
+    if (path === '/trajectory/read') return send(...this.#readTrajectory(body));
+    if (path === '/session/discard') {
+      const removed = this.sessions.delete(String(body.session_id));
+      return send(200, {
+        success: true,
+        session_id: body.session_id,
+        session_removed: removed,
+        segments_removed: 0,
+        tool_call_hook_keys_purged: 0,
+      });
+    }
+    if (path === '/health') return send(200, { status: 'ok' });
+    send(404, { detail: 'Not Found' });
+  }
+
+  // One step of the session: the script's reply, recorded, as a completion or an SSE stream.
+  async #chatCompletion(
+    path: string,
+    request: IncomingMessage,
+    response: ServerResponse,
+    body: Json,
+  ): Promise<void> {
+    this.requests.push({ path, headers: request.headers, body });
+    const sessionId = String(request.headers['x-session-id'] ?? 'anonymous');
+    const instanceId = String(request.headers['x-instance-id'] ?? sessionId);
+    const session = this.sessions.get(sessionId) ?? { instanceId, steps: [], finalized: false };
+    this.sessions.set(sessionId, session);
+    const reply = await this.#script(body, { headers: request.headers, step: session.steps.length });
+    if ('status' in reply) {
+      response.writeHead(reply.status, { 'content-type': 'application/json' });
+      response.end(JSON.stringify(reply.body));
+      return;
+    }
+    if ('streamError' in reply) {
+      response.writeHead(200, { 'content-type': 'text/event-stream' });
+      response.end(`: heartbeat\n\ndata: ${JSON.stringify(reply.streamError)}\n\n`);
+      return;
+    }
+    // As the Dressage proxy answers: each call carries its `index` (proxy-service's tool calls).
+    const toolCalls = (reply.tool_calls ?? []).map((call, index) => ({
+      id: `call_${session.steps.length}_${index}`,
+      type: 'function',
+      index,
+      function: { name: call.name, arguments: JSON.stringify(call.arguments) },
+    }));
+    const message: Json = { role: 'assistant', content: reply.content };
+    if (toolCalls.length > 0) message.tool_calls = toolCalls;
+    session.steps.push({
+      messages: (body.messages as Json[]) ?? [],
+      reply: message,
+      turnId: (request.headers['x-turn-id'] as string | undefined) ?? null,
+    });
+    const finish = toolCalls.length > 0 ? 'tool_calls' : 'stop';
+    const usage = {
+      prompt_tokens: 10,
+      completion_tokens: encode(reply.content).length,
+      total_tokens: 10 + encode(reply.content).length,
+    };
+    if (body.stream !== true) {
+      response.writeHead(200, { 'content-type': 'application/json' });
+      response.end(
+        JSON.stringify({
+          id: `chatcmpl-${session.steps.length}`,
+          object: 'chat.completion',
+          created: 1,
+          model: body.model ?? 'scripted',
+          choices: [{ index: 0, message, finish_reason: finish }],
+          usage,
+        }),
+      );
+      return;
+    }
+    response.writeHead(200, { 'content-type': 'text/event-stream' });
+    const frame = (delta: Json, finishReason: string | null, extra: Json = {}) =>
+      `data: ${JSON.stringify({ id: 'chatcmpl-s', object: 'chat.completion.chunk', created: 1, model: body.model ?? 'scripted', choices: [{ index: 0, delta, finish_reason: finishReason }], ...extra })}\n\n`;
+    // A heartbeat comment first, like the Dressage proxy sends while generating.
+    let out = ': heartbeat\n\n';
+    out += frame({ role: 'assistant', content: reply.content }, null);
+    if (toolCalls.length > 0) {
+      out += frame(
+        {
+          tool_calls: toolCalls.map((call, index) => ({
+            index,
+            id: call.id,
+            type: 'function',
+            function: call.function,
+          })),
+        },
+        null,
+      );
+    }
+    out += frame({}, finish);
+    out += `data: ${JSON.stringify({ id: 'chatcmpl-s', object: 'chat.completion.chunk', created: 1, model: 'scripted', choices: [], usage })}\n\n`;
+    out += 'data: [DONE]\n\n';
+    response.end(out);
+  }
+
+  #finalize(body: Json): [number, unknown] {
+    const session = this.sessions.get(String(body.session_id));
+    if (!session) return [404, { detail: 'Session not found' }];
+    if (session.steps.length === 0) return [400, { detail: 'Session has no turns' }];
+    session.finalized = true;
+    return [
+      200,
+      {
+        success: true,
+        session_id: body.session_id,
+        trajectory_id: body.session_id,
+        instance_id: session.instanceId,
+        finalization_id: `${String(body.session_id)}-finalization`,
+        num_steps: session.steps.length,
+        num_turns: 1,
+        num_segments: 1,
+        num_timeline_segments: session.steps.length,
+        history_rewritten: false,
+        token_build_mode: 'tito',
+        token_build_model: 'qwen3',
+        record_token_versions: false,
+        mask_nonlast_version_tokens: false,
+      },
+    ];
+  }
+
+  #readTrajectory(body: Json): [number, unknown] {
+    const id = String(body.trajectory_id ?? body.session_id);
+    const session = this.sessions.get(id);
+    if (!session?.finalized)
+      return [200, { success: false, mode: 'trajectory', data: [], meta_info: storeStats, drained: false }];
+    const data = [segmentOf(id, session.instanceId, session.steps)];
+    if (body.drain === true) this.sessions.delete(id);
+    return [
+      200,
+      { success: true, mode: 'trajectory', data, meta_info: storeStats, drained: body.drain === true },
+    ];
   }
 
   async close(): Promise<void> {
