@@ -196,21 +196,7 @@ export class RolloutBinding {
         },
       });
     }
-    const factory = this.#adapters[request.blackbox_type];
-    if (!factory) {
-      const known = (knownBackends as readonly string[]).includes(request.blackbox_type);
-      throw new BlackboxHttpError({
-        status: 400,
-        error: 'request_error',
-        message: known
-          ? `Backend ${request.blackbox_type} is not implemented by this server`
-          : `Unknown blackbox_type ${request.blackbox_type}`,
-        details: {
-          errors: [{ path: 'blackbox_type', message: 'not available' }],
-          implemented: Object.keys(this.#adapters),
-        },
-      });
-    }
+    const factory = this.#factoryOf(request.blackbox_type);
     const { proxy: proxyRaw, ...adapterOptions } = request.backend_options;
     const proxyResult = proxyOptionsSchema.safeParse(proxyRaw ?? {});
     if (!proxyResult.success) throw validationError(proxyResult.error, 'backend_options.proxy');
@@ -230,40 +216,69 @@ export class RolloutBinding {
       backend_options: request.backend_options,
       server_config: request.server_config,
     });
-    if (await this.#reusable(agentKey)) {
-      this.stopHealthMonitor();
-      this.#hooks.resetSessions();
-      this.status = 'initializing';
-      this.effective = { ...this.config, ...request.server_config };
-      const rebound = await this.#rebind(
-        { ...request, system_prompt_file: systemPromptFile },
-        systemPrompt,
-      ).then(
-        () => true,
-        () => false,
-      );
-      if (rebound) {
-        this.#fingerprint = fingerprint;
-        this.status = 'ready';
-        this.#lastError = null;
-        this.#startHealthMonitor();
-        return this.#registerBody();
-      }
+    const bound = { ...request, system_prompt_file: systemPromptFile };
+    if ((await this.#reusable(agentKey)) && (await this.#reuseAgent(bound, systemPrompt))) {
+      return this.#bound(fingerprint);
     }
+    await this.#startAgent(bound, router, proxyResult.data, adapterOptions, factory, agentKey);
+    return this.#bound(fingerprint);
+  }
 
+  // The adapter factory of a blackbox type, or the 400 saying whether it is unknown or unimplemented.
+  #factoryOf(blackboxType: string): AdapterFactory {
+    const factory = this.#adapters[blackboxType];
+    if (factory) return factory;
+    const known = (knownBackends as readonly string[]).includes(blackboxType);
+    throw new BlackboxHttpError({
+      status: 400,
+      error: 'request_error',
+      message: known
+        ? `Backend ${blackboxType} is not implemented by this server`
+        : `Unknown blackbox_type ${blackboxType}`,
+      details: {
+        errors: [{ path: 'blackbox_type', message: 'not available' }],
+        implemented: Object.keys(this.#adapters),
+      },
+    });
+  }
+
+  // Rebinds the running agent to the new session; false when that failed (a fresh start follows).
+  async #reuseAgent(request: RegisterRequest, systemPrompt: string | null): Promise<boolean> {
+    this.stopHealthMonitor();
+    this.#hooks.resetSessions();
+    this.status = 'initializing';
+    this.effective = { ...this.config, ...request.server_config };
+    return this.#rebind(request, systemPrompt).then(
+      () => true,
+      () => false,
+    );
+  }
+
+  // The server is bound: ready, its health watched, and the register answer.
+  #bound(fingerprint: string): BlackboxRegisterResponse {
+    this.#fingerprint = fingerprint;
+    this.status = 'ready';
+    this.#lastError = null;
+    this.#startHealthMonitor();
+    return this.#registerBody();
+  }
+
+  // Starts a new agent after tearing the old one down. Bad options are a 400 (the server goes back
+  // to idle); any other failure leaves it in `error` and is a 502.
+  async #startAgent(
+    request: RegisterRequest,
+    router: { base: string; apiPath: string },
+    proxyOptions: z.output<typeof proxyOptionsSchema>,
+    adapterOptions: unknown,
+    factory: AdapterFactory,
+    agentKey: string,
+  ): Promise<void> {
     await this.teardown();
     this.#hooks.resetSessions();
     this.status = 'initializing';
     this.effective = { ...this.config, ...request.server_config };
     try {
-      await this.#start(
-        { ...request, system_prompt_file: systemPromptFile },
-        router,
-        proxyResult.data,
-        adapterOptions,
-        factory,
-        agentKey,
-      );
+      await this.#start(request, router, proxyOptions, adapterOptions, factory, agentKey);
     } catch (error) {
       await this.teardown();
       this.#info = null;
@@ -286,11 +301,6 @@ export class RolloutBinding {
         message: `Backend initialization failed: ${this.#lastError}`,
       });
     }
-    this.#fingerprint = fingerprint;
-    this.status = 'ready';
-    this.#lastError = null;
-    this.#startHealthMonitor();
-    return this.#registerBody();
   }
 
   /** True when the agent answers its health check (with the configured retries). */
