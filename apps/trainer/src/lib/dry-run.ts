@@ -7,6 +7,7 @@ import { codeOfHttpStatus } from '@dressage/protocol/http';
 import { createProxyConfig, loadPromptRendering } from '@dressage/proxy';
 import { PromptDataSource } from '@dressage/schedulers';
 import { createTrainerClient } from '@dressage/trainer-bridge';
+import { z } from 'zod';
 import { loadRecipeModules, loadRunHooks, loadRunRewards, parseHookReference } from './hooks.js';
 import type { LoadedRecipe } from './recipe.js';
 
@@ -19,9 +20,37 @@ export interface DeploymentCheck {
   detail: string;
 }
 
-type Json = Record<string, unknown>;
+// What the checks read of each answer, leniently: a missing or odd field is reported by the check
+// that reads it, as the deployment's fault, not as a parse failure.
+const field = z.unknown().optional();
+const proxyHealthSchema = z.looseObject({
+  status: field,
+  active_sessions: field,
+  config: z
+    .looseObject({ use_rollout_routing_replay: field, sglang_router_url: field })
+    .optional()
+    .catch(undefined),
+});
+const proxyCapabilitiesSchema = z.looseObject({
+  token_build_mode: field,
+  weight_versions_consistent: field,
+  current_weight_version: field,
+  partial_rollout: field,
+});
+const routerWorkersSchema = z.looseObject({
+  workers: z
+    .array(z.looseObject({ url: field, is_healthy: field }))
+    .optional()
+    .catch(undefined),
+});
+const weightVersionSchema = z.looseObject({ weight_version: field });
 
-async function getJson(url: string, timeoutMs: number, headers: Record<string, string> = {}): Promise<Json> {
+async function getJson<Schema extends z.ZodType>(
+  url: string,
+  timeoutMs: number,
+  schema: Schema,
+  headers: Record<string, string> = {},
+): Promise<z.output<Schema>> {
   const response = await fetch(url, { headers, signal: AbortSignal.timeout(timeoutMs) });
   const text = await response.text();
   if (!response.ok) {
@@ -31,7 +60,15 @@ async function getJson(url: string, timeoutMs: number, headers: Record<string, s
       details: { url, status: response.status },
     });
   }
-  return JSON.parse(text) as Json;
+  const parsed = schema.safeParse(JSON.parse(text));
+  if (!parsed.success) {
+    throw new DressageError({
+      code: 'unavailable',
+      message: `${url} answered ${text.slice(0, 200)}, not the JSON object it should`,
+      details: { url },
+    });
+  }
+  return parsed.data;
 }
 
 // What a check found wrong: the deployment is not ready (`failed_precondition`) or not answering
@@ -214,9 +251,9 @@ async function proxyChecks(
     recipe.proxy.api_key === 'no-auth' ? {} : { authorization: `Bearer ${recipe.proxy.api_key}` };
   const proxyUrl = url.replace(/\/+$/, '');
   await check('proxy: health', checks, async () => {
-    const health = await getJson(`${proxyUrl}/health`, timeoutMs);
+    const health = await getJson(`${proxyUrl}/health`, timeoutMs, proxyHealthSchema);
     if (health.status !== 'ok') throw failed('unavailable', `status ${String(health.status)}`);
-    const config = (health.config ?? {}) as Json;
+    const config = health.config ?? {};
     if (recipe.training.routing_replay !== undefined && config.use_rollout_routing_replay !== true) {
       throw failed(
         'failed_precondition',
@@ -227,7 +264,12 @@ async function proxyChecks(
     return `ok, router ${String(config.sglang_router_url)}, ${String(health.active_sessions)} active sessions`;
   });
   await check('proxy: integration capabilities', checks, async () => {
-    const capabilities = await getJson(`${proxyUrl}/integration/capabilities`, timeoutMs, proxyHeaders);
+    const capabilities = await getJson(
+      `${proxyUrl}/integration/capabilities`,
+      timeoutMs,
+      proxyCapabilitiesSchema,
+      proxyHeaders,
+    );
     if (capabilities.token_build_mode !== recipe.proxy.token_build_mode) {
       throw failed(
         'failed_precondition',
@@ -245,19 +287,19 @@ async function engineChecks(routerUrl: string, timeoutMs: number, checks: Deploy
   let engineVersions: string[] = [];
   const router = routerUrl.replace(/\/+$/, '');
   await check('engine: router workers', checks, async () => {
-    const listing = await getJson(`${router}/workers`, timeoutMs);
-    const workers = (listing.workers ?? []) as Json[];
+    const listing = await getJson(`${router}/workers`, timeoutMs, routerWorkersSchema);
+    const workers = listing.workers ?? [];
     const healthy = workers.filter((worker) => worker.is_healthy !== false);
     if (healthy.length === 0) throw failed('unavailable', `no healthy worker behind ${router}`);
     const versions: string[] = [];
     for (const worker of healthy) {
       const url = String(worker.url).replace(/\/+$/, '');
-      await getJson(`${url}/health`, timeoutMs).catch(async () => {
+      await getJson(`${url}/health`, timeoutMs, z.unknown()).catch(async () => {
         // SGLang answers /health with an empty 200 body on some versions.
         const response = await fetch(`${url}/health`, { signal: AbortSignal.timeout(timeoutMs) });
         if (!response.ok) throw failed('unavailable', `${url}/health answered ${response.status}`);
       });
-      const version = await getJson(`${url}/get_weight_version`, timeoutMs);
+      const version = await getJson(`${url}/get_weight_version`, timeoutMs, weightVersionSchema);
       versions.push(String(version.weight_version));
     }
     engineVersions = versions;
