@@ -213,21 +213,27 @@ describe.runIf(bwrapAvailable)('nobody in: blackbox pool slots in real bubblewra
     const keyFile = join(scratch.path, 'pool-proxy-key');
     writeFileSync(keyFile, `${proxyKey}\n`, { mode: 0o600 });
     proxy = await startProxyProcess(engine.url, ['--store-dir', 'none', '--api-key-file', keyFile]);
-    // A stand-in agent CLI (the qwen_code adapter's executable): one model call to the endpoint and
-    // key its adapter gives it, the reply printed as qwen's stream-json result.
+    // A stand-in agent CLI (the claude_code adapter's executable, run once per turn): one Anthropic
+    // Messages call to the endpoint and token its adapter gives it, the reply printed as Claude Code's
+    // stream-json result event.
     const agentDirectory = join(scratch.path, 'agent');
     mkdirSync(agentDirectory, { mode: 0o755 });
     chmodSync(scratch.path, 0o755);
     writeFileSync(
-      join(agentDirectory, 'qwen'),
+      join(agentDirectory, 'claude'),
       `#!/usr/bin/env node
 if (process.argv.includes('--version')) { console.log('0.0.0'); process.exit(0); }
 (async () => {
-  const response = await fetch(process.env.OPENAI_BASE_URL + '/chat/completions', { method: 'POST',
-    headers: { authorization: 'Bearer ' + process.env.OPENAI_API_KEY, 'content-type': 'application/json' },
-    body: JSON.stringify({ model: 'policy', messages: [{ role: 'user', content: process.argv[2] }] }) });
+  const prompt = process.argv[process.argv.indexOf('-p') + 1];
+  const response = await fetch(process.env.ANTHROPIC_BASE_URL + '/v1/messages', { method: 'POST',
+    headers: { authorization: 'Bearer ' + process.env.ANTHROPIC_AUTH_TOKEN, 'content-type': 'application/json',
+      'anthropic-version': '2023-06-01' },
+    body: JSON.stringify({ model: process.env.ANTHROPIC_MODEL, max_tokens: 64,
+      messages: [{ role: 'user', content: prompt }] }) });
   const body = await response.json();
-  console.log(JSON.stringify({ type: 'result', result: body.choices?.[0]?.message?.content ?? 'status ' + response.status }));
+  const text = (body.content ?? []).filter((block) => block.type === 'text').map((block) => block.text).join('');
+  console.log(JSON.stringify({ type: 'result', subtype: 'success', is_error: false,
+    result: text || 'status ' + response.status }));
 })();
 `,
       { mode: 0o755 },
@@ -242,7 +248,7 @@ if (process.argv.includes('--version')) { console.log('0.0.0'); process.exit(0);
       upstreamApiKey: proxyKey,
       healthIntervalSeconds: 0,
       extraReadOnlyMounts: [agentDirectory],
-      env: { DRESSAGE_QWEN_CODE_BIN: join(agentDirectory, 'qwen') },
+      env: { DRESSAGE_CLAUDE_CODE_BIN: join(agentDirectory, 'claude') },
     });
     await provider.pool.start();
     slotA = await provider.create({
@@ -273,7 +279,7 @@ if (process.argv.includes('--version')) { console.log('0.0.0'); process.exit(0);
   it("the agent in slot A reaches the model through its LLM proxy and the pool's pipe, and is recorded", async () => {
     const session = 'nobody-in-slot-a';
     const registered = await callA('POST', '/v1/rollout/register', {
-      blackbox_type: 'qwen_code',
+      blackbox_type: 'claude_code',
       router: proxy.url,
       bound_session_id: session,
       bound_instance_id: 'task',
