@@ -280,6 +280,8 @@ export class LocalBwrapPool {
     if (!lease) return;
     if (typeof leaseOrTrajectoryId !== 'string' && leaseOrTrajectoryId.leaseId !== lease.leaseId) return;
     this.#leases.delete(trajectoryId);
+    // A stopping pool stops every slot itself.
+    if (this.#stopped) return;
     const slot = this.#slots[lease.slotId] as Slot;
     slot.lease = null;
     slot.state = 'releasing';
@@ -373,6 +375,10 @@ export class LocalBwrapPool {
     if (this.#healthTimer) clearInterval(this.#healthTimer);
     this.#notify();
     await Promise.allSettled([...this.#pendingAcquires.values()]);
+    // A reset in flight (a released lease) may be bringing its slot's next sandbox up, quota tmpfs
+    // included: it finishes first, so that what follows stops and unmounts all it started. (Unmounted
+    // before that tmpfs was mounted, the slot's directory stayed busy and its removal failed.)
+    while (this.#resets.size > 0) await Promise.all([...this.#resets]);
     this.#leases.clear();
     await Promise.all(this.#slots.map((slot) => this.#supervisor.stop(slot.id)));
     for (const slot of this.#slots) {
@@ -382,7 +388,6 @@ export class LocalBwrapPool {
     this.#supervisor.removeCgroups(this.#slots.length);
     await Promise.all(this.#slots.map((slot) => this.#files.unmount(slot)));
     await this.#state.flushed();
-    while (this.#resets.size > 0) await Promise.all([...this.#resets]);
     await this.#files.settled();
     if (!options.keepDirectories) await rm(this.baseDir, { recursive: true, force: true, maxRetries: 3 });
   }
