@@ -1,7 +1,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { DressageError } from '@dressage/protocol';
-import { killProcessGroup } from '@dressage/sandbox/internal';
 import type { BlackboxMessage } from '../blackbox/schemas.js';
+import { stopProcessGroup } from './agent-process.js';
 
 type Json = Record<string, unknown>;
 
@@ -115,13 +115,7 @@ export class AcpAgentProcess {
   async stop(): Promise<void> {
     const child = this.#child;
     this.#child = null;
-    if (!child || child.exitCode !== null || child.signalCode !== null) return;
-    await new Promise<void>((resolve) => {
-      child.once('close', () => resolve());
-      killProcessGroup(child.pid, 'SIGTERM');
-      setTimeout(() => killProcessGroup(child.pid, 'SIGKILL'), 2000).unref();
-      setTimeout(resolve, 5000).unref();
-    });
+    await stopProcessGroup(child);
   }
 
   #send(message: Json): void {

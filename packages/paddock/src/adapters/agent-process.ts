@@ -55,14 +55,22 @@ export class AgentProcess {
   async stop(): Promise<void> {
     const child = this.#child;
     this.#child = null;
-    if (!child || child.exitCode !== null || child.signalCode !== null) return;
-    await new Promise<void>((resolve) => {
-      child.once('close', () => resolve());
-      killProcessGroup(child.pid, 'SIGTERM');
-      setTimeout(() => killProcessGroup(child.pid, 'SIGKILL'), 2000).unref();
-      setTimeout(resolve, 5000).unref();
-    });
+    await stopProcessGroup(child);
   }
+}
+
+/**
+ * Stops a child started in its own process group: SIGTERM to the group, SIGKILL after 2 s; resolves
+ * when it closed, or after 5 s whatever happened. Nothing to do for a child that already exited.
+ */
+export async function stopProcessGroup(child: ChildProcess | null): Promise<void> {
+  if (!child || child.exitCode !== null || child.signalCode !== null) return;
+  await new Promise<void>((resolve) => {
+    child.once('close', () => resolve());
+    killProcessGroup(child.pid, 'SIGTERM');
+    setTimeout(() => killProcessGroup(child.pid, 'SIGKILL'), 2000).unref();
+    setTimeout(resolve, 5000).unref();
+  });
 }
 
 /** Environment for an agent: the host's PATH and locale, a private HOME, nothing credential-like. */
