@@ -205,3 +205,212 @@ describe('render continuation', () => {
     expect(routes.at(-1)).toEqual([1, 'branch']);
   });
 });
+
+// The model directory's own Qwen3 template drops reasoning before the last user query and writes an
+// empty think block on the last turn only while it is last: the renderer continues a render only
+// where no earlier text changes, and renders in full elsewhere.
+describe('render continuation with the official Qwen3 template (reasoning not preserved)', () => {
+  let qwen3: PromptTokenizer;
+  beforeAll(async () => {
+    qwen3 = await loadPromptTokenizer(
+      createProxyConfig({ tokenizerPath: qwenModelDirectory, tokenBuildModel: 'qwen3' }),
+    );
+  });
+
+  // A deterministic source (xorshift), so every seed is one conversation.
+  function random(seed: number): () => number {
+    let state = seed >>> 0 || 1;
+    return () => {
+      state ^= state << 13;
+      state ^= state >>> 17;
+      state ^= state << 5;
+      return (state >>> 0) / 2 ** 32;
+    };
+  }
+
+  const callsOf = (message: ChatMessage) => (message.role === 'assistant' ? (message.tool_calls ?? []) : []);
+
+  const texts = ['ok', 'src/a.ts:3: const a = 1;', 'résumé ✓ 日本語', '  padded \n', 'x'.repeat(300), ''];
+
+  /** A reply of the Qwen3 format: reasoning (sometimes none), text, tool calls. */
+  function reply(next: () => number, turn: number): Reply {
+    const reasoning = next() < 0.25 ? '' : `Look at step ${turn} ${texts[Math.floor(next() * 4)]}`.trim();
+    const calls = Array.from({ length: next() < 0.8 ? 1 + Math.floor(next() * 2) : 0 }, (_, index) => ({
+      id: `call_${turn}_${index}`,
+      type: 'function' as const,
+      function: { name: 'run_command', arguments: JSON.stringify({ command: `ls ${turn} ${index}` }) },
+    }));
+    const content = calls.length > 0 && next() < 0.6 ? '' : `Turn ${turn} done.`;
+    const message: ChatMessage = { role: 'assistant', content, reasoning_content: reasoning };
+    if (calls.length > 0) message.tool_calls = calls;
+    const callText = calls
+      .map(
+        (call) =>
+          `<tool_call>\n{"name": "run_command", "arguments": ${call.function.arguments}}\n</tool_call>`,
+      )
+      .join('\n');
+    const raw = `${reasoning}\n</think>\n\n${content}${content !== '' && callText !== '' ? '\n' : ''}${callText}<|im_end|>`;
+    return { message, raw };
+  }
+
+  /** One session's requests: agent steps with tool results, sometimes a new query or a wrapped result. */
+  function conversation(seed: number, turns: number) {
+    const next = random(seed);
+    const messages: ChatMessage[] = [];
+    if (next() < 0.7) messages.push({ role: 'system', content: 'You are a coding agent.' });
+    if (seed % 5 !== 0) messages.push(user(`Fix the bug ${seed}.`));
+    const steps: Array<{ messages: ChatMessage[]; reply: Reply }> = [];
+    for (let turn = 0; turn < turns; turn++) {
+      const answer = reply(next, turn);
+      steps.push({ messages: messages.slice(), reply: answer });
+      // The agent's own copy of the reply comes back (a JSON round trip).
+      messages.push(JSON.parse(JSON.stringify(answer.message)) as ChatMessage);
+      for (const call of callsOf(answer.message))
+        messages.push({
+          role: 'tool',
+          content: texts[Math.floor(next() * texts.length)]!,
+          tool_call_id: call.id,
+        });
+      const extra = next();
+      if (extra < 0.15) messages.push(user(`Also check case ${turn}.`));
+      else if (extra < 0.2) messages.push(user(`<tool_response>\nlog ${turn}\n</tool_response>`));
+      if (messages.at(-1)!.role === 'assistant') messages.push(user(`Go on (${turn}).`));
+    }
+    return steps;
+  }
+
+  interface Counting {
+    tokenizer: PromptTokenizer;
+    /** Whole renders, and the characters rendered by whole renders and continuations. */
+    counts: { fullRenders: number; characters: number; continuedFrom: number[] };
+  }
+
+  function counting(base: PromptTokenizer, continueRenders: boolean): Counting {
+    const counts = { fullRenders: 0, characters: 0, continuedFrom: [] as number[] };
+    const tokenizer: PromptTokenizer = {
+      ...base,
+      render: (messages, tools, addGenerationPrompt) => {
+        counts.fullRenders++;
+        const text = base.render(messages, tools, addGenerationPrompt);
+        counts.characters += text.length;
+        return text;
+      },
+      renderFrom: (messages, from, tools, addGenerationPrompt) => {
+        if (!continueRenders) return null;
+        const text = base.renderFrom(messages, from, tools, addGenerationPrompt);
+        if (text !== null) {
+          counts.continuedFrom.push(from);
+          counts.characters += text.length;
+        }
+        return text;
+      },
+    };
+    return { tokenizer, counts };
+  }
+
+  function play(tokenizer: PromptTokenizer, steps: ReturnType<typeof conversation>, tools: Tool[] | null) {
+    const options = { tokenizer, mode: 'tito' as const };
+    const session = new Session('s', 'g');
+    const plans = steps.map((step) => {
+      const plan = planStep(session, 'turn', step.messages, tools, options);
+      const ids = qwen3.encodeText(step.reply.raw);
+      commitStep(
+        session,
+        plan,
+        {
+          ids,
+          logprobs: new Float32Array(ids.length),
+          versionRuns: [{ end: ids.length, version: 'v1' }],
+          logprobsInvalid: false,
+          finishReason: 'stop',
+          assistantMessage: step.reply.message,
+          rawText: step.reply.raw,
+          requestVersion: 'v1',
+        },
+        options,
+      );
+      return plan;
+    });
+    return { session, plans };
+  }
+
+  it('routes, tokenizes and snapshots as full renders do, over randomized tool conversations', () => {
+    let continuations = 0;
+    let steps = 0;
+    const routes = new Set<string>();
+    for (let seed = 1; seed <= 40; seed++) {
+      const requests = conversation(seed, 4 + (seed % 9));
+      steps += requests.length;
+      const tools = seed % 4 === 0 ? null : [readTool];
+      const continued = counting(qwen3, true);
+      const full = counting(qwen3, false);
+      const left = play(continued.tokenizer, requests, tools);
+      const right = play(full.tokenizer, requests, tools);
+      for (let index = 0; index < requests.length; index++) {
+        const a = left.plans[index]!;
+        const b = right.plans[index]!;
+        expect(a.routeType).toBe(b.routeType);
+        expect(a.baseStep?.index ?? null).toBe(b.baseStep?.index ?? null);
+        expect(a.segmentReasons).toEqual(b.segmentReasons);
+        expect(Array.from(a.promptIds)).toEqual(Array.from(b.promptIds));
+        routes.add(a.routeType);
+        // The snapshot is the template's render of the step's messages, byte for byte.
+        const step = left.session.steps[index]!;
+        const text = qwen3.render(snapshotMessages(step), step.tools, false);
+        expect(step.snapshotRenderedLength).toBe(text.length);
+        expect(step.snapshotDigest).toBe(renderedDigest(text));
+        expect(right.session.steps[index]!.snapshotDigest).toBe(step.snapshotDigest);
+      }
+      continuations += continued.counts.continuedFrom.length;
+      // Each continued render is one whole render fewer.
+      expect(continued.counts.fullRenders).toBe(
+        full.counts.fullRenders - continued.counts.continuedFrom.length,
+      );
+    }
+    // Most renders continue (the plan's and the snapshot's of every step but a session's first).
+    expect(continuations).toBeGreaterThan(steps / 2);
+    // Turns without reasoning leave a snapshot that no later render starts with: other routes too.
+    expect(routes).toEqual(new Set(['create', 'append', 'branch']));
+  });
+
+  it('renders only the new messages of a long tool conversation', () => {
+    // An agent loop: one query, then turns of reasoning, a call and its (large) result.
+    const steps: Array<{ messages: ChatMessage[]; reply: Reply }> = [];
+    const messages: ChatMessage[] = [
+      { role: 'system', content: 'You are a coding agent.' },
+      user('The tests fail. Fix them.'),
+    ];
+    const next = random(7);
+    for (let turn = 0; turn < 60; turn++) {
+      let answer = reply(next, turn);
+      while (answer.message.reasoning_content === '' || callsOf(answer.message).length === 0)
+        answer = reply(next, turn);
+      steps.push({ messages: messages.slice(), reply: answer });
+      messages.push(JSON.parse(JSON.stringify(answer.message)) as ChatMessage);
+      for (const call of callsOf(answer.message))
+        messages.push({
+          role: 'tool',
+          content: `output of ${turn}\n${'line\n'.repeat(200)}`,
+          tool_call_id: call.id,
+        });
+    }
+    const { tokenizer, counts } = counting(qwen3, true);
+    const { plans, session } = play(tokenizer, steps, [readTool]);
+    // Only the first request and its snapshot were rendered whole; every later request continued
+    // the previous step's snapshot, and so did its own snapshot.
+    expect(counts.fullRenders).toBe(2);
+    expect(plans.slice(1).every((plan) => plan.routeType === 'append')).toBe(true);
+    // The plan and the snapshot of each later step continue from the previous step's messages.
+    const expectedFrom = steps.slice(0, -1).flatMap((step) => {
+      const base = step.messages.length + 1;
+      return [base, base];
+    });
+    expect(counts.continuedFrom).toEqual(expectedFrom);
+    // What was rendered is the whole first request plus, per request, about its new messages: the
+    // characters rendered grow with the conversation, not with its square.
+    const last = session.steps.at(-1)!;
+    expect(counts.characters).toBeLessThan(3 * last.snapshotRenderedLength);
+    const text = qwen3.render(snapshotMessages(last), last.tools, false);
+    expect(last.snapshotDigest).toBe(renderedDigest(text));
+  });
+});

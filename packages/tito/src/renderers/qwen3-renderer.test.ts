@@ -35,7 +35,13 @@ function trimmedAssistants(messages: readonly ChatMessage[]): ChatMessage[] {
 
 describe('qwen3 fixed renderer over the official Qwen3 template', () => {
   it('drops old reasoning as the template does, since the template ignores preserve_thinking', () => {
-    expect(fixed.renderFrom).toBeUndefined();
+    const messages: ChatMessage[] = [
+      { role: 'user', content: 'q1' },
+      { role: 'assistant', content: 'a1', reasoning_content: 'r1' },
+      { role: 'user', content: 'q2' },
+    ];
+    expect(official.render(messages)).not.toContain('r1');
+    expect(fixed.render(messages)).toBe(official.render(messages));
   });
 
   it('agrees byte for byte with tools, tool calls and tool results (generated conversations)', () => {

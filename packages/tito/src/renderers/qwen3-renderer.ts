@@ -20,13 +20,43 @@ function wrapsToolResponse(message: ChatMessage): boolean {
   return text.startsWith('<tool_response>') && text.endsWith('</tool_response>');
 }
 
+// A real user query, not tool results sent as a user turn.
+function isQuery(message: ChatMessage): boolean {
+  return message.role === 'user' && !wrapsToolResponse(message);
+}
+
 // Index of the last real user query: history reasoning before it is dropped when not preserved.
 function lastQueryIndex(messages: readonly ChatMessage[]): number {
   for (let index = messages.length - 1; index >= 0; index--) {
-    const message = messages[index]!;
-    if (message.role === 'user' && !wrapsToolResponse(message)) return index;
+    if (isQuery(messages[index]!)) return index;
   }
   return messages.length - 1;
+}
+
+/**
+ * With reasoning not preserved, where `render(messages)` extends `render(messages.slice(0, from))`
+ * (`messages[from - 1]` an assistant turn): a last query index that gives the turns from `from` on
+ * their think blocks exactly as the whole render does, or null when an earlier turn renders
+ * differently in the longer conversation. An assistant turn after the last query shows its think
+ * block when it has reasoning or is the last message, so the earlier text stays put unless
+ * - a new query follows `from` while one precedes it: every earlier turn after the old query then
+ *   loses its think block (the turn at `from - 1` had one, being last); or
+ * - the turn at `from - 1`, after the last query, has no reasoning: its empty think block was there
+ *   only while it was last.
+ * Without any query before `from`, no earlier turn shows a think block in either render. Reads only
+ * roles, contents and the reasoning of `messages[from - 1]`, and scans from the start only up to
+ * the first query, so the work is the new messages' (`rendersAlike` compares all of these).
+ */
+function continuedLastQuery(messages: readonly ChatMessage[], from: number): number | null {
+  let newQuery = -1;
+  for (let index = messages.length - 1; index >= from && newQuery === -1; index--)
+    if (isQuery(messages[index]!)) newQuery = index;
+  let queryBefore = false;
+  for (let index = 0; index < from - 1 && !queryBefore; index++) queryBefore = isQuery(messages[index]!);
+  if (!queryBefore) return newQuery === -1 ? messages.length - 1 : newQuery;
+  if (newQuery !== -1 || assistantParts(messages[from - 1]!).reasoning === '') return null;
+  // The last query lies before `from - 1`: every turn from `from` on comes after it, as here.
+  return from - 1;
 }
 
 function generationPrompt(text: TemplateText, options: RenderOptions): string {
@@ -107,15 +137,14 @@ export function createQwen3Renderer(text: TemplateText, options: Qwen3RendererOp
       parts.push(generationPrompt(text, renderOptions));
       return parts.join('');
     },
-    // Only while every turn keeps its reasoning: otherwise a new user query changes earlier turns.
-    ...(preserveThinking
-      ? {
-          renderFrom(messages: readonly ChatMessage[], from: number, renderOptions: RenderOptions = {}) {
-            if (!continuesAfterAssistant(messages, from)) return null;
-            return renderTurns(text, messages, from, true, -1) + generationPrompt(text, renderOptions);
-          },
-        }
-      : {}),
+    renderFrom(messages: readonly ChatMessage[], from: number, renderOptions: RenderOptions = {}) {
+      if (!continuesAfterAssistant(messages, from)) return null;
+      if (preserveThinking)
+        return renderTurns(text, messages, from, true, -1) + generationPrompt(text, renderOptions);
+      const lastQuery = continuedLastQuery(messages, from);
+      if (lastQuery === null) return null;
+      return renderTurns(text, messages, from, false, lastQuery) + generationPrompt(text, renderOptions);
+    },
     dummyContext(group: readonly ChatMessage[]): ChatMessage[] {
       return group[0]?.role === 'tool' ? [dummySystem, dummyToolCaller(group)] : [dummySystem];
     },

@@ -1,8 +1,9 @@
 import type { ChatMessage } from '@dressage/protocol';
 import { describe, expect, it } from 'vitest';
-import { generateConversation } from '../__fixtures__/conversations.js';
+import { generateConversation, generatedTools } from '../__fixtures__/conversations.js';
 import { preservingQwen3Renderer, qwen3Tokenizer, qwen35Renderer } from '../__fixtures__/qwen3-model.js';
-import { rendersAlike } from '../messages.js';
+import { createSnapshotRenderer } from '../chat-template-renderer.js';
+import { messageText, rendersAlike } from '../messages.js';
 import { createChatmlRenderer } from './chatml-renderer.js';
 import { createFixedRenderer } from './fixed-renderer.js';
 import type { ChatRenderer, RenderOptions } from './renderer.js';
@@ -45,19 +46,81 @@ describe('renderFrom', () => {
     });
   }
 
-  it('is not offered where earlier turns change as the conversation grows (qwen3 dropping old reasoning)', async () => {
+  it('qwen3 without preserved reasoning: continues exactly, and only where the earlier text stays', async () => {
+    const tokenizer = await qwen3Tokenizer();
+    // The official template drops reasoning before the last query and keeps an empty think block on
+    // the last turn only while it is last: continuations are exact only where neither applies.
+    const official = createSnapshotRenderer(tokenizer);
+    const renderer = createFixedRenderer('qwen3', {
+      chatTemplate: tokenizer.chatTemplate!,
+      eosToken: tokenizer.eosToken,
+    });
+    let continued = 0;
+    let refused = 0;
+    let continuedAfterToolsOnly = 0;
+    for (let seed = 1; seed <= 150; seed++) {
+      const messages = officialShapes(seed);
+      const tools = seed % 3 === 0 ? null : generatedTools;
+      const variants: RenderOptions[] = [
+        { tools },
+        { tools, addGenerationPrompt: true },
+        { tools, addGenerationPrompt: true, enableThinking: false },
+      ];
+      for (let from = 0; from <= messages.length; from++) {
+        for (const options of variants) {
+          const continuation = renderer.renderFrom!(messages, from, options);
+          if (from === 0 || messages[from - 1]!.role !== 'assistant') {
+            expect(continuation).toBeNull();
+            continue;
+          }
+          const earlier = renderer.render(messages.slice(0, from), { tools });
+          const whole = renderer.render(messages, options);
+          // The fixed renderer is the template's text: check both against the template itself.
+          expect(earlier).toBe(official.render(messages.slice(0, from), { tools }));
+          expect(whole).toBe(official.render(messages, options));
+          if (continuation === null) {
+            // Refused only where the earlier render really is not the start of the whole one.
+            expect(whole.startsWith(earlier)).toBe(false);
+            refused++;
+          } else {
+            expect(earlier + continuation).toBe(whole);
+            continued++;
+            if (messages.slice(from).every((message) => message.role !== 'user')) continuedAfterToolsOnly++;
+          }
+        }
+      }
+    }
+    expect(continued).toBeGreaterThan(500);
+    expect(continuedAfterToolsOnly).toBeGreaterThan(300);
+    expect(refused).toBeGreaterThan(500);
+  });
+
+  it('qwen3 without preserved reasoning: refuses a new query, and a last turn without reasoning', async () => {
     const tokenizer = await qwen3Tokenizer();
     const renderer = createFixedRenderer('qwen3', {
       chatTemplate: tokenizer.chatTemplate!,
       eosToken: tokenizer.eosToken,
     });
-    expect(renderer.renderFrom).toBeUndefined();
+    const call = { id: 'c1', type: 'function' as const, function: { name: 'ls', arguments: '{}' } };
     const messages: ChatMessage[] = [
       { role: 'user', content: 'q1' },
-      { role: 'assistant', content: 'a1', reasoning_content: 'r1' },
+      { role: 'assistant', content: '', reasoning_content: 'r1', tool_calls: [call] },
+      { role: 'tool', content: 'out', tool_call_id: 'c1' },
+      { role: 'assistant', content: 'a2', reasoning_content: '' },
     ];
-    const longer: ChatMessage[] = [...messages, { role: 'user', content: 'q2' }];
-    expect(renderer.render(longer).startsWith(renderer.render(messages))).toBe(false);
+    // Tool results after a turn with reasoning: continued.
+    expect(renderer.renderFrom!(messages.slice(0, 3), 2)).toBe(
+      '<|im_start|>user\n<tool_response>\nout\n</tool_response><|im_end|>\n',
+    );
+    // A new query drops the reasoning of every turn before it.
+    const longer: ChatMessage[] = [...messages.slice(0, 2), { role: 'user', content: 'q2' }];
+    expect(renderer.render(longer).startsWith(renderer.render(messages.slice(0, 2)))).toBe(false);
+    expect(renderer.renderFrom!(longer, 2)).toBeNull();
+    // The last turn's empty think block goes once another message follows it.
+    const after: ChatMessage[] = [...messages, { role: 'user', content: '<tool_response>x</tool_response>' }];
+    expect(renderer.render(messages)).toContain('<think>\n\n</think>\n\na2');
+    expect(renderer.render(after)).not.toContain('<think>\n\n</think>');
+    expect(renderer.renderFrom!(after, 4)).toBeNull();
   });
 
   it('refuses unknown roles in the continuation', () => {
@@ -110,3 +173,38 @@ describe('rendersAlike', () => {
     expect(rendersAlike(parts, { ...parts, content: [{ type: 'text', text: 'hi' }] })).toBe(false);
   });
 });
+
+/**
+ * Generated conversations in the shapes the official Qwen3 template treats apart: assistant text
+ * trimmed (as the proxy's parsers give it, which also sidesteps @huggingface/jinja's strip ignoring
+ * its characters argument), some turns without reasoning, some with their reasoning inside the
+ * content, some user turns that wrap tool results (not queries), and some conversations without
+ * any query.
+ */
+function officialShapes(seed: number): ChatMessage[] {
+  const { messages } = generateConversation(seed, {
+    emptyReasoning: 0.25,
+    stringArguments: seed % 2 === 0,
+    turns: 2 + (seed % 9),
+  });
+  const shaped = messages.map((message, index): ChatMessage => {
+    if (message.role === 'assistant') {
+      const content = typeof message.content === 'string' ? message.content.trim() : '';
+      const reasoning = (message.reasoning_content ?? '').trim();
+      // Raw model text: the template splits the reasoning out of the content.
+      // (Not where the text itself holds think tags: the template splits at the first and last tag,
+      // then strips with the same library gap.)
+      if (index % 4 === 1 && reasoning !== '' && !`${reasoning}${content}`.includes('think>')) {
+        const { reasoning_content: _, ...rest } = message;
+        return { ...rest, content: `<think>\n${reasoning}\n</think>\n\n${content}` };
+      }
+      return { ...message, content, reasoning_content: reasoning };
+    }
+    if (message.role === 'user' && index > 1 && (seed + index) % 3 === 0)
+      return { role: 'user', content: `<tool_response>\n${messageText(message.content)}\n</tool_response>` };
+    return message;
+  });
+  // No query at all: a system message, then agent turns and tool results.
+  if (seed % 7 === 0) return shaped.filter((message) => message.role !== 'user');
+  return shaped;
+}

@@ -26,7 +26,9 @@ export interface ChatRenderer {
   /**
    * Optional, for renderers whose text only grows when messages follow an assistant turn: what
    * `render(messages, options)` adds to `render(messages.slice(0, from))`, rendering only
-   * `messages[from]` onwards. Null when `messages[from - 1]` is not an assistant message. A caller
+   * `messages[from]` onwards. Null when `messages[from - 1]` is not an assistant message, or when the
+   * earlier text would not stay as it was (`qwen3` without preserved reasoning: a new query, or a
+   * last turn without reasoning whose empty think block goes). A caller
    * that already has the text of an earlier conversation whose messages {@link rendersAlike} these
    * extends it instead of rendering the whole history again, so such renderers read no message
    * fields beyond the ones `rendersAlike` compares.
