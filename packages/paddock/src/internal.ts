@@ -5,16 +5,17 @@
 export { agentCacheDir } from './adapters/agent-install.js';
 export {
   opencodeMessagesToChat,
-  qwenStreamToChat,
+  streamJsonToChat,
 } from './adapters/index.js';
 export { knownBackends } from './blackbox/adapter.js';
-export { normalizeRouter } from './blackbox/binding.js';
 export {
+  type AnthropicMessage,
+  type AnthropicMessagesRequest,
+  anthropicMessagesRequestSchema,
   anthropicRequestToChat,
   chatToAnthropicResponse,
-  chatToResponsesResponse,
-  responsesRequestToChat,
-} from './blackbox/bridges.js';
+} from './blackbox/anthropic-messages.js';
+export { normalizeRouter } from './blackbox/binding.js';
 export { fingerprintOf } from './blackbox/fingerprint.js';
 export {
   invalidatingErrors,
@@ -23,5 +24,12 @@ export {
   type RolloutLlmProxyOptions,
   syntheticEmptyCompletion,
 } from './blackbox/llm-proxy.js';
+export {
+  chatToResponsesResponse,
+  type ResponsesRequest,
+  type ResponsesResponse,
+  responsesRequestSchema,
+  responsesRequestToChat,
+} from './blackbox/openai-responses.js';
 export { idPattern } from './blackbox/schemas.js';
 export { defaultServerScript, findInstallRoot } from './blackbox/slot-server.js';

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { ClaudeCodeAdapter, claudeFailure, claudeResultEvent } from './claude-code.js';
+import { ClaudeCodeAdapter, claudeFailure } from './claude-code.js';
+import { streamJsonResult } from './stream-json.js';
 
 const result = (fields: Record<string, unknown>) => JSON.stringify({ type: 'result', ...fields });
 
@@ -11,21 +12,26 @@ describe('claude_code failure signals', () => {
       result({ subtype: 'error_max_turns', is_error: true, num_turns: 3 }),
       '{"type":"result","subtype":"succ',
     ].join('\n');
-    expect(claudeResultEvent(stdout)).toMatchObject({ subtype: 'error_max_turns', num_turns: 3 });
+    expect(streamJsonResult(stdout)).toMatchObject({ subtype: 'error_max_turns', num_turns: 3 });
   });
 
   it('maps its own limits and errors onto the turn error table', () => {
-    expect(claudeFailure({ subtype: 'success', is_error: false }, 20)).toBeNull();
-    expect(claudeFailure({ subtype: 'error_max_turns', is_error: true, num_turns: 20 }, 20)).toMatchObject({
+    expect(claudeFailure({ type: 'result', subtype: 'success', is_error: false }, 20)).toBeNull();
+    expect(
+      claudeFailure({ type: 'result', subtype: 'error_max_turns', is_error: true, num_turns: 20 }, 20),
+    ).toMatchObject({
       error: 'max_steps_exceeded',
       httpStatus: 429,
       details: { max_turns: 20, num_turns: 20 },
     });
     expect(
-      claudeFailure({ subtype: 'success', is_error: true, result: 'Prompt is too long' }, 20),
+      claudeFailure({ type: 'result', subtype: 'success', is_error: true, result: 'Prompt is too long' }, 20),
     ).toMatchObject({ error: 'context_overflow', httpStatus: 413 });
     expect(
-      claudeFailure({ subtype: 'success', is_error: true, result: 'API Error: 500 upstream' }, 20),
+      claudeFailure(
+        { type: 'result', subtype: 'success', is_error: true, result: 'API Error: 500 upstream' },
+        20,
+      ),
     ).toMatchObject({ error: 'backend_error', httpStatus: 502 });
   });
 

@@ -11,7 +11,7 @@ import {
 } from '../blackbox/adapter.js';
 import { agentEnv } from './agent-process.js';
 import { PerTurnCliAdapter } from './per-turn-cli.js';
-import { qwenStreamToChat } from './qwen-code.js';
+import { type StreamJsonResult, streamJsonResult, streamJsonToChat } from './stream-json.js';
 
 /**
  * `backend_options` of the claude_code adapter (strict). The executable is the server operator's
@@ -29,27 +29,14 @@ export const claudeCodeOptionsSchema = z.strictObject({
   subagents: z.boolean().default(false),
 });
 
-type Json = Record<string, unknown>;
-
-/**
- * The last `result` event of a Claude Code `--output-format stream-json` run: its subtype says how
- * the run ended (`success`, `error_max_turns`, `error_during_execution`).
- */
-export function claudeResultEvent(stdout: string): Json | null {
-  let result: Json | null = null;
-  for (const line of stdout.split('\n')) {
-    if (!line.startsWith('{"type":"result"')) continue;
-    try {
-      result = JSON.parse(line) as Json;
-    } catch {
-      // A partial last line: keep the previous result.
-    }
-  }
-  return result;
+/** Claude Code's `settings.json` as the adapter writes it. */
+export interface ClaudeCodeSettings {
+  autoCompactEnabled: boolean;
+  permissions: { allow: string[]; deny: string[] };
 }
 
 /** Maps Claude Code's own failure report onto the turn error table; null when the run succeeded. */
-export function claudeFailure(result: Json | null, maxTurns: number): AgentTurnError | null {
+export function claudeFailure(result: StreamJsonResult | null, maxTurns: number): AgentTurnError | null {
   if (result === null || (result.is_error !== true && result.subtype === 'success')) return null;
   const text = String(result.result ?? result.error ?? result.subtype ?? 'Claude Code failed');
   if (result.subtype === 'error_max_turns')
@@ -86,7 +73,7 @@ export class ClaudeCodeAdapter extends PerTurnCliAdapter {
   }
 
   /** Claude Code's settings: tools allowed only inside a sandbox, subagents denied unless asked for. */
-  settings(insideSandbox: boolean): Json {
+  settings(insideSandbox: boolean): ClaudeCodeSettings {
     const allow = insideSandbox
       ? ['Bash(*)', 'Read(*)', 'Edit(*)', 'Write(*)', 'Glob', 'Grep', 'LS', 'NotebookEdit', 'TodoWrite']
       : [];
@@ -170,9 +157,9 @@ export class ClaudeCodeAdapter extends PerTurnCliAdapter {
     const result = await this.runCli(turn, args, this.#environment(context)).finally(() => {
       this.#turns += 1;
     });
-    const failure = claudeFailure(claudeResultEvent(result.stdout), this.#options.max_turns);
+    const failure = claudeFailure(streamJsonResult(result.stdout), this.#options.max_turns);
     if (failure !== null) throw failure;
-    const { outputs, result: final } = qwenStreamToChat(result.stdout);
+    const { outputs, result: final } = streamJsonToChat(result.stdout);
     if (result.returncode !== 0 && outputs.length === 0) throw this.exitError(result);
     if (outputs.length === 0 && final !== null) outputs.push({ role: 'assistant', content: final });
     return { outputs, backendSessionId: this.#sessionId };

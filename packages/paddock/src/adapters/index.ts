@@ -43,7 +43,6 @@ export {
   ClaudeCodeAdapter,
   claudeCodeOptionsSchema,
   claudeFailure,
-  claudeResultEvent,
 } from './claude-code.js';
 export { CodexAdapter, codexConfig, codexEventsToChat, codexFailure, codexOptionsSchema } from './codex.js';
 export {
@@ -54,4 +53,5 @@ export {
   openclawResult,
 } from './openclaw.js';
 export { OpencodeAdapter, opencodeMessagesToChat, opencodeOptionsSchema } from './opencode.js';
-export { QwenCodeAdapter, qwenCodeOptionsSchema, qwenStreamToChat } from './qwen-code.js';
+export { QwenCodeAdapter, qwenCodeOptionsSchema } from './qwen-code.js';
+export { streamJsonResult, streamJsonToChat } from './stream-json.js';

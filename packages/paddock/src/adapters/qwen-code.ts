@@ -11,7 +11,6 @@ import {
   defaultCapabilities,
   parseAdapterOptions,
 } from '../blackbox/adapter.js';
-import type { BlackboxMessage } from '../blackbox/schemas.js';
 import { AcpAgentProcess, acpUpdatesToChat } from './acp-agent.js';
 import { agentEnv } from './agent-process.js';
 
@@ -25,62 +24,6 @@ export const qwenCodeOptionsSchema = z.strictObject({
   /** Agent steps per turn inside qwen-code. */
   max_session_turns: z.int().positive().default(50),
 });
-
-type Json = Record<string, unknown>;
-
-/**
- * Converts qwen-code `--output-format stream-json` lines into chat messages. Assistant events carry
- * text and tool_use blocks; user events carry tool_result blocks.
- */
-export function qwenStreamToChat(stdout: string): { outputs: BlackboxMessage[]; result: string | null } {
-  const outputs: BlackboxMessage[] = [];
-  let result: string | null = null;
-  for (const line of stdout.split('\n')) {
-    if (!line.startsWith('{')) continue;
-    let event: Json;
-    try {
-      event = JSON.parse(line) as Json;
-    } catch {
-      continue;
-    }
-    const message = (event.message ?? {}) as Json;
-    const blocks = Array.isArray(message.content) ? (message.content as Json[]) : [];
-    if (event.type === 'assistant') {
-      const text = blocks
-        .filter((block) => block.type === 'text')
-        .map((block) => String(block.text ?? ''))
-        .join('');
-      const thinking = blocks
-        .filter((block) => block.type === 'thinking')
-        .map((block) => String(block.thinking ?? ''))
-        .join('');
-      const calls = blocks.filter((block) => block.type === 'tool_use');
-      if (text === '' && thinking === '' && calls.length === 0) continue;
-      const assistant: BlackboxMessage = { role: 'assistant', content: text };
-      if (thinking !== '') assistant.reasoning_content = thinking;
-      if (calls.length > 0) {
-        assistant.tool_calls = calls.map((block) => ({
-          id: String(block.id ?? ''),
-          type: 'function',
-          function: { name: String(block.name ?? ''), arguments: JSON.stringify(block.input ?? {}) },
-        }));
-      }
-      outputs.push(assistant);
-    } else if (event.type === 'user') {
-      for (const block of blocks.filter((item) => item.type === 'tool_result')) {
-        const content = block.content;
-        outputs.push({
-          role: 'tool',
-          tool_call_id: String(block.tool_use_id ?? ''),
-          content: typeof content === 'string' ? content : JSON.stringify(content ?? ''),
-        });
-      }
-    } else if (event.type === 'result' && typeof event.result === 'string') {
-      result = event.result;
-    }
-  }
-  return { outputs, result };
-}
 
 /**
  * Drives Qwen Code (npm `@qwen-code/qwen-code`) as a long-lived `qwen --acp` process (the Agent

@@ -31,13 +31,17 @@ import { bearerMatches, secretsEqual, Waiters } from '@dressage/protocol/interna
 import { z } from 'zod';
 import {
   anthropicErrorBody,
+  anthropicMessagesRequestSchema,
   anthropicRequestToChat,
   chatToAnthropicResponse,
-  chatToResponsesResponse,
-  responsesRequestToChat,
   writeAnthropicStream,
+} from './anthropic-messages.js';
+import {
+  chatToResponsesResponse,
+  responsesRequestSchema,
+  responsesRequestToChat,
   writeResponsesStream,
-} from './bridges.js';
+} from './openai-responses.js';
 import type { ProxyOptions } from './schemas.js';
 
 /** Proxy errors of the Dressage proxy that invalidate the rollout in flight. */
@@ -520,12 +524,8 @@ export class RolloutLlmProxy {
       });
     }
     const clientStream = parsed.stream === true;
-    const chat =
-      api === 'chat'
-        ? parsed
-        : api === 'anthropic'
-          ? anthropicRequestToChat(parsed)
-          : responsesRequestToChat(parsed);
+    const chat = this.#chatRequestOf(api, parsed, response);
+    if (chat === null) return;
     this.#prepareChatBody(chat, api === 'chat' && clientStream);
     const target =
       api === 'chat'
@@ -596,6 +596,25 @@ export class RolloutLlmProxy {
         this.#drained.wakeAll();
       }
     }
+  }
+
+  // The request as a chat completion: a chat request passes through unread (the upstream checks it);
+  // a Messages or Responses request is parsed here, and a bad one answered 400 in its API's shape.
+  #chatRequestOf(api: ModelApi, parsed: ForwardedRequest, response: ServerResponse): ForwardedRequest | null {
+    if (api === 'chat') return parsed;
+    if (api === 'anthropic') {
+      const checked = safeParseWire(anthropicMessagesRequestSchema, parsed, 'Messages request');
+      if (checked.success) return anthropicRequestToChat(checked.data);
+      sendJson(response, 400, {
+        type: 'error',
+        error: { type: 'invalid_request_error', message: checked.error.message },
+      });
+      return null;
+    }
+    const checked = safeParseWire(responsesRequestSchema, parsed, 'Responses request');
+    if (checked.success) return responsesRequestToChat(checked.data);
+    sendJson(response, 400, { error: { message: checked.error.message, type: 'invalid_request_error' } });
+    return null;
   }
 
   #prepareChatBody(chat: ForwardedRequest, stream: boolean): void {
