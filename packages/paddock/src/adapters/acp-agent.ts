@@ -1,9 +1,24 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { DressageError } from '@dressage/protocol';
-import type { BlackboxMessage } from '../blackbox/schemas.js';
+import { z } from 'zod';
+import { type AcpSessionUpdate, acpSessionUpdateSchema } from './acp-updates.js';
 import { stopProcessGroup } from './agent-process.js';
 
-type Json = Record<string, unknown>;
+// One JSON-RPC 2.0 message: a request or notification (`method`), or the answer to one of ours.
+const jsonRpcMessageSchema = z.looseObject({
+  id: z.union([z.number(), z.string(), z.null()]).optional(),
+  method: z.string().optional(),
+  params: z.unknown().optional(),
+  result: z.unknown().optional(),
+  error: z
+    .looseObject({ code: z.number().optional(), message: z.string().optional() })
+    .optional()
+    .catch({ message: 'an error the agent did not describe' }),
+});
+
+type JsonRpcMessage = z.infer<typeof jsonRpcMessageSchema>;
+
+const sessionUpdateParamsSchema = z.looseObject({ sessionId: z.string(), update: acpSessionUpdateSchema });
 
 /**
  * An agent speaking the Agent Client Protocol (JSON-RPC 2.0, one message a line, over its stdin and
@@ -17,8 +32,11 @@ export class AcpAgentProcess {
   #buffer = '';
   #output = '';
   #nextId = 0;
-  readonly #pending = new Map<number, { resolve: (value: Json) => void; reject: (error: Error) => void }>();
-  readonly #listeners = new Set<(sessionId: string, update: Json) => void>();
+  readonly #pending = new Map<
+    number,
+    { resolve: (value: unknown) => void; reject: (error: Error) => void }
+  >();
+  readonly #listeners = new Set<(sessionId: string, update: AcpSessionUpdate) => void>();
 
   /** The last few KiB of its stderr, for error messages. */
   get tail(): string {
@@ -59,14 +77,33 @@ export class AcpAgentProcess {
     this.#child = child;
   }
 
-  /** Calls `method` and resolves with its result (rejects with its error, or when the agent exits). */
-  request(method: string, params: Json, signal?: AbortSignal): Promise<Json> {
+  /**
+   * Calls `method` and resolves with its result parsed by `result` (rejects with its error, when the
+   * result does not parse, or when the agent exits).
+   */
+  async request<TSchema extends z.ZodType>(
+    method: string,
+    params: object,
+    result: TSchema,
+    signal?: AbortSignal,
+  ): Promise<z.output<TSchema>> {
+    const answer = await this.#call(method, params, signal);
+    const parsed = result.safeParse(answer);
+    if (parsed.success) return parsed.data;
+    throw new DressageError({
+      code: 'unavailable',
+      message: `the agent answered ${method} with an unexpected result: ${parsed.error.message}`,
+      details: { result: answer },
+    });
+  }
+
+  #call(method: string, params: object, signal?: AbortSignal): Promise<unknown> {
     if (!this.running)
       return Promise.reject(
         new DressageError({ code: 'unavailable', message: `the agent is not running: ${this.tail}` }),
       );
     const id = ++this.#nextId;
-    return new Promise<Json>((resolve, reject) => {
+    return new Promise<unknown>((resolve, reject) => {
       const onAbort = () => {
         this.#pending.delete(id);
         reject(new DressageError({ code: 'cancelled', message: `${method} was aborted` }));
@@ -94,7 +131,7 @@ export class AcpAgentProcess {
   async ping(timeoutMs = 5000): Promise<boolean> {
     if (!this.running) return false;
     try {
-      await this.request('dressage/ping', {}, AbortSignal.timeout(timeoutMs));
+      await this.#call('dressage/ping', {}, AbortSignal.timeout(timeoutMs));
       return true;
     } catch (error) {
       return DressageError.isInstance(error) && error.details.error !== undefined;
@@ -102,12 +139,12 @@ export class AcpAgentProcess {
   }
 
   /** Sends a notification (no answer). */
-  notify(method: string, params: Json): void {
+  notify(method: string, params: object): void {
     if (this.running) this.#send({ jsonrpc: '2.0', method, params });
   }
 
   /** Calls `listener` with every `session/update` until the returned function is called. */
-  onUpdate(listener: (sessionId: string, update: Json) => void): () => void {
+  onUpdate(listener: (sessionId: string, update: AcpSessionUpdate) => void): () => void {
     this.#listeners.add(listener);
     return () => this.#listeners.delete(listener);
   }
@@ -118,7 +155,7 @@ export class AcpAgentProcess {
     await stopProcessGroup(child);
   }
 
-  #send(message: Json): void {
+  #send(message: object): void {
     this.#child?.stdin?.write(`${JSON.stringify(message)}\n`);
   }
 
@@ -128,17 +165,18 @@ export class AcpAgentProcess {
       const line = this.#buffer.slice(0, newline).trim();
       this.#buffer = this.#buffer.slice(newline + 1);
       if (line === '') continue;
-      let message: Json;
+      let value: unknown;
       try {
-        message = JSON.parse(line) as Json;
+        value = JSON.parse(line);
       } catch {
         continue;
       }
-      this.#dispatch(message);
+      const message = jsonRpcMessageSchema.safeParse(value);
+      if (message.success) this.#dispatch(message.data);
     }
   }
 
-  #dispatch(message: Json): void {
+  #dispatch(message: JsonRpcMessage): void {
     const id = message.id;
     if (typeof message.method === 'string') {
       if (id !== undefined && id !== null) {
@@ -150,9 +188,13 @@ export class AcpAgentProcess {
         return;
       }
       if (message.method === 'session/update') {
-        const params = (message.params ?? {}) as Json;
-        for (const listener of this.#listeners)
-          listener(String(params.sessionId), (params.update ?? {}) as Json);
+        const params = sessionUpdateParamsSchema.safeParse(message.params);
+        // An update that does not parse is kept in the output tail, where an error message shows it.
+        if (!params.success) {
+          this.#output += `unreadable session/update: ${params.error.message}\n`;
+          return;
+        }
+        for (const listener of this.#listeners) listener(params.data.sessionId, params.data.update);
       }
       return;
     }
@@ -161,7 +203,7 @@ export class AcpAgentProcess {
     if (!pending) return;
     this.#pending.delete(id);
     if (message.error !== undefined) {
-      const error = (message.error ?? {}) as Json;
+      const error = message.error;
       pending.reject(
         new DressageError({
           code: 'unavailable',
@@ -169,71 +211,6 @@ export class AcpAgentProcess {
           details: { error },
         }),
       );
-    } else pending.resolve((message.result ?? {}) as Json);
+    } else pending.resolve(message.result ?? {});
   }
-}
-
-/**
- * Converts the `session/update`s of one ACP prompt into chat messages: the agent's text (and
- * thoughts) up to a tool call become an assistant message carrying the calls, each finished call a
- * tool message, and the text after the last call the final assistant message.
- */
-export function acpUpdatesToChat(updates: readonly Json[]): BlackboxMessage[] {
-  const out: BlackboxMessage[] = [];
-  let text = '';
-  let reasoning = '';
-  let calls: { id: string; name: string; input: unknown }[] = [];
-  const results: BlackboxMessage[] = [];
-  const inputs = new Map<string, unknown>();
-  const flush = () => {
-    if (text === '' && reasoning === '' && calls.length === 0) return;
-    const message: BlackboxMessage = { role: 'assistant', content: text };
-    if (reasoning !== '') message.reasoning_content = reasoning;
-    if (calls.length > 0)
-      message.tool_calls = calls.map((call) => ({
-        id: call.id,
-        type: 'function',
-        function: { name: call.name, arguments: JSON.stringify(inputs.get(call.id) ?? call.input ?? {}) },
-      }));
-    out.push(message, ...results);
-    text = '';
-    reasoning = '';
-    calls = [];
-    results.length = 0;
-  };
-  const textOf = (content: unknown) => {
-    const block = (content ?? {}) as Json;
-    return block.type === 'text' ? String(block.text ?? '') : '';
-  };
-  for (const update of updates) {
-    const kind = update.sessionUpdate;
-    if (kind === 'agent_message_chunk' || kind === 'agent_thought_chunk') {
-      // Text after a tool's result starts the next assistant message.
-      if (results.length > 0) flush();
-      if (kind === 'agent_message_chunk') text += textOf(update.content);
-      else reasoning += textOf(update.content);
-    } else if (kind === 'tool_call') {
-      if (results.length > 0) flush();
-      const meta = (update._meta ?? {}) as Json;
-      calls.push({
-        id: String(update.toolCallId ?? ''),
-        name: String(meta.toolName ?? update.title ?? ''),
-        input: update.rawInput,
-      });
-    } else if (kind === 'tool_call_update') {
-      const id = String(update.toolCallId ?? '');
-      const input = update.rawInput as Json | undefined;
-      if (input && Object.keys(input).length > 0) inputs.set(id, input);
-      if (update.status === 'completed' || update.status === 'failed') {
-        const content = Array.isArray(update.content) ? (update.content as Json[]) : [];
-        results.push({
-          role: 'tool',
-          tool_call_id: id,
-          content: content.map((item) => textOf(item.content)).join(''),
-        });
-      }
-    }
-  }
-  flush();
-  return out;
 }

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { codexConfig, codexEventsToChat, codexFailure, codexOptionsSchema } from './codex.js';
+import { codexConfig, codexFailure, codexOptionsSchema } from './codex.js';
+import { codexEventsToChat } from './codex-events.js';
 
 describe('codex adapter', () => {
   it('turns exec --json events into tool calls, tool results and replies', () => {

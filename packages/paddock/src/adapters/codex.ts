@@ -8,8 +8,8 @@ import {
   AgentTurnError,
   parseAdapterOptions,
 } from '../blackbox/adapter.js';
-import type { BlackboxMessage } from '../blackbox/schemas.js';
 import { agentEnv } from './agent-process.js';
+import { codexEventsToChat } from './codex-events.js';
 import { PerTurnCliAdapter } from './per-turn-cli.js';
 
 /**
@@ -24,8 +24,6 @@ export const codexOptionsSchema = z.strictObject({
     .regex(/^[A-Za-z0-9_-]+$/)
     .default('dressage_proxy'),
 });
-
-type Json = Record<string, unknown>;
 
 /** The variable through which Codex reads its provider key (the LLM proxy's agent key). */
 const keyVariable = 'DRESSAGE_AGENT_API_KEY';
@@ -79,62 +77,6 @@ export function codexConfig(
     '',
   );
   return lines.join('\n');
-}
-
-/**
- * Converts `codex exec --json` events into chat messages: each command execution becomes a shell
- * tool call and its result, each agent message an assistant reply. Returns the thread id and the
- * error a failed turn reported.
- */
-export function codexEventsToChat(stdout: string): {
-  outputs: BlackboxMessage[];
-  threadId: string | null;
-  error: string | null;
-} {
-  const outputs: BlackboxMessage[] = [];
-  let threadId: string | null = null;
-  let error: string | null = null;
-  let reasoning = '';
-  for (const line of stdout.split('\n')) {
-    if (!line.startsWith('{')) continue;
-    let event: Json;
-    try {
-      event = JSON.parse(line) as Json;
-    } catch {
-      continue;
-    }
-    if (event.type === 'thread.started' && typeof event.thread_id === 'string') threadId = event.thread_id;
-    if (event.type === 'turn.failed' || event.type === 'error') {
-      const detail = (event.error ?? event) as Json;
-      error = String(detail.message ?? event.message ?? JSON.stringify(detail));
-    }
-    if (event.type !== 'item.completed') continue;
-    const item = (event.item ?? {}) as Json;
-    const id = String(item.id ?? `item-${outputs.length}`);
-    if (item.type === 'reasoning') reasoning += String(item.text ?? '');
-    else if (item.type === 'agent_message') {
-      const message: BlackboxMessage = { role: 'assistant', content: String(item.text ?? '') };
-      if (reasoning !== '') message.reasoning_content = reasoning;
-      reasoning = '';
-      outputs.push(message);
-    } else if (item.type === 'command_execution') {
-      const call: BlackboxMessage = {
-        role: 'assistant',
-        content: '',
-        tool_calls: [
-          {
-            id,
-            type: 'function',
-            function: { name: 'shell', arguments: JSON.stringify({ command: item.command ?? '' }) },
-          },
-        ],
-      };
-      if (reasoning !== '') call.reasoning_content = reasoning;
-      reasoning = '';
-      outputs.push(call, { role: 'tool', tool_call_id: id, content: String(item.aggregated_output ?? '') });
-    }
-  }
-  return { outputs, threadId, error };
 }
 
 /** Maps a failed Codex turn's message onto the turn error table. */

@@ -44,7 +44,8 @@ export {
   claudeCodeOptionsSchema,
   claudeFailure,
 } from './claude-code.js';
-export { CodexAdapter, codexConfig, codexEventsToChat, codexFailure, codexOptionsSchema } from './codex.js';
+export { CodexAdapter, codexConfig, codexFailure, codexOptionsSchema } from './codex.js';
+export { codexEventsToChat } from './codex-events.js';
 export {
   OpenclawAdapter,
   openclawConfig,
@@ -52,6 +53,7 @@ export {
   openclawOptionsSchema,
   openclawResult,
 } from './openclaw.js';
-export { OpencodeAdapter, opencodeMessagesToChat, opencodeOptionsSchema } from './opencode.js';
+export { OpencodeAdapter, type OpencodeConfig, opencodeOptionsSchema } from './opencode.js';
+export { opencodeMessagesToChat } from './opencode-messages.js';
 export { QwenCodeAdapter, qwenCodeOptionsSchema } from './qwen-code.js';
 export { streamJsonResult, streamJsonToChat } from './stream-json.js';

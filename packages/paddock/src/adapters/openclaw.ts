@@ -30,8 +30,6 @@ export const openclawOptionsSchema = z.strictObject({
   timeout_seconds: z.int().positive().default(600),
 });
 
-type Json = Record<string, unknown>;
-
 /** Asks the agent not to wait for a human: a rollout has nobody to answer. */
 const noQuestionsPolicy = `## Blackbox rollout interaction policy
 
@@ -48,7 +46,7 @@ If required information is missing, choose reasonable defaults and continue.
 export function openclawConfig(
   options: z.output<typeof openclawOptionsSchema>,
   context: Pick<AdapterContext, 'proxyOrigin' | 'apiPath' | 'proxyApiKey' | 'workDir' | 'insideSandbox'>,
-): Json {
+) {
   const reference = `${options.provider_id}/${options.model_id}`;
   const name = options.model_name ?? options.model_id;
   return {
@@ -87,29 +85,47 @@ export function openclawConfig(
   };
 }
 
+/** The `openclaw.json` the adapter writes. */
+export type OpenclawConfig = ReturnType<typeof openclawConfig>;
+
+const payloadsSchema = z.array(z.looseObject({ text: z.string().optional().catch(undefined) })).catch([]);
+
+// The JSON envelope `openclaw agent --json` prints last: the final reply or its payloads, and how
+// the run ended.
+const envelopeSchema = z.looseObject({
+  final: z.string().optional().catch(undefined),
+  payloads: payloadsSchema.optional(),
+  result: z.looseObject({ payloads: payloadsSchema.optional() }).optional().catch(undefined),
+  ok: z.boolean().optional().catch(undefined),
+  status: z.string().optional().catch(undefined),
+  error: z
+    .union([z.string(), z.looseObject({ message: z.string().optional().catch(undefined) })])
+    .optional()
+    .catch(() => ({ message: undefined })),
+});
+
 /** The final reply and failure of an `openclaw agent --json` run. */
 export function openclawResult(stdout: string): { text: string | null; error: string | null } {
   const start = stdout.indexOf('{');
   if (start === -1) return { text: null, error: null };
-  let envelope: Json;
+  let value: unknown;
   try {
-    envelope = JSON.parse(stdout.slice(start)) as Json;
+    value = JSON.parse(stdout.slice(start));
   } catch {
     return { text: null, error: null };
   }
-  const payloads = (envelope.payloads ?? (envelope.result as Json | undefined)?.payloads ?? []) as Json[];
+  const parsed = envelopeSchema.safeParse(value);
+  if (!parsed.success) return { text: null, error: null };
+  const envelope = parsed.data;
+  const payloads = envelope.payloads ?? envelope.result?.payloads ?? [];
   const text =
-    typeof envelope.final === 'string'
-      ? envelope.final
-      : payloads.length > 0
-        ? payloads.map((payload) => String(payload.text ?? '')).join('\n')
-        : null;
-  const failure = envelope.error as Json | string | undefined;
+    envelope.final ?? (payloads.length > 0 ? payloads.map((payload) => payload.text ?? '').join('\n') : null);
+  const failure = envelope.error;
   const error =
     envelope.ok === false || envelope.status === 'error' || failure !== undefined
       ? typeof failure === 'string'
         ? failure
-        : String(failure?.message ?? envelope.status ?? 'openclaw failed')
+        : (failure?.message ?? envelope.status ?? 'openclaw failed')
       : null;
   return { text, error };
 }

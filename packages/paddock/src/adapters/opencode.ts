@@ -11,8 +11,8 @@ import {
   defaultCapabilities,
   parseAdapterOptions,
 } from '../blackbox/adapter.js';
-import type { BlackboxMessage } from '../blackbox/schemas.js';
 import { AgentProcess, agentEnv, freePort } from './agent-process.js';
+import { opencodeMessageSchema, opencodeMessagesToChat } from './opencode-messages.js';
 
 /**
  * `backend_options` of the opencode adapter (strict). The executable is the server operator's
@@ -52,50 +52,29 @@ export const opencodeOptionsSchema = z.strictObject({
 /** Options of the opencode adapter. */
 export type OpencodeOptions = z.output<typeof opencodeOptionsSchema>;
 
-type Json = Record<string, unknown>;
+// A session of `opencode serve` as its API answers (`POST /session`, `GET /session`).
+const sessionSchema = z.looseObject({ id: z.string().min(1) });
 
-/** Converts opencode session messages (info + parts) to chat messages: replies, tool calls, tool results. */
-export function opencodeMessagesToChat(messages: readonly Json[]): BlackboxMessage[] {
-  const out: BlackboxMessage[] = [];
-  for (const message of messages) {
-    const info = (message.info ?? {}) as Json;
-    if (info.role !== 'assistant') continue;
-    const parts = Array.isArray(message.parts) ? (message.parts as Json[]) : [];
-    const text = parts
-      .filter((part) => part.type === 'text')
-      .map((part) => String(part.text ?? ''))
-      .join('');
-    const reasoning = parts
-      .filter((part) => part.type === 'reasoning')
-      .map((part) => String(part.text ?? ''))
-      .join('');
-    const tools = parts.filter((part) => part.type === 'tool');
-    const assistant: BlackboxMessage = { role: 'assistant', content: text };
-    if (reasoning !== '') assistant.reasoning_content = reasoning;
-    if (tools.length > 0) {
-      assistant.tool_calls = tools.map((part) => ({
-        id: String(part.callID ?? part.id ?? ''),
-        type: 'function',
-        function: {
-          name: String(part.tool ?? ''),
-          arguments: JSON.stringify(((part.state ?? {}) as Json).input ?? {}),
-        },
-      }));
+/** The opencode.json the adapter writes (opencode's config schema: https://opencode.ai/config.json). */
+export interface OpencodeConfig {
+  $schema: string;
+  provider: Record<
+    string,
+    {
+      npm: string;
+      name: string;
+      options: { baseURL: string; apiKey: string; timeout: number };
+      models: Record<string, { name: string; tools: boolean; limit?: OpencodeOptions['model_limit'] }>;
     }
-    if (text === '' && reasoning === '' && tools.length === 0) continue;
-    out.push(assistant);
-    for (const part of tools) {
-      const state = (part.state ?? {}) as Json;
-      const output = state.output ?? state.error ?? '';
-      out.push({
-        role: 'tool',
-        tool_call_id: String(part.callID ?? part.id ?? ''),
-        name: String(part.tool ?? ''),
-        content: typeof output === 'string' ? output : JSON.stringify(output),
-      });
-    }
-  }
-  return out;
+  >;
+  model: string;
+  small_model: string;
+  permission: Record<string, 'allow' | 'ask' | 'deny'>;
+  share: 'disabled';
+  autoupdate: boolean;
+  snapshot: boolean;
+  agent: { title: { disable: boolean }; build?: { prompt: string } };
+  compaction?: OpencodeOptions['compaction'];
 }
 
 /**
@@ -123,11 +102,11 @@ export class OpencodeAdapter implements BlackboxAdapter {
   }
 
   /** The opencode.json written for the agent. */
-  configFor(context: AdapterContext): Json {
+  configFor(context: AdapterContext): OpencodeConfig {
     const o = this.#options;
-    const model: Json = { name: o.model_name, tools: true };
+    const model: OpencodeConfig['provider'][string]['models'][string] = { name: o.model_name, tools: true };
     if (o.model_limit) model.limit = o.model_limit;
-    const config: Json = {
+    const config: OpencodeConfig = {
       $schema: 'https://opencode.ai/config.json',
       provider: {
         [o.provider_id]: {
@@ -161,7 +140,7 @@ export class OpencodeAdapter implements BlackboxAdapter {
     const config = this.configFor(context);
     if (context.systemPrompt !== null) {
       await writeFile(join(configDir, 'prompts', 'build.txt'), context.systemPrompt);
-      config.agent = { ...(config.agent as Json), build: { prompt: '{file:./prompts/build.txt}' } };
+      config.agent.build = { prompt: '{file:./prompts/build.txt}' };
     }
     await writeFile(join(configDir, 'opencode.json'), JSON.stringify(config, null, 2));
   }
@@ -204,14 +183,21 @@ export class OpencodeAdapter implements BlackboxAdapter {
     if (!this.#process.running) return false;
     try {
       const response = await fetch(`${this.#base}/global/health`, { signal: AbortSignal.timeout(3000) });
-      const body = (await response.json()) as Json;
-      return response.ok && body.healthy === true;
+      const body = z.looseObject({ healthy: z.boolean() }).safeParse(await response.json());
+      return response.ok && body.success && body.data.healthy;
     } catch {
       return false;
     }
   }
 
-  async #call(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<unknown> {
+  // One call of opencode's server API; its answer parsed by `answer`.
+  async #call<TSchema extends z.ZodType>(
+    method: string,
+    path: string,
+    body: unknown,
+    answer: TSchema,
+    signal?: AbortSignal,
+  ): Promise<z.output<TSchema>> {
     const response = await fetch(`${this.#base}${path}`, {
       method,
       headers: body === undefined ? undefined : { 'content-type': 'application/json' },
@@ -225,14 +211,25 @@ export class OpencodeAdapter implements BlackboxAdapter {
         message: `opencode ${method} ${path} answered ${response.status}: ${text.slice(0, 500)}`,
         details: { status: response.status },
       });
-    return text === '' ? null : JSON.parse(text);
+    let value: unknown = null;
+    try {
+      value = text === '' ? null : JSON.parse(text);
+    } catch {
+      // Not JSON: the schema below names what was expected.
+    }
+    const parsed = answer.safeParse(value);
+    if (parsed.success) return parsed.data;
+    throw new DressageError({
+      code: 'unavailable',
+      message: `opencode ${method} ${path} answered an unexpected body: ${parsed.error.message}`,
+    });
   }
 
   async runTurn(turn: AdapterTurn): Promise<AdapterTurnResult> {
     const context = this.#context as AdapterContext;
     if (this.#sessionId === null) {
-      const created = (await this.#call('POST', '/session', {}, turn.signal)) as Json;
-      this.#sessionId = String(created.id);
+      const created = await this.#call('POST', '/session', {}, sessionSchema, turn.signal);
+      this.#sessionId = created.id;
       // opencode sends its session id as `x-session-id` on every model request: only this
       // session's requests may reach this sample's trajectory.
       context.pinAgentSession?.(this.#sessionId);
@@ -246,16 +243,18 @@ export class OpencodeAdapter implements BlackboxAdapter {
         agent: 'build',
         model: { providerID: o.provider_id, modelID: o.model_id },
       },
+      z.unknown(),
       turn.signal,
     );
     // The reply can be returned before the last streamed model request has closed.
     await context.drainModelRequests();
-    const all = (await this.#call(
+    const all = await this.#call(
       'GET',
       `/session/${this.#sessionId}/message`,
       undefined,
+      z.array(opencodeMessageSchema),
       turn.signal,
-    )) as Json[];
+    );
     const fresh = all.slice(this.#seen);
     this.#seen = all.length;
     return { outputs: opencodeMessagesToChat(fresh), backendSessionId: this.#sessionId };
@@ -263,9 +262,13 @@ export class OpencodeAdapter implements BlackboxAdapter {
 
   async abort(): Promise<void> {
     if (this.#sessionId === null || !this.#process.running) return;
-    await this.#call('POST', `/session/${this.#sessionId}/abort`, {}, AbortSignal.timeout(5000)).catch(
-      () => undefined,
-    );
+    await this.#call(
+      'POST',
+      `/session/${this.#sessionId}/abort`,
+      {},
+      z.unknown(),
+      AbortSignal.timeout(5000),
+    ).catch(() => undefined);
   }
 
   /**
@@ -287,11 +290,17 @@ export class OpencodeAdapter implements BlackboxAdapter {
     if (this.#sessionId !== null) await this.abort();
     this.#sessionId = null;
     this.#seen = 0;
-    const sessions = (await this.#call('GET', '/session', undefined, signal())) as Json[];
+    const sessions = await this.#call('GET', '/session', undefined, z.array(sessionSchema), signal());
     for (const session of sessions) {
-      await this.#call('DELETE', `/session/${encodeURIComponent(String(session.id))}`, undefined, signal());
+      await this.#call(
+        'DELETE',
+        `/session/${encodeURIComponent(session.id)}`,
+        undefined,
+        z.unknown(),
+        signal(),
+      );
     }
-    const left = (await this.#call('GET', '/session', undefined, signal())) as Json[];
+    const left = await this.#call('GET', '/session', undefined, z.array(sessionSchema), signal());
     if (left.length > 0)
       throw new DressageError({ code: 'internal', message: `opencode kept ${left.length} session(s)` });
     await this.#emptyHome(join(context.runtimeDir, 'home'));

@@ -11,7 +11,8 @@ import {
   defaultCapabilities,
   parseAdapterOptions,
 } from '../blackbox/adapter.js';
-import { AcpAgentProcess, acpUpdatesToChat } from './acp-agent.js';
+import { AcpAgentProcess } from './acp-agent.js';
+import { type AcpSessionUpdate, acpUpdatesToChat } from './acp-updates.js';
 import { agentEnv } from './agent-process.js';
 
 /**
@@ -104,6 +105,7 @@ export class QwenCodeAdapter implements BlackboxAdapter {
       await this.#process.request(
         'initialize',
         { protocolVersion: 1, clientCapabilities: { fs: { readTextFile: false, writeTextFile: false } } },
+        z.looseObject({ protocolVersion: z.number() }),
         AbortSignal.timeout(120_000),
       );
     } catch (error) {
@@ -125,12 +127,13 @@ export class QwenCodeAdapter implements BlackboxAdapter {
       const created = await this.#process.request(
         'session/new',
         { cwd: context.workDir, mcpServers: [] },
+        z.looseObject({ sessionId: z.string().min(1) }),
         turn.signal,
       );
-      this.#sessionId = String(created.sessionId);
+      this.#sessionId = created.sessionId;
     }
     const sessionId = this.#sessionId;
-    const updates: Record<string, unknown>[] = [];
+    const updates: AcpSessionUpdate[] = [];
     const stopListening = this.#process.onUpdate((id, update) => {
       if (id === sessionId) updates.push(update);
     });
@@ -138,11 +141,12 @@ export class QwenCodeAdapter implements BlackboxAdapter {
     turn.signal.addEventListener('abort', cancel, { once: true });
     let stopReason: string;
     try {
-      const result = await this.#process.request('session/prompt', {
-        sessionId,
-        prompt: [{ type: 'text', text: turn.text }],
-      });
-      stopReason = String(result.stopReason ?? '');
+      const result = await this.#process.request(
+        'session/prompt',
+        { sessionId, prompt: [{ type: 'text', text: turn.text }] },
+        z.looseObject({ stopReason: z.string() }),
+      );
+      stopReason = result.stopReason;
     } catch (error) {
       const message = error instanceof Error ? error.message : String(error);
       if (/context|too many tokens|maximum.*length/i.test(message))

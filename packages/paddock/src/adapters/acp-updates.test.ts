@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { acpUpdatesToChat } from './acp-agent.js';
+import { acpSessionUpdateSchema, acpUpdatesToChat } from './acp-updates.js';
 
 describe('ACP session updates', () => {
   it('become an assistant message with its tool calls, their results, then the final reply', () => {
@@ -31,7 +31,7 @@ describe('ACP session updates', () => {
       { sessionUpdate: 'agent_message_chunk', content: { type: 'text', text: 'Do' } },
       { sessionUpdate: 'agent_message_chunk', content: { type: 'text', text: 'ne.' } },
     ];
-    expect(acpUpdatesToChat(updates)).toEqual([
+    expect(acpUpdatesToChat(updates.map((update) => acpSessionUpdateSchema.parse(update)))).toEqual([
       {
         role: 'assistant',
         content: '',
