@@ -1,11 +1,16 @@
 // A minimal tool-using agent behind the adapter interface: it loops on chat completions through the
 // LLM proxy and runs `shell` tool calls in its work dir. "crash" in the user text makes it throw.
 import { execFileSync } from 'node:child_process';
+import {
+  type AssistantMessage,
+  type ChatMessage,
+  chatCompletionChunkSchema,
+  chatCompletionResponseSchema,
+  type ToolCall,
+} from '@dressage/protocol';
 import type { AdapterContext, AdapterTurn, AdapterTurnResult, BlackboxAdapter } from '../blackbox/adapter.js';
 import { defaultCapabilities } from '../blackbox/adapter.js';
 import type { BlackboxMessage } from '../blackbox/schemas.js';
-
-type Json = Record<string, unknown>;
 
 /** The scripted agent adapter. */
 export class ScriptAgentAdapter implements BlackboxAdapter {
@@ -14,7 +19,7 @@ export class ScriptAgentAdapter implements BlackboxAdapter {
   context: AdapterContext | null = null;
   healthy = true;
   aborts = 0;
-  #history: Json[] = [];
+  #history: ChatMessage[] = [];
 
   async init(context: AdapterContext): Promise<void> {
     this.context = context;
@@ -50,23 +55,25 @@ export class ScriptAgentAdapter implements BlackboxAdapter {
       });
       if (!response.ok)
         throw new Error(`model request failed with ${response.status}: ${await response.text()}`);
-      const message = stream
+      const message: AssistantMessage = stream
         ? await readStream(response)
-        : ((((await response.json()) as Json).choices as Json[])[0]?.message as Json);
+        : chatCompletionResponseSchema.parse(await response.json()).choices[0]!.message;
       this.#history.push(message);
       outputs.push(message as BlackboxMessage);
-      const calls = (message.tool_calls as Json[] | undefined) ?? [];
+      const calls = message.tool_calls ?? [];
       if (calls.length === 0) return { outputs, backendSessionId: 'script-session' };
       for (const call of calls) {
-        const fn = call.function as Json;
-        const args = JSON.parse(String(fn.arguments)) as { cmd: string };
+        const fn = call.function;
+        const args = (typeof fn.arguments === 'string' ? JSON.parse(fn.arguments) : fn.arguments) as {
+          cmd: string;
+        };
         let output: string;
         try {
           output = execFileSync('/bin/sh', ['-c', args.cmd], { cwd: context.workDir }).toString();
         } catch (error) {
           output = String(error);
         }
-        const tool = { role: 'tool', tool_call_id: call.id, content: output };
+        const tool: ChatMessage = { role: 'tool', tool_call_id: call.id, content: output };
         this.#history.push(tool);
         outputs.push(tool as BlackboxMessage);
       }
@@ -81,10 +88,10 @@ export class ScriptAgentAdapter implements BlackboxAdapter {
   async close(): Promise<void> {}
 }
 
-async function readStream(response: Response): Promise<Json> {
+async function readStream(response: Response): Promise<AssistantMessage> {
   const text = await response.text();
   let content = '';
-  const calls: Json[] = [];
+  const calls: ToolCall[] = [];
   for (const event of text.split('\n\n')) {
     const data = event
       .split('\n')
@@ -92,14 +99,17 @@ async function readStream(response: Response): Promise<Json> {
       .map((line) => line.slice(5).trim())
       .join('');
     if (data === '' || data === '[DONE]') continue;
-    const chunk = JSON.parse(data) as Json;
-    const delta = ((chunk.choices as Json[] | undefined)?.[0]?.delta ?? {}) as Json;
-    if (typeof delta.content === 'string') content += delta.content;
-    for (const call of (delta.tool_calls as Json[] | undefined) ?? []) {
-      calls.push({ id: call.id, type: 'function', function: call.function });
+    const delta = chatCompletionChunkSchema.parse(JSON.parse(data)).choices[0]?.delta;
+    if (typeof delta?.content === 'string') content += delta.content;
+    for (const call of delta?.tool_calls ?? []) {
+      calls.push({
+        id: call.id,
+        type: 'function',
+        function: { name: call.function?.name ?? '', arguments: call.function?.arguments ?? '' },
+      });
     }
   }
-  const message: Json = { role: 'assistant', content };
+  const message: AssistantMessage = { role: 'assistant', content };
   if (calls.length > 0) message.tool_calls = calls;
   return message;
 }

@@ -9,24 +9,29 @@ import {
   type ServerResponse,
 } from 'node:http';
 import type { AddressInfo } from 'node:net';
-
-type Json = Record<string, unknown>;
+import {
+  type ChatCompletionRequest,
+  type ChatMessage,
+  chatCompletionRequestSchema,
+  type SegmentRecord,
+  safeParseWire,
+} from '@dressage/protocol';
 
 /** What the script answers for one chat completion request. */
 export type ScriptReply =
-  | { content: string; tool_calls?: { name: string; arguments: Json }[]; reasoning?: string }
-  | { status: number; body: Json }
-  | { streamError: Json };
+  | { content: string; tool_calls?: { name: string; arguments: object }[]; reasoning?: string }
+  | { status: number; body: object }
+  | { streamError: object };
 
-/** Decides the reply from the request body and its position in the session. */
+/** Decides the reply from the request (parsed as the Dressage proxy parses it) and its place in the session. */
 export type Script = (
-  request: Json,
+  request: ChatCompletionRequest,
   context: { headers: IncomingHttpHeaders; step: number },
 ) => ScriptReply | Promise<ScriptReply>;
 
 interface RecordedStep {
-  messages: Json[];
-  reply: Json;
+  messages: ChatMessage[];
+  reply: ChatMessage;
   turnId: string | null;
 }
 
@@ -34,12 +39,20 @@ interface RecordedStep {
 export interface RecordedRequest {
   path: string;
   headers: IncomingHttpHeaders;
-  body: Json;
+  body: ChatCompletionRequest;
+}
+
+// The keys of a control request (finalize, read, discard, pause) the server reads.
+interface ControlBody {
+  session_id?: unknown;
+  trajectory_id?: unknown;
+  drain?: unknown;
+  [key: string]: unknown;
 }
 
 const encode = (text: string) => Array.from(text, (char) => char.codePointAt(0) as number);
 
-function render(message: Json): string {
+function render(message: ChatMessage): string {
   const calls = Array.isArray(message.tool_calls) ? JSON.stringify(message.tool_calls) : '';
   const content =
     typeof message.content === 'string' ? message.content : JSON.stringify(message.content ?? '');
@@ -47,9 +60,9 @@ function render(message: Json): string {
 }
 
 /** Builds the segment of a session: full conversation tokens, mask 1 exactly on model output. */
-function segmentOf(sessionId: string, instanceId: string, steps: RecordedStep[]): Json {
+function segmentOf(sessionId: string, instanceId: string, steps: RecordedStep[]): SegmentRecord {
   const tokens: number[] = [];
-  const mask: number[] = [];
+  const mask: (0 | 1)[] = [];
   let covered = 0;
   const last = steps.at(-1) as RecordedStep;
   const conversation = [...last.messages, last.reply];
@@ -57,11 +70,11 @@ function segmentOf(sessionId: string, instanceId: string, steps: RecordedStep[])
   for (const message of conversation) {
     const ids = encode(render(message));
     tokens.push(...ids);
-    mask.push(...ids.map(() => (message.role === 'assistant' ? 1 : 0)));
+    mask.push(...ids.map(() => (message.role === 'assistant' ? 1 : 0) as 0 | 1));
     covered += 1;
   }
   void covered;
-  const trainable = mask.reduce((sum, value) => sum + value, 0);
+  const trainable = mask.reduce<number>((sum, value) => sum + value, 0);
   return {
     uid: `${sessionId}-0`,
     session_id: sessionId,
@@ -109,7 +122,7 @@ const storeStats = { total_items: 0, total_instances: 0, ready_instances: 0 };
 export class ScriptedModelServer {
   readonly requests: RecordedRequest[] = [];
   readonly sessions = new Map<string, { instanceId: string; steps: RecordedStep[]; finalized: boolean }>();
-  readonly controlCalls: { path: string; body: Json }[] = [];
+  readonly controlCalls: { path: string; body: ControlBody }[] = [];
   #server: Server | null = null;
   url = '';
 
@@ -130,13 +143,18 @@ export class ScriptedModelServer {
     const chunks: Buffer[] = [];
     for await (const chunk of request) chunks.push(chunk as Buffer);
     const text = Buffer.concat(chunks).toString('utf8');
-    const body = (text === '' ? {} : JSON.parse(text)) as Json;
+    const body = (text === '' ? {} : JSON.parse(text)) as ControlBody;
     const path = (request.url ?? '/').split('?')[0] ?? '/';
     const send = (status: number, payload: unknown) => {
       response.writeHead(status, { 'content-type': 'application/json' });
       response.end(JSON.stringify(payload));
     };
-    if (path.endsWith('/chat/completions')) return this.#chatCompletion(path, request, response, body);
+    if (path.endsWith('/chat/completions')) {
+      // As the Dressage proxy does: a request its schema refuses is a 400 naming the field.
+      const parsed = safeParseWire(chatCompletionRequestSchema, body, 'chat completion request');
+      if (!parsed.success) return send(400, { detail: parsed.error.message });
+      return this.#chatCompletion(path, request, response, parsed.data);
+    }
     if (path.endsWith('/rollout/pause') || path.endsWith('/rollout/resume')) {
       this.controlCalls.push({ path, body });
       return send(200, { success: true });
@@ -162,7 +180,7 @@ export class ScriptedModelServer {
     path: string,
     request: IncomingMessage,
     response: ServerResponse,
-    body: Json,
+    body: ChatCompletionRequest,
   ): Promise<void> {
     this.requests.push({ path, headers: request.headers, body });
     const sessionId = String(request.headers['x-session-id'] ?? 'anonymous');
@@ -183,14 +201,14 @@ export class ScriptedModelServer {
     // As the Dressage proxy answers: each call carries its `index` (proxy-service's tool calls).
     const toolCalls = (reply.tool_calls ?? []).map((call, index) => ({
       id: `call_${session.steps.length}_${index}`,
-      type: 'function',
+      type: 'function' as const,
       index,
       function: { name: call.name, arguments: JSON.stringify(call.arguments) },
     }));
-    const message: Json = { role: 'assistant', content: reply.content };
+    const message: ChatMessage = { role: 'assistant', content: reply.content };
     if (toolCalls.length > 0) message.tool_calls = toolCalls;
     session.steps.push({
-      messages: (body.messages as Json[]) ?? [],
+      messages: body.messages,
       reply: message,
       turnId: (request.headers['x-turn-id'] as string | undefined) ?? null,
     });
@@ -215,7 +233,7 @@ export class ScriptedModelServer {
       return;
     }
     response.writeHead(200, { 'content-type': 'text/event-stream' });
-    const frame = (delta: Json, finishReason: string | null, extra: Json = {}) =>
+    const frame = (delta: object, finishReason: string | null, extra: object = {}) =>
       `data: ${JSON.stringify({ id: 'chatcmpl-s', object: 'chat.completion.chunk', created: 1, model: body.model ?? 'scripted', choices: [{ index: 0, delta, finish_reason: finishReason }], ...extra })}\n\n`;
     // A heartbeat comment first, like the Dressage proxy sends while generating.
     let out = ': heartbeat\n\n';
@@ -239,7 +257,7 @@ export class ScriptedModelServer {
     response.end(out);
   }
 
-  #finalize(body: Json): [number, unknown] {
+  #finalize(body: ControlBody): [number, unknown] {
     const session = this.sessions.get(String(body.session_id));
     if (!session) return [404, { detail: 'Session not found' }];
     if (session.steps.length === 0) return [400, { detail: 'Session has no turns' }];
@@ -265,7 +283,7 @@ export class ScriptedModelServer {
     ];
   }
 
-  #readTrajectory(body: Json): [number, unknown] {
+  #readTrajectory(body: ControlBody): [number, unknown] {
     const id = String(body.trajectory_id ?? body.session_id);
     const session = this.sessions.get(id);
     if (!session?.finalized)
