@@ -11,7 +11,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createSample, type Sample } from '@dressage/protocol';
+import { type ChatMessage, createSample, type Sample } from '@dressage/protocol';
 import { LocalBwrapProvider, type SandboxSpec } from '@dressage/sandbox';
 import { findFreePortRange } from '@dressage/sandbox/internal';
 import { type Script, ScriptedModelServer } from '../src/__fixtures__/scripted-model.js';
@@ -227,21 +227,19 @@ const whiteboxProvider = new LocalBwrapProvider({
 await whiteboxProvider.pool.start();
 class ScriptedShellAgent extends PaddockWhiteboxAgent {
   async run(sample: Sample, context: WhiteboxRunContext): Promise<string | null> {
-    const messages: Json[] = [{ role: 'user', content: String(sample.prompt) }];
+    const messages: ChatMessage[] = [{ role: 'user', content: String(sample.prompt) }];
     for (let step = 0; step < 4; step++) {
-      const reply = (await context.chat({ model: 'm', messages, stream: false })) as {
-        choices: { message: Json }[];
-      };
-      const message = reply.choices[0]?.message as Json;
+      const reply = await context.chat({ model: 'm', messages, stream: false });
+      const message = reply.choices[0]!.message;
       messages.push(message);
-      const calls = (message.tool_calls as Json[] | undefined) ?? [];
+      const calls = message.tool_calls ?? [];
       if (calls.length === 0) {
         const [, result] = await this.tools.toolCall('shell.exec', { command: check });
         context.metadata.check_passed = (result as { returncode?: number }).returncode === 0;
         return String(message.content);
       }
       for (const call of calls) {
-        const args = JSON.parse(String((call.function as Json).arguments)) as Json;
+        const args = JSON.parse(call.function.arguments) as Json;
         const [output] = await this.tools.toolCall('shell.exec', { command: String(args.command) });
         messages.push({ role: 'tool', tool_call_id: call.id, content: output });
       }

@@ -8,7 +8,7 @@
 // out which one pays.
 //
 // Only type imports: this file runs from any directory, with no packages installed beside it.
-import type { ChatMessage, Sample, Tool } from '@dressage/protocol';
+import type { ChatCompletionResponse, ChatMessage, Sample, Tool } from '@dressage/protocol';
 
 /** The ways a customer asks (a few phrasings, so the model does not learn one string). */
 export const questions = ['Order status?', 'Where is my order?', 'My order?', 'Any news on my order?'];
@@ -52,16 +52,16 @@ export function orderReward(sample: Sample): number {
 /** The reward registry reads this export; prompt records name `order` as their `reward_fn`. */
 export const rewards = { order: orderReward };
 
-/** Posts one chat completion (through the recording proxy) and returns the response. */
-type Chat = (body: Record<string, unknown>) => Promise<Record<string, unknown>>;
+/** Posts one chat completion (through the recording proxy) and returns the checked response. */
+type Chat = (request: {
+  model: string;
+  messages: ChatMessage[];
+  tools?: Tool[];
+}) => Promise<ChatCompletionResponse>;
 
-interface Message {
-  content?: string | null;
-  tool_calls?: { id: string; function: { name: string; arguments: string } }[] | null;
-}
-
-function messageOf(response: Record<string, unknown>): Message {
-  return (response.choices as { message?: Message }[] | undefined)?.[0]?.message ?? {};
+function messageOf(response: ChatCompletionResponse): ChatCompletionResponse['choices'][number]['message'] {
+  // The response schema guarantees at least one choice.
+  return response.choices[0]!.message;
 }
 
 /**
@@ -74,7 +74,7 @@ export async function converse(chat: Chat, question: string, status: string): Pr
   const call = reply.tool_calls?.find((candidate) => candidate.function.name === 'order_status');
   if (call === undefined) return { called_tool: false, final_answer: (reply.content ?? '').trim() };
   messages.push(
-    { role: 'assistant', content: reply.content ?? '', tool_calls: [{ ...call, type: 'function' }] },
+    { role: 'assistant', content: reply.content ?? '', tool_calls: [call] },
     { role: 'tool', tool_call_id: call.id, content: status },
   );
   const answer = messageOf(await chat({ model: 'policy', messages }));

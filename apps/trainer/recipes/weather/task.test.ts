@@ -1,5 +1,5 @@
 import { readFileSync } from 'node:fs';
-import { createSample } from '@dressage/protocol';
+import { type ChatCompletionResponse, chatCompletionResponseSchema, createSample } from '@dressage/protocol';
 import { describe, expect, it } from 'vitest';
 import {
   conditions,
@@ -17,6 +17,32 @@ import {
 } from './task.js';
 
 const episode = { question: 'Weather today?', condition: 'rain' };
+
+// A model answer as `context.chat` returns it: checked against the chat completion schema.
+const completion = (
+  content: string | null,
+  calls: { id: string; function: { name: string; arguments: string } }[] = [],
+): ChatCompletionResponse =>
+  chatCompletionResponseSchema.parse({
+    id: 'chatcmpl-1',
+    object: 'chat.completion',
+    created: 1,
+    model: 'proxy-model',
+    choices: [
+      {
+        index: 0,
+        message: {
+          role: 'assistant',
+          content,
+          ...(calls.length > 0
+            ? { tool_calls: calls.map((call, index) => ({ ...call, type: 'function', index })) }
+            : {}),
+        },
+        finish_reason: calls.length > 0 ? 'tool_calls' : 'stop',
+      },
+    ],
+    usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 },
+  });
 
 describe('weather tool', () => {
   it("reports the episode's condition and takes no arguments", () => {
@@ -64,18 +90,9 @@ describe('weather conversation', () => {
     const outcome = await runWeatherConversation(async (body) => {
       bodies.push(structuredClone(body));
       if (bodies.length === 1) {
-        return {
-          choices: [
-            {
-              message: {
-                content: null,
-                tool_calls: [{ id: 'call_9', function: { name: 'weather', arguments: '{}' } }],
-              },
-            },
-          ],
-        };
+        return completion(null, [{ id: 'call_9', function: { name: 'weather', arguments: '{}' } }]);
       }
-      return { choices: [{ message: { content: ' rain ' } }] };
+      return completion(' rain ');
     }, episode);
     expect(outcome).toEqual({ called_tool: true, tool_result: 'rain', final_answer: 'rain' });
     expect(bodies).toHaveLength(2);
@@ -89,7 +106,7 @@ describe('weather conversation', () => {
     let calls = 0;
     const outcome = await runWeatherConversation(async () => {
       calls++;
-      return { choices: [{ message: { content: 'snow' } }] };
+      return completion('snow');
     }, episode);
     expect(outcome).toEqual({ called_tool: false, final_answer: 'snow' });
     expect(calls).toBe(1);
@@ -141,14 +158,12 @@ describe('warm-start examples', () => {
 // were recorded from the agent before it was built on the Toolbox; the proxy renders the prompt from
 // the body, so identical bodies are identical prompts and tool lists.
 describe('what the model sees', () => {
-  const reply = (content: string | null, tool_calls?: unknown[]) => ({
-    choices: [{ message: { content, ...(tool_calls ? { tool_calls } : {}) } }],
-  });
+  const reply = completion;
   const cases = [
     {
       name: 'tool',
       replies: [
-        reply(null, [{ id: 'call_9', type: 'function', function: { name: 'weather', arguments: '{}' } }]),
+        reply(null, [{ id: 'call_9', function: { name: 'weather', arguments: '{}' } }]),
         reply(' rain '),
       ],
       bodies: [
@@ -160,9 +175,7 @@ describe('what the model sees', () => {
     {
       name: 'toolWithText',
       replies: [
-        reply('Let me look.', [
-          { id: 'call_3', type: 'function', function: { name: 'weather', arguments: '{}' } },
-        ]),
+        reply('Let me look.', [{ id: 'call_3', function: { name: 'weather', arguments: '{}' } }]),
         reply('rain'),
       ],
       bodies: [
@@ -181,7 +194,7 @@ describe('what the model sees', () => {
     },
     {
       name: 'unknownTool',
-      replies: [reply('x', [{ id: 'c', type: 'function', function: { name: 'search', arguments: '{}' } }])],
+      replies: [reply('x', [{ id: 'c', function: { name: 'search', arguments: '{}' } }])],
       bodies: [
         '{"model":"proxy-model","messages":[{"role":"user","content":"Weather today?"}],"tools":[{"type":"function","function":{"name":"weather","parameters":{"type":"object","properties":{}}}}]}',
       ],
@@ -204,7 +217,7 @@ describe('what the model sees', () => {
       let turn = 0;
       const result = await runWeatherConversation(async (body) => {
         sent.push(JSON.stringify(body));
-        return replies[turn++] as Record<string, unknown>;
+        return replies[turn++]!;
       }, episode);
       expect(sent).toEqual(bodies);
       expect(result).toEqual(outcome);

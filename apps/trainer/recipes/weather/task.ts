@@ -11,8 +11,14 @@
 // The answer turn is sent without tools, so the tools change between the two model turns and the
 // proxy starts a second segment: every trajectory that uses the tool exercises TITO (the tool result
 // is appended to the model's own ids), tool-result masking and multi-segment training.
-import { defineTool, Toolbox, WhiteboxAgent, type WhiteboxRunContext } from '@dressage/paddock';
-import type { ChatMessage, Sample, Tool } from '@dressage/protocol';
+import {
+  assistantText,
+  defineTool,
+  Toolbox,
+  WhiteboxAgent,
+  type WhiteboxRunContext,
+} from '@dressage/paddock';
+import type { ChatCompletionResponse, ChatMessage, Sample, Tool } from '@dressage/protocol';
 import { z } from 'zod';
 
 /** Name of the one tool the agent offers. */
@@ -83,12 +89,11 @@ export function weatherReward(sample: Sample): number {
 /** Registered by the reward registry when the recipe names this module. */
 export const rewards = { weather: weatherReward };
 
-/** Posts one chat completion (through the proxy) and returns the parsed response. */
-export type ChatFunction = (body: Record<string, unknown>) => Promise<Record<string, unknown>>;
+/** Posts one chat completion (through the proxy) and returns the checked response. */
+export type ChatFunction = WhiteboxRunContext['chat'];
 
-function replyText(response: Record<string, unknown>): string {
-  const choices = response.choices as { message?: { content?: string | null } }[] | undefined;
-  return (choices?.[0]?.message?.content ?? '').trim();
+function replyText(response: ChatCompletionResponse): string {
+  return assistantText(response).trim();
 }
 
 /**

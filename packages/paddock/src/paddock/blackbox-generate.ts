@@ -26,8 +26,6 @@ import { sandboxPaths } from '@dressage/sandbox/internal';
 import type { z } from 'zod';
 import type { BlackboxMessage, BlackboxRegisterRequest } from '../blackbox/schemas.js';
 
-type Json = Record<string, unknown>;
-
 /**
  * The proxy calls a paddock needs. `@dressage/proxy`'s `ProxyClient` satisfies it structurally.
  */
@@ -234,7 +232,7 @@ export interface BlackboxGenerateOptions {
   proxyUrl?: string;
   /** Default `DRESSAGE_BLACKBOX_TYPE`, else `opencode`. */
   blackboxType?: string;
-  backendOptions?: Json;
+  backendOptions?: BlackboxRegisterRequest['backend_options'];
   /**
    * The agent's system prompt: written into the sandbox's server runtime directory and registered
    * as `system_prompt_file` (the adapter gives it to the agent in place of its own).
@@ -266,9 +264,9 @@ export function createBlackboxGenerate(options: BlackboxGenerateOptions) {
   return async (sample: Sample): Promise<Sample[]> => {
     const sessionId = `bbs-${randomUUID()}`;
     const instanceId = String(sample.metadata.instance_id ?? sample.group_index ?? randomUUID());
-    const metadata: Json = { ...sample.metadata, instance_id: instanceId };
+    const metadata: Sample['metadata'] = { ...sample.metadata, instance_id: instanceId };
     let lease: SandboxLease | null = null;
-    const abort = async (reason: string, extra: Json = {}): Promise<Sample[]> => {
+    const abort = async (reason: string, extra: Sample['metadata'] = {}): Promise<Sample[]> => {
       const history = Array.isArray(metadata.blackbox_failure_history)
         ? [...(metadata.blackbox_failure_history as unknown[])]
         : [];
@@ -307,7 +305,10 @@ export function createBlackboxGenerate(options: BlackboxGenerateOptions) {
         server_config: { backend_timeout: 1800, ...options.serverConfig },
       });
       const commands = blackboxExecuteCommandsSchema.parse(metadata.blackbox_execute_cmds ?? {});
-      const results: Json[] = [];
+      const results: (Awaited<ReturnType<BlackboxClient['executeCommand']>> & {
+        stage: string;
+        name: string;
+      })[] = [];
       const runStage = async (stage: 'before_agent' | 'after_agent') => {
         for (const command of commands[stage] ?? []) {
           const result = await client.executeCommand(sessionId, command.cmd, command.timeout);

@@ -1,7 +1,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createSample, type Sample } from '@dressage/protocol';
+import { type ChatMessage, createSample, type Sample } from '@dressage/protocol';
 import { LocalBwrapProvider, type SandboxLease, type SandboxProvider } from '@dressage/sandbox';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ScriptAgentAdapter } from '../__fixtures__/script-agent.js';
@@ -14,6 +14,7 @@ import {
   PaddockWhiteboxAgent,
   WhiteboxAgent,
   type WhiteboxRunContext,
+  WhiteboxToolPaddock,
 } from './whitebox.js';
 
 type Json = Record<string, unknown>;
@@ -26,6 +27,13 @@ const script: Script = (request) => {
     return {
       status: 413,
       body: { error: 'context_overflow', message: 'overflow', details: { phase: 'input' } },
+    };
+  }
+  if (text.includes('malformed')) {
+    const usage = { prompt_tokens: 1, completion_tokens: 0, total_tokens: 1 };
+    return {
+      status: 200,
+      body: { id: 'c', object: 'chat.completion', created: 1, model: 'm', choices: [], usage },
     };
   }
   if (text.includes('timeout'))
@@ -168,15 +176,15 @@ describe('generate functions', () => {
     });
     class ShellAgent extends PaddockWhiteboxAgent {
       async run(sample: Sample, context: WhiteboxRunContext): Promise<string | null> {
-        const messages: Json[] = [{ role: 'user', content: String(sample.prompt) }];
+        const messages: ChatMessage[] = [{ role: 'user', content: String(sample.prompt) }];
         for (let step = 0; step < 4; step++) {
-          const reply = (await context.chat({ model: 'm', messages })) as { choices: { message: Json }[] };
-          const message = reply.choices[0]?.message as Json;
+          const reply = await context.chat({ model: 'm', messages });
+          const message = reply.choices[0]!.message;
           messages.push(message);
-          const calls = (message.tool_calls as Json[] | undefined) ?? [];
+          const calls = message.tool_calls ?? [];
           if (calls.length === 0) return String(message.content);
           for (const call of calls) {
-            const args = JSON.parse(String((call.function as Json).arguments)) as Json;
+            const args = JSON.parse(call.function.arguments) as Json;
             const [text] = await this.tools.toolCall('shell.exec', args);
             await this.tools.toolCall('file.write', { path: 'log.txt', content: text, append: true });
             const [logged] = await this.tools.toolCall('file.read', { path: 'log.txt' });
@@ -203,10 +211,11 @@ describe('generate functions', () => {
   it('fills sampling defaults, merges agent metadata, and turns a cancelled run into a placeholder', async () => {
     class AnswerAgent extends WhiteboxAgent {
       async run(sample: Sample, context: WhiteboxRunContext): Promise<string | null> {
-        const messages: Json[] = [{ role: 'user', content: String(sample.prompt) }];
-        const reply = (await context.chat({ model: 'm', messages, temperature: 0.5 })) as {
-          choices: { message: Json }[];
-        };
+        const reply = await context.chat({
+          model: 'm',
+          messages: [{ role: 'user', content: String(sample.prompt) }],
+          temperature: 0.5,
+        });
         context.metadata.answer_seen = reply.choices[0]?.message.content;
         if (context.signal.aborted) throw new Error('cancelled');
         return String(reply.choices[0]?.message.content);
@@ -235,5 +244,39 @@ describe('generate functions', () => {
     const [cancelled] = await generate(template('answer directly'), {}, { signal: controller.signal });
     expect(cancelled).toMatchObject({ remove_sample: true, status: 'failed' });
     expect(String(cancelled?.metadata.whitebox_error)).toMatch(/abort/i);
+  });
+
+  it('refuses an answer that is not a chat completion, naming the field, and ends the run in a placeholder', async () => {
+    class AskAgent extends WhiteboxAgent {
+      async run(sample: Sample, context: WhiteboxRunContext): Promise<string | null> {
+        const reply = await context.chat({ messages: [{ role: 'user', content: String(sample.prompt) }] });
+        return reply.choices[0]!.message.content;
+      }
+    }
+    const generate = makeGenerate(AskAgent, { proxy: httpTrajectoryProxy(model.url), proxyUrl: model.url });
+    const [sample] = await generate(template('a malformed answer'));
+    expect(sample).toMatchObject({ remove_sample: true, status: 'failed' });
+    expect(String(sample?.metadata.whitebox_error)).toMatch(/chat completion from the proxy: choices/);
+  });
+
+  it('checks the sandbox tools arguments before running anything, naming the field', async () => {
+    const untouched = new Proxy({} as SandboxProvider, {
+      get: (_target, name) => () => {
+        throw new Error(`the provider's ${String(name)} ran`);
+      },
+    });
+    const tools = new WhiteboxToolPaddock(untouched, { sandboxId: 's' } as SandboxLease);
+    await expect(tools.toolCall('shell.exec', { command: 'ls', cwd: 7 })).rejects.toMatchObject({
+      code: 'invalid_argument',
+      message: expect.stringContaining('cwd'),
+    });
+    await expect(tools.toolCall('file.read', { path: '' })).rejects.toMatchObject({
+      code: 'invalid_argument',
+      message: expect.stringContaining('path'),
+    });
+    await expect(tools.toolCall('file.read', { path: 'a', encoding: 'klingon' })).rejects.toMatchObject({
+      message: expect.stringContaining('encoding'),
+    });
+    await expect(tools.toolCall('shell.exec', {})).rejects.toMatchObject({ code: 'invalid_argument' });
   });
 });

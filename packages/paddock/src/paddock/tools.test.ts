@@ -118,7 +118,7 @@ describe('Toolbox', () => {
       calls: [],
       messages: [],
     });
-    expect(parseToolCalls({})).toEqual([]);
+    expect(parseToolCalls({ choices: [] })).toEqual([]);
   });
 
   it('refuses names the OpenAI API refuses, and duplicates', () => {

@@ -1,11 +1,28 @@
-import { type ChatMessage, DressageError, issuesFromZodError, type Tool } from '@dressage/protocol';
+import {
+  type ChatMessage,
+  DressageError,
+  issuesFromZodError,
+  type Tool,
+  type ToolCall,
+} from '@dressage/protocol';
 import { z } from 'zod';
 import type { WhiteboxToolPaddock } from './whitebox.js';
 
-type Json = Record<string, unknown>;
-
 /** What a tool returns: the text the model reads, or that text with metadata for logs. */
-export type ToolOutput = string | { content: string; metadata?: Json };
+export type ToolOutput = string | { content: string; metadata?: Record<string, unknown> };
+
+/**
+ * The part of a chat completion a toolbox reads: the first choice's text and tool calls. A
+ * `ChatCompletionResponse` (what `context.chat` answers) is one.
+ */
+export interface ToolCallingCompletion {
+  choices: readonly {
+    message: {
+      content?: string | null;
+      tool_calls?: readonly { id?: string; type?: string; function: ToolCall['function'] }[] | null;
+    };
+  }[];
+}
 
 /**
  * A tool of a whitebox agent, declared once: its name and description as the model sees them, its
@@ -13,7 +30,7 @@ export type ToolOutput = string | { content: string; metadata?: Json };
  * and the function that runs it. `Context` is what the agent passes to every call (the episode, a
  * sandbox).
  */
-export interface ToolDefinition<Args = Json, Context = unknown> {
+export interface ToolDefinition<Args = Record<string, unknown>, Context = unknown> {
   /** The function name the model calls (`^[A-Za-z0-9_-]{1,64}$`). */
   name: string;
   description?: string;
@@ -43,7 +60,7 @@ export interface ParsedToolCall {
   /** The arguments text exactly as the model wrote it. */
   arguments: string;
   /** The response's own `function` object (kept as is, so the conversation replays byte for byte). */
-  function: Json;
+  function: ToolCall['function'];
 }
 
 /** One executed tool call. */
@@ -52,7 +69,7 @@ export interface ExecutedToolCall extends ParsedToolCall {
   known: boolean;
   /** The text sent back to the model (the tool's output, or the error message). */
   content: string;
-  metadata: Json;
+  metadata: Record<string, unknown>;
   /**
    * Why the call failed: `not_found` (no such tool), `invalid_argument` (arguments not JSON or not
    * matching the schema), or the code of the error the tool threw. Null when it ran.
@@ -73,41 +90,35 @@ export interface ToolTurn {
 
 const namePattern = /^[A-Za-z0-9_-]{1,64}$/;
 
-function completionMessage(response: Json): Json {
-  const choices = response.choices as { message?: Json }[] | undefined;
-  return choices?.[0]?.message ?? {};
-}
-
 /** The text of a chat completion's first choice (`''` when it has none). */
-export function assistantText(response: Json): string {
-  const content = completionMessage(response).content;
-  return typeof content === 'string' ? content : '';
+export function assistantText(response: ToolCallingCompletion): string {
+  return response.choices[0]?.message.content ?? '';
 }
 
 /** The tool calls of a chat completion's first choice (none when it has none). */
-export function parseToolCalls(response: Json): ParsedToolCall[] {
-  const calls = completionMessage(response).tool_calls;
-  if (!Array.isArray(calls)) return [];
-  return calls.map((call: Json, position) => {
-    const fn = (call.function ?? {}) as Json;
+export function parseToolCalls(response: ToolCallingCompletion): ParsedToolCall[] {
+  const calls = response.choices[0]?.message.tool_calls ?? [];
+  return calls.map((call, position) => {
+    const fn = call.function;
     const id = typeof call.id === 'string' && call.id !== '' ? call.id : `call_${position}`;
     const args = fn.arguments;
     return {
       id,
-      name: typeof fn.name === 'string' ? fn.name : '',
+      name: fn.name,
       arguments: typeof args === 'string' ? args : JSON.stringify(args ?? {}),
       function: fn,
     };
   });
 }
 
-function jsonSchemaOf(schema: z.ZodType | undefined): Json {
+// A tool's parameters as the model sees them: the schema's JSON Schema without its dialect line.
+function jsonSchemaOf(schema: z.ZodType | undefined): NonNullable<Tool['function']['parameters']> {
   if (schema === undefined) return { type: 'object', properties: {} };
-  const { $schema: _dialect, ...rest } = z.toJSONSchema(schema, { io: 'input' }) as Json;
+  const { $schema: _dialect, ...rest } = z.toJSONSchema(schema, { io: 'input' });
   return rest;
 }
 
-function outputOf(output: ToolOutput): { content: string; metadata: Json } {
+function outputOf(output: ToolOutput): { content: string; metadata: Record<string, unknown> } {
   return typeof output === 'string'
     ? { content: output, metadata: {} }
     : { content: String(output.content), metadata: output.metadata ?? {} };
@@ -131,7 +142,7 @@ export class Toolbox<Context = unknown> {
   constructor(
     tools: readonly (
       | AnyToolDefinition<Context>
-      | ((args: Json, context: Context) => ToolOutput | Promise<ToolOutput>)
+      | ((args: Record<string, unknown>, context: Context) => ToolOutput | Promise<ToolOutput>)
     )[],
   ) {
     for (const entry of tools) {
@@ -227,18 +238,18 @@ export class Toolbox<Context = unknown> {
    * append: the assistant message (its text and calls as the model wrote them) and one `tool`
    * message per call.
    */
-  async executeTools(response: Json, context: Context): Promise<ToolTurn> {
+  async executeTools(response: ToolCallingCompletion, context: Context): Promise<ToolTurn> {
     const parsed = parseToolCalls(response);
     if (parsed.length === 0) return { calls: [], messages: [] };
     const calls: ExecutedToolCall[] = [];
     for (const call of parsed) calls.push(await this.execute(call, context));
-    const assistant = {
+    const assistant: ChatMessage = {
       role: 'assistant',
       content: assistantText(response),
       tool_calls: parsed.map((call) => ({ id: call.id, type: 'function', function: call.function })),
-    } as ChatMessage;
+    };
     const results = calls.map(
-      (call) => ({ role: 'tool', tool_call_id: call.id, content: call.content }) as ChatMessage,
+      (call): ChatMessage => ({ role: 'tool', tool_call_id: call.id, content: call.content }),
     );
     return { calls, messages: [assistant, ...results] };
   }

@@ -1,19 +1,49 @@
 import { randomBytes } from 'node:crypto';
 import { expandSegmentsToSamples, markAbortedNoGrad } from '@dressage/multi-segment';
 import {
+  type ChatCompletionResponse,
+  type ChatMessage,
+  chatCompletionResponseSchema,
   DressageError,
   discardResponseSchema,
   finalizeResponseSchema,
   issuesFromZodError,
+  parseWire,
   type Sample,
+  type SglangSamplingParams,
+  safeParseWire,
+  type Tool,
   trajectoryReadShapeSchema,
 } from '@dressage/protocol';
 import type { CommandResult, SandboxLease, SandboxProvider } from '@dressage/sandbox';
 import { shellJoin } from '@dressage/sandbox/internal';
-import type { z } from 'zod';
+import { z } from 'zod';
 import type { TrajectoryProxy } from './blackbox-generate.js';
 
-type Json = Record<string, unknown>;
+// The arguments of the three sandbox tools, as the reference's paddock takes them.
+const shellExecArgs = z.looseObject({
+  cmd: z.union([z.string(), z.array(z.string())]).optional(),
+  command: z.union([z.string(), z.array(z.string())]).optional(),
+  cwd: z.string().optional(),
+  env: z.record(z.string(), z.string()).optional(),
+  timeout: z.number().positive().optional(),
+  stdin: z.string().optional(),
+});
+const encoding = z
+  .string()
+  .refine((name): name is BufferEncoding => Buffer.isEncoding(name), 'is not an encoding Node knows')
+  .optional();
+const fileReadArgs = z.looseObject({
+  path: z.string().min(1),
+  max_bytes: z.int().nonnegative().optional(),
+  encoding,
+});
+const fileWriteArgs = z.looseObject({
+  path: z.string().min(1),
+  content: z.string().optional(),
+  append: z.boolean().optional(),
+  encoding,
+});
 
 /**
  * The three sandbox tools of a whitebox agent: `shell.exec`, `file.read` and `file.write`. Each call
@@ -28,39 +58,56 @@ export class WhiteboxToolPaddock {
     this.#lease = lease;
   }
 
-  async toolCall(toolId: string, args: Json): Promise<[string, Json]> {
+  /**
+   * Runs `toolId` with `args` (checked against the tool's arguments; a bad one is an
+   * `invalid_argument` error naming the field) and returns the text the model sees and metadata.
+   */
+  async toolCall(toolId: string, args: Record<string, unknown>): Promise<[string, Record<string, unknown>]> {
     if (toolId === 'shell.exec') {
-      const command = args.cmd ?? args.command;
+      const parsed = parseWire(shellExecArgs, args, 'shell.exec arguments');
+      const command = parsed.cmd ?? parsed.command;
       if (command === undefined)
         throw new DressageError({ code: 'invalid_argument', message: 'shell.exec needs cmd or command' });
-      const line = Array.isArray(command) ? shellJoin(command.map(String)) : String(command);
+      const line = Array.isArray(command) ? shellJoin(command) : command;
       const result: CommandResult = await this.#provider.runCommand(this.#lease, line, {
-        cwd: typeof args.cwd === 'string' ? args.cwd : undefined,
-        env: (args.env as Record<string, string> | undefined) ?? undefined,
-        timeoutSeconds: typeof args.timeout === 'number' ? args.timeout : undefined,
-        stdin: typeof args.stdin === 'string' ? args.stdin : undefined,
+        cwd: parsed.cwd,
+        env: parsed.env,
+        timeoutSeconds: parsed.timeout,
+        stdin: parsed.stdin,
       });
       return [result.stdout !== '' ? result.stdout : result.stderr, { ...result }];
     }
     if (toolId === 'file.read') {
-      const path = String(args.path);
+      const {
+        path,
+        max_bytes: maxBytes,
+        encoding = 'utf-8',
+      } = parseWire(fileReadArgs, args, 'file.read arguments');
       const bytes = await this.#provider.readFile(this.#lease, path);
-      const limited = typeof args.max_bytes === 'number' ? bytes.subarray(0, args.max_bytes) : bytes;
-      const encoding = (args.encoding as BufferEncoding | undefined) ?? 'utf-8';
+      const limited = maxBytes === undefined ? bytes : bytes.subarray(0, maxBytes);
       const text = limited.toString(encoding);
       return [text, { path, chars: text.length, bytes: limited.length, encoding }];
     }
     if (toolId === 'file.write') {
-      const path = String(args.path);
-      const content = String(args.content ?? '');
-      await this.#provider.writeFile(this.#lease, path, content, { append: args.append === true });
-      return [
-        '',
-        { path, chars: content.length, encoding: args.encoding ?? 'utf-8', append: args.append === true },
-      ];
+      const parsed = parseWire(fileWriteArgs, args, 'file.write arguments');
+      const content = parsed.content ?? '';
+      const append = parsed.append === true;
+      await this.#provider.writeFile(this.#lease, parsed.path, content, { append });
+      return ['', { path: parsed.path, chars: content.length, encoding: parsed.encoding ?? 'utf-8', append }];
     }
     throw new DressageError({ code: 'not_found', message: `unknown whitebox tool ${toolId}` });
   }
+}
+
+/**
+ * A chat completion request of a whitebox agent: its messages and tools typed; any other OpenAI key
+ * (`temperature`, `max_tokens`, `stop`, ...) passes to the proxy as it is.
+ */
+export interface WhiteboxChatRequest {
+  messages: readonly ChatMessage[];
+  tools?: readonly Tool[];
+  model?: string;
+  [key: string]: unknown;
 }
 
 /** What a whitebox agent run is given. */
@@ -73,28 +120,35 @@ export interface WhiteboxRunContext {
   /**
    * Posts a chat completion to the proxy under this session. The scheduler's sampling parameters
    * (`temperature`, `top_p`, `top_k`, `max_new_tokens` as `max_tokens`) fill keys the body leaves out.
-   * Past `maxTurns` requests it sends nothing and throws a `resource_exhausted` error.
+   * Past `maxTurns` requests it sends nothing and throws a `resource_exhausted` error. The answer is
+   * checked against the chat completion schema.
    */
-  chat(body: Json): Promise<Json>;
+  chat(body: WhiteboxChatRequest): Promise<ChatCompletionResponse>;
   /** Model requests a run may make (the generate function's `maxTurns`); null: no limit. */
   maxTurns: number | null;
   /** Aborted when the scheduler cancels the rollout; pending model calls are cancelled with it. */
   signal: AbortSignal;
   /** The scheduler's sampling parameters for this sample. */
-  samplingParams: Readonly<Json>;
+  samplingParams: Readonly<SglangSamplingParams>;
   /** Written by the agent, merged into the metadata of every sample the run produces (e.g. for the reward). */
-  metadata: Json;
+  metadata: Record<string, unknown>;
 }
 
 // OpenAI request keys filled from the scheduler's sampling parameters when the agent omits them.
-function samplingDefaults(samplingParams: Readonly<Json>): Json {
-  const defaults: Json = {};
-  for (const key of ['temperature', 'top_p', 'top_k'] as const) {
-    if (samplingParams[key] !== undefined) defaults[key] = samplingParams[key];
-  }
+function samplingDefaults(samplingParams: Readonly<SglangSamplingParams>): {
+  temperature?: number;
+  top_p?: number;
+  top_k?: number;
+  max_tokens?: unknown;
+} {
+  const { temperature, top_p, top_k } = samplingParams;
   const maxTokens = samplingParams.max_new_tokens ?? samplingParams.max_tokens;
-  if (maxTokens !== undefined) defaults.max_tokens = maxTokens;
-  return defaults;
+  return {
+    ...(temperature === undefined ? {} : { temperature }),
+    ...(top_p === undefined ? {} : { top_p }),
+    ...(top_k === undefined ? {} : { top_k }),
+    ...(maxTokens === undefined ? {} : { max_tokens: maxTokens }),
+  };
 }
 
 /** Settings shared by every whitebox agent of a generate function. */
@@ -179,7 +233,7 @@ export type WhiteboxAgentClass = new (options: WhiteboxGenerateOptions) => White
 export function makeGenerate(AgentClass: WhiteboxAgentClass, options: WhiteboxGenerateOptions) {
   return async (
     sample: Sample,
-    samplingParams: Readonly<Json> = {},
+    samplingParams: Readonly<SglangSamplingParams> = {},
     generateContext: { signal?: AbortSignal } = {},
   ): Promise<Sample[]> => {
     const sessionId = `wb-${randomBytes(16).toString('hex')}`;
@@ -216,14 +270,27 @@ export function makeGenerate(AgentClass: WhiteboxAgentClass, options: WhiteboxGe
           body: JSON.stringify({ ...defaults, ...body, stream: false }),
           signal,
         });
-        const parsed = (await response.json()) as Json;
+        const text = await response.text();
         if (!response.ok)
           throw new DressageError({
             code: 'unavailable',
-            message: `model request failed with ${response.status}: ${JSON.stringify(parsed).slice(0, 300)}`,
+            message: `model request failed with ${response.status}: ${text.slice(0, 300)}`,
             details: { status: response.status },
           });
-        return parsed;
+        let answer: unknown;
+        try {
+          answer = JSON.parse(text);
+        } catch {
+          answer = text;
+        }
+        const checked = safeParseWire(chatCompletionResponseSchema, answer, 'chat completion from the proxy');
+        if (!checked.success)
+          throw new DressageError({
+            code: 'unavailable',
+            message: checked.error.message,
+            cause: checked.error,
+          });
+        return checked.data;
       },
     };
     const agent = new AgentClass(options);
@@ -288,7 +355,7 @@ export function makeGenerate(AgentClass: WhiteboxAgentClass, options: WhiteboxGe
 /** A {@link TrajectoryProxy} over HTTP (the Dressage proxy's `/session/*` and `/trajectory/read`). */
 export function httpTrajectoryProxy(baseUrl: string): TrajectoryProxy {
   const base = baseUrl.replace(/\/+$/, '');
-  const post = async <T extends z.ZodType>(path: string, body: Json, schema: T): Promise<z.output<T>> => {
+  const post = async <T extends z.ZodType>(path: string, body: object, schema: T): Promise<z.output<T>> => {
     const response = await fetch(`${base}${path}`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },

@@ -2,16 +2,14 @@
 // generate hook that runs it and marks its samples, and a reward by distillation teacher, for the
 // segment, metric and hook tests of a run.
 import { makeGenerate, WhiteboxAgent, type WhiteboxRunContext } from '@dressage/paddock';
-import type { Sample } from '@dressage/protocol';
+import type { ChatMessage, Sample } from '@dressage/protocol';
 import type { SamplingParams } from '@dressage/schedulers';
 import type { RunGenerateContext } from '../hooks.js';
 
 export class TwoTurnAgent extends WhiteboxAgent {
   async run(sample: Sample, context: WhiteboxRunContext): Promise<null> {
-    const question = { role: 'user', content: String(sample.prompt) };
-    const first = (await context.chat({ messages: [question] })) as {
-      choices: { message: { content: string | null } }[];
-    };
+    const question: ChatMessage = { role: 'user', content: String(sample.prompt) };
+    const first = await context.chat({ messages: [question] });
     const reply = first.choices[0]?.message.content ?? '';
     await context.chat({
       messages: [question, { role: 'assistant', content: reply }, { role: 'user', content: 'And tomorrow?' }],
