@@ -21,6 +21,30 @@ describe('ids as JSON bytes', () => {
     );
   });
 
+  it('writes vocabulary ids from the table as they were first written, next to untabled ones', () => {
+    // Ids of a vocabulary repeat: the first request fills the table, later ones read it back.
+    fc.assert(
+      fc.property(
+        fc.array(
+          fc.oneof(
+            fc.integer({ min: 0, max: 2 ** 18 - 1 }),
+            fc.constantFrom(0, 9, 10, 99_999, 100_000, 151_645, 2 ** 18 - 1, 2 ** 18, 999_999, 1_000_000),
+            fc.integer({ min: -(2 ** 31), max: 2 ** 31 - 1 }),
+          ),
+          { maxLength: 200 },
+        ),
+        (values) => {
+          const ids = Int32Array.from(values);
+          for (let round = 0; round < 2; round++)
+            expect(idsJson('{"ids":[', ids, ']}').toString('latin1')).toBe(
+              `{"ids":${JSON.stringify(values)}}`,
+            );
+        },
+      ),
+      { numRuns: 500 },
+    );
+  });
+
   it('writes every digit count and the extremes', () => {
     const values = [0, 9, 10, 99, 100, 999, 1000, 151_645, 999_999, 1_000_000, 2 ** 31 - 1, -1, -(2 ** 31)];
     const bytes = idsJson('[', Int32Array.from(values), ']');

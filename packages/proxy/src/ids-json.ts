@@ -1,7 +1,8 @@
 // Token ids as JSON bytes, written straight from the typed array. The engine's `/generate` body is
-// mostly `input_ids`, and a long conversation has tens of thousands of them: writing their digits
-// into one buffer is several times faster than `Int32Array.prototype.join`, and nothing is kept
-// between requests (a session holds its ids once, in its token buffer).
+// mostly `input_ids`, and a long conversation has tens of thousands of them: each id's digits and
+// comma come from a table of the ids seen so far (two 4-byte stores an id, instead of a division per
+// two digits), and nothing is kept between requests but that table (a session holds its ids once,
+// in its token buffer).
 
 const comma = 0x2c;
 const minus = 0x2d;
@@ -41,49 +42,65 @@ function writeDigits(out: Uint8Array, value: number, end: number): void {
   }
 }
 
+// Ids below this have their digits and a comma tabled: every vocabulary of the models served.
+const tabledIds = 1 << 18;
+// Per tabled id: its digits then a comma, as the little-endian bytes of two words, and how many of
+// those 8 bytes count (0 until the id is first written). About 2.3 MB, written only where used.
+const tableLow = new Uint32Array(tabledIds);
+const tableHigh = new Uint32Array(tabledIds);
+const tableLength = new Uint8Array(tabledIds);
+function tableEntry(id: number): void {
+  const bytes = new Uint8Array(8);
+  const length = digitCount(id);
+  writeDigits(bytes, id, length);
+  bytes[length] = comma;
+  const words = new DataView(bytes.buffer);
+  tableLow[id] = words.getUint32(0, true);
+  tableHigh[id] = words.getUint32(4, true);
+  tableLength[id] = length + 1;
+}
+
 /**
  * Bytes of `before`, the ids as comma-separated decimals, then `after` (`before` and `after` are
  * UTF-8): the JSON of a body with the ids array in it, e.g. `{"input_ids":[` … `],"rid":"…"}`.
  */
 export function idsJson(before: string, ids: Int32Array, after: string): Buffer {
-  // The largest magnitude (and a sign) bounds every id's width: one pass, then one allocation.
-  let largest = 0;
-  let sign = 0;
+  // The widest id bounds every id's width (tabled ones take at most six digits and a comma): one
+  // pass, then one allocation, with 8 bytes of slack after the last id, since a tabled id writes 8
+  // bytes and moves on by its length.
+  let widest = 7;
   for (let index = 0; index < ids.length; index++) {
     const value = ids[index]!;
-    if (value > largest) largest = value;
-    else if (-value > largest) largest = -value;
-    if (value < 0) sign = 1;
+    if (value < 0 || value >= tabledIds) widest = Math.max(widest, digitCount(Math.abs(value)) + 2);
   }
-  const widest = digitCount(largest) + sign + 1;
   const beforeLength = Buffer.byteLength(before);
-  const out = Buffer.allocUnsafe(beforeLength + ids.length * widest + Buffer.byteLength(after));
+  const out = Buffer.allocUnsafe(beforeLength + ids.length * widest + 8 + Buffer.byteLength(after));
+  const words = new DataView(out.buffer, out.byteOffset, out.byteLength);
   let position = out.write(before, 0);
   for (let index = 0; index < ids.length; index++) {
-    if (index > 0) out[position++] = comma;
     let value = ids[index]!;
+    if (value >= 0 && value < tabledIds) {
+      let length = tableLength[value]!;
+      if (length === 0) {
+        tableEntry(value);
+        length = tableLength[value]!;
+      }
+      words.setUint32(position, tableLow[value]!, true);
+      words.setUint32(position + 4, tableHigh[value]!, true);
+      position += length;
+      continue;
+    }
     if (value < 0) {
       out[position++] = minus;
       value = -value;
     }
-    const end =
-      position +
-      (value < 10
-        ? 1
-        : value < 100
-          ? 2
-          : value < 1000
-            ? 3
-            : value < 10_000
-              ? 4
-              : value < 100_000
-                ? 5
-                : value < 1_000_000
-                  ? 6
-                  : digitCount(value));
+    const end = position + digitCount(value);
     writeDigits(out, value, end);
-    position = end;
+    out[end] = comma;
+    position = end + 1;
   }
+  // The last id's comma gives way to `after`.
+  if (ids.length > 0) position--;
   position += out.write(after, position);
   return out.subarray(0, position);
 }
