@@ -1,6 +1,7 @@
 import type { ChatMessage, Tool } from '@dressage/protocol';
+import type OpenAI from 'openai';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { qwen35ChatTemplatePath, qwenModelDirectory } from './__fixtures__/harness.js';
+import { qwen35ChatTemplatePath, qwenModelDirectory, startHarness } from './__fixtures__/harness.js';
 import { createProxyConfig } from './config.js';
 import { loadPromptTokenizer, type PromptTokenizer } from './prompt-tokenizer.js';
 import {
@@ -412,5 +413,59 @@ describe('render continuation with the official Qwen3 template (reasoning not pr
     expect(counts.characters).toBeLessThan(3 * last.snapshotRenderedLength);
     const text = qwen3.render(snapshotMessages(last), last.tools, false);
     expect(last.snapshotDigest).toBe(renderedDigest(text));
+  });
+});
+
+describe('an agent loop through the server with the official Qwen3 template', () => {
+  it('renders whole only its first request: the rest continue the previous step', async () => {
+    const harness = await startHarness({
+      tokenizer: 'qwen',
+      // The model directory's own Qwen3 template (it drops old reasoning), the qwen3 renderer.
+      config: { chatTemplate: null, tokenBuildModel: 'qwen3' },
+    });
+    try {
+      const counts = { full: 0, continued: 0 };
+      const { render, renderFrom } = harness.tokenizer;
+      harness.tokenizer.render = (...args) => {
+        counts.full++;
+        return render(...args);
+      };
+      harness.tokenizer.renderFrom = (...args) => {
+        const text = renderFrom(...args);
+        if (text !== null) counts.continued++;
+        return text;
+      };
+      harness.engine.script = (_request, index) => ({
+        text:
+          `<think>\nStep ${index}: look at the output first.\n</think>\n\n` +
+          `<tool_call>\n{"name": "read_file", "arguments": {"path": "src/${index}.ts"}}\n</tool_call><|im_end|>`,
+      });
+      const session = { headers: { 'X-Session-Id': 'qwen3-agent' } };
+      const messages: OpenAI.Chat.Completions.ChatCompletionMessageParam[] = [
+        { role: 'system', content: 'You are a coding agent.' },
+        { role: 'user', content: 'The tests fail. Fix them.' },
+      ];
+      const turns = 12;
+      for (let turn = 0; turn < turns; turn++) {
+        const completion = await harness.openai.chat.completions.create(
+          { model: 'qwen', messages, tools: [readTool] },
+          session,
+        );
+        const message = completion.choices[0]!.message;
+        const call = message.tool_calls![0]!;
+        // The SDK's message as the agent sends it back, then the tool's output.
+        messages.push(message, { role: 'tool', tool_call_id: call.id, content: `line ${turn}\n`.repeat(40) });
+      }
+      // The first request and its snapshot render whole; every later request and snapshot continue.
+      expect(counts).toEqual({ full: 2, continued: 2 * (turns - 1) });
+      const steps = harness.proxy.service.session('qwen3-agent')!.steps;
+      expect(steps.map((step) => step.routeType)).toEqual(['create', ...Array(turns - 1).fill('append')]);
+      const last = steps.at(-1)!;
+      const text = render(snapshotMessages(last), last.tools, false);
+      expect(last.snapshotRenderedLength).toBe(text.length);
+      expect(last.snapshotDigest).toBe(renderedDigest(text));
+    } finally {
+      await harness.close();
+    }
   });
 });
