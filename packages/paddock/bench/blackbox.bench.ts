@@ -24,12 +24,8 @@ import {
 import { builtinAdapterExecutableVariables } from '../src/adapters/index.js';
 import { blackboxSlotServer } from '../src/blackbox/slot-server.js';
 import { createBlackboxGenerate } from '../src/paddock/blackbox-generate.js';
-import {
-  httpTrajectoryProxy,
-  makeGenerate,
-  PaddockWhiteboxAgent,
-  type WhiteboxRunContext,
-} from '../src/paddock/whitebox.js';
+import { httpTrajectoryProxy } from '../src/paddock/trajectory-proxy.js';
+import { makeGenerate, PaddockWhiteboxAgent, type WhiteboxRunContext } from '../src/paddock/whitebox.js';
 
 type Json = Record<string, unknown>;
 

@@ -52,14 +52,8 @@ export {
 } from './blackbox/schemas.js';
 export { BlackboxServer, type BlackboxServerOptions } from './blackbox/server.js';
 export { blackboxSlotServer } from './blackbox/slot-server.js';
-export {
-  BlackboxCallError,
-  BlackboxClient,
-  type BlackboxGenerateOptions,
-  createBlackboxGenerate,
-  type RetryOptions,
-  type TrajectoryProxy,
-} from './paddock/blackbox-generate.js';
+export { BlackboxCallError, BlackboxClient, type RetryOptions } from './paddock/blackbox-client.js';
+export { type BlackboxGenerateOptions, createBlackboxGenerate } from './paddock/blackbox-generate.js';
 export {
   type AnyToolDefinition,
   assistantText,
@@ -70,17 +64,19 @@ export {
   type SandboxToolContext,
   sandboxTools,
   Toolbox,
+  type ToolCallingCompletion,
   type ToolDefinition,
   type ToolOutput,
   type ToolTurn,
 } from './paddock/tools.js';
+export { httpTrajectoryProxy, type TrajectoryProxy } from './paddock/trajectory-proxy.js';
 export {
-  httpTrajectoryProxy,
   makeGenerate,
   PaddockWhiteboxAgent,
   WhiteboxAgent,
   type WhiteboxAgentClass,
+  type WhiteboxChatRequest,
   type WhiteboxGenerateOptions,
   type WhiteboxRunContext,
-  WhiteboxToolPaddock,
 } from './paddock/whitebox.js';
+export { WhiteboxToolPaddock } from './paddock/whitebox-tools.js';

@@ -3,7 +3,8 @@ import { createSample, type Sample } from '@dressage/protocol';
 import { runReadmeExample } from '@dressage/vitest-config/readme';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { ScriptedModelServer } from './__fixtures__/scripted-model.js';
-import { httpTrajectoryProxy, type WhiteboxGenerateOptions } from './paddock/whitebox.js';
+import { httpTrajectoryProxy } from './paddock/trajectory-proxy.js';
+import type { WhiteboxGenerateOptions } from './paddock/whitebox.js';
 
 type Json = Record<string, unknown>;
 

@@ -1,6 +1,6 @@
 import { DressageError } from '@dressage/protocol';
 import { describe, expect, it } from 'vitest';
-import { BlackboxCallError } from '../paddock/blackbox-generate.js';
+import { BlackboxCallError } from '../paddock/blackbox-client.js';
 import { AdapterOptionsError } from './adapter.js';
 import { BlackboxHttpError } from './http-error.js';
 

@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Script, ScriptedModelServer } from '../__fixtures__/scripted-model.js';
 import { agentInstallDir, agentPackages, ensureAgentInstalled } from '../adapters/agent-install.js';
 import { createBlackboxGenerate } from '../paddock/blackbox-generate.js';
-import { httpTrajectoryProxy } from '../paddock/whitebox.js';
+import { httpTrajectoryProxy } from '../paddock/trajectory-proxy.js';
 import { blackboxSlotServer } from './slot-server.js';
 
 type Json = Record<string, unknown>;

@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ScriptAgentAdapter } from '../__fixtures__/script-agent.js';
 import { type Script, ScriptedModelServer } from '../__fixtures__/scripted-model.js';
 import { BlackboxServer } from '../blackbox/server.js';
-import { BlackboxCallError, BlackboxClient } from './blackbox-generate.js';
+import { BlackboxCallError, BlackboxClient } from './blackbox-client.js';
 
 const script: Script = () => ({ content: 'done' });
 

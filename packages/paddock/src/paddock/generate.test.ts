@@ -8,14 +8,9 @@ import { ScriptAgentAdapter } from '../__fixtures__/script-agent.js';
 import { type Script, ScriptedModelServer } from '../__fixtures__/scripted-model.js';
 import { BlackboxServer } from '../blackbox/server.js';
 import { createBlackboxGenerate } from './blackbox-generate.js';
-import {
-  httpTrajectoryProxy,
-  makeGenerate,
-  PaddockWhiteboxAgent,
-  WhiteboxAgent,
-  type WhiteboxRunContext,
-  WhiteboxToolPaddock,
-} from './whitebox.js';
+import { httpTrajectoryProxy } from './trajectory-proxy.js';
+import { makeGenerate, PaddockWhiteboxAgent, WhiteboxAgent, type WhiteboxRunContext } from './whitebox.js';
+import { WhiteboxToolPaddock } from './whitebox-tools.js';
 
 type Json = Record<string, unknown>;
 

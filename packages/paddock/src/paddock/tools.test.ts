@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineTool, parseToolCalls, sandboxTools, Toolbox } from './tools.js';
-import type { WhiteboxToolPaddock } from './whitebox.js';
+import type { WhiteboxToolPaddock } from './whitebox-tools.js';
 
 const reply = (calls: { id?: string; name: string; arguments: string }[], content: string | null = null) => ({
   choices: [

@@ -6,7 +6,7 @@ import {
   type ToolCall,
 } from '@dressage/protocol';
 import { z } from 'zod';
-import type { WhiteboxToolPaddock } from './whitebox.js';
+import type { WhiteboxToolPaddock } from './whitebox-tools.js';
 
 /** What a tool returns: the text the model reads, or that text with metadata for logs. */
 export type ToolOutput = string | { content: string; metadata?: Record<string, unknown> };

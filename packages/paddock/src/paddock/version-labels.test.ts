@@ -5,7 +5,8 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { createSample, type Sample } from '@dressage/protocol';
 import { describe, expect, it } from 'vitest';
-import { httpTrajectoryProxy, makeGenerate, WhiteboxAgent } from './whitebox.js';
+import { httpTrajectoryProxy } from './trajectory-proxy.js';
+import { makeGenerate, WhiteboxAgent } from './whitebox.js';
 
 type Json = Record<string, unknown>;
 

@@ -5,99 +5,14 @@ import {
   type ChatMessage,
   chatCompletionResponseSchema,
   DressageError,
-  discardResponseSchema,
-  finalizeResponseSchema,
-  issuesFromZodError,
-  parseWire,
   type Sample,
   type SglangSamplingParams,
   safeParseWire,
   type Tool,
-  trajectoryReadShapeSchema,
 } from '@dressage/protocol';
-import type { CommandResult, SandboxLease, SandboxProvider } from '@dressage/sandbox';
-import { shellJoin } from '@dressage/sandbox/internal';
-import { z } from 'zod';
-import type { TrajectoryProxy } from './blackbox-generate.js';
-
-// The arguments of the three sandbox tools, as the reference's paddock takes them.
-const shellExecArgs = z.looseObject({
-  cmd: z.union([z.string(), z.array(z.string())]).optional(),
-  command: z.union([z.string(), z.array(z.string())]).optional(),
-  cwd: z.string().optional(),
-  env: z.record(z.string(), z.string()).optional(),
-  timeout: z.number().positive().optional(),
-  stdin: z.string().optional(),
-});
-const encoding = z
-  .string()
-  .refine((name): name is BufferEncoding => Buffer.isEncoding(name), 'is not an encoding Node knows')
-  .optional();
-const fileReadArgs = z.looseObject({
-  path: z.string().min(1),
-  max_bytes: z.int().nonnegative().optional(),
-  encoding,
-});
-const fileWriteArgs = z.looseObject({
-  path: z.string().min(1),
-  content: z.string().optional(),
-  append: z.boolean().optional(),
-  encoding,
-});
-
-/**
- * The three sandbox tools of a whitebox agent: `shell.exec`, `file.read` and `file.write`. Each call
- * returns the text the model sees and metadata for logs.
- */
-export class WhiteboxToolPaddock {
-  readonly #provider: SandboxProvider;
-  readonly #lease: SandboxLease;
-
-  constructor(provider: SandboxProvider, lease: SandboxLease) {
-    this.#provider = provider;
-    this.#lease = lease;
-  }
-
-  /**
-   * Runs `toolId` with `args` (checked against the tool's arguments; a bad one is an
-   * `invalid_argument` error naming the field) and returns the text the model sees and metadata.
-   */
-  async toolCall(toolId: string, args: Record<string, unknown>): Promise<[string, Record<string, unknown>]> {
-    if (toolId === 'shell.exec') {
-      const parsed = parseWire(shellExecArgs, args, 'shell.exec arguments');
-      const command = parsed.cmd ?? parsed.command;
-      if (command === undefined)
-        throw new DressageError({ code: 'invalid_argument', message: 'shell.exec needs cmd or command' });
-      const line = Array.isArray(command) ? shellJoin(command) : command;
-      const result: CommandResult = await this.#provider.runCommand(this.#lease, line, {
-        cwd: parsed.cwd,
-        env: parsed.env,
-        timeoutSeconds: parsed.timeout,
-        stdin: parsed.stdin,
-      });
-      return [result.stdout !== '' ? result.stdout : result.stderr, { ...result }];
-    }
-    if (toolId === 'file.read') {
-      const {
-        path,
-        max_bytes: maxBytes,
-        encoding = 'utf-8',
-      } = parseWire(fileReadArgs, args, 'file.read arguments');
-      const bytes = await this.#provider.readFile(this.#lease, path);
-      const limited = maxBytes === undefined ? bytes : bytes.subarray(0, maxBytes);
-      const text = limited.toString(encoding);
-      return [text, { path, chars: text.length, bytes: limited.length, encoding }];
-    }
-    if (toolId === 'file.write') {
-      const parsed = parseWire(fileWriteArgs, args, 'file.write arguments');
-      const content = parsed.content ?? '';
-      const append = parsed.append === true;
-      await this.#provider.writeFile(this.#lease, parsed.path, content, { append });
-      return ['', { path: parsed.path, chars: content.length, encoding: parsed.encoding ?? 'utf-8', append }];
-    }
-    throw new DressageError({ code: 'not_found', message: `unknown whitebox tool ${toolId}` });
-  }
-}
+import type { SandboxLease, SandboxProvider } from '@dressage/sandbox';
+import type { TrajectoryProxy } from './trajectory-proxy.js';
+import { WhiteboxToolPaddock } from './whitebox-tools.js';
 
 /**
  * A chat completion request of a whitebox agent: its messages and tools typed; any other OpenAI key
@@ -349,63 +264,5 @@ export function makeGenerate(AgentClass: WhiteboxAgentClass, options: WhiteboxGe
     } catch (error) {
       return failure(error);
     }
-  };
-}
-
-/** A {@link TrajectoryProxy} over HTTP (the Dressage proxy's `/session/*` and `/trajectory/read`). */
-export function httpTrajectoryProxy(baseUrl: string): TrajectoryProxy {
-  const base = baseUrl.replace(/\/+$/, '');
-  const post = async <T extends z.ZodType>(path: string, body: object, schema: T): Promise<z.output<T>> => {
-    const response = await fetch(`${base}${path}`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify(body),
-    });
-    const parsed: unknown = await response.json();
-    if (!response.ok)
-      throw new DressageError({
-        code: 'unavailable',
-        message: `${path} answered ${response.status}: ${JSON.stringify(parsed).slice(0, 300)}`,
-        details: { status: response.status },
-      });
-    const result = schema.safeParse(parsed);
-    if (!result.success) {
-      throw new DressageError({
-        code: 'internal',
-        message: `${path} answered a body of the wrong shape: ${issuesFromZodError(result.error)
-          .slice(0, 3)
-          .map((issue) => `${issue.path}: ${issue.message}`)
-          .join('; ')}`,
-        details: { path },
-      });
-    }
-    return result.data;
-  };
-  return {
-    finalizeSession: (sessionId, options = {}) =>
-      post(
-        '/session/finalize',
-        {
-          session_id: sessionId,
-          ...(options.instanceId ? { instance_id: options.instanceId } : {}),
-          ...(options.label !== undefined ? { label: options.label } : {}),
-        },
-        finalizeResponseSchema,
-      ),
-    readTrajectory: async (options) => {
-      const read = await post(
-        '/trajectory/read',
-        { trajectory_id: options.trajectoryId, drain: options.drain ?? false },
-        trajectoryReadShapeSchema,
-      );
-      if (read.mode !== 'trajectory') {
-        throw new DressageError({
-          code: 'internal',
-          message: `/trajectory/read answered mode ${read.mode} to a read by id`,
-        });
-      }
-      return read;
-    },
-    discardSession: (sessionId) => post('/session/discard', { session_id: sessionId }, discardResponseSchema),
   };
 }
