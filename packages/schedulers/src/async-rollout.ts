@@ -2,16 +2,8 @@ import { computeMultiSegmentMetrics } from '@dressage/multi-segment';
 import { DressageError, type Sample } from '@dressage/protocol';
 import { AsyncRolloutWorker, type CompletedGroup } from './async-worker.js';
 import { consoleLogger, type SchedulerLogger } from './generate.js';
-import {
-  assertTrainableBatch,
-  cancelledError,
-  type GroupOutcome,
-  incrementRetry,
-  retryCountOf,
-  SessionJanitor,
-  sessionIdsOf,
-  sortGroupsByIndex,
-} from './group-runner.js';
+import { incrementRetry, retryCountOf, sessionIdsOf } from './group-retry.js';
+import { cancelledError, type GroupOutcome } from './group-runner.js';
 import {
   partialRolloutTarget,
   resolveSchedulerOptions,
@@ -24,7 +16,9 @@ import type {
   RolloutScheduler,
   SchedulerDependencies,
 } from './scheduler.js';
+import { SessionJanitor } from './session-janitor.js';
 import { StalenessTracker } from './staleness.js';
+import { assertTrainableBatch, sortGroupsByIndex } from './train-batch.js';
 
 /** The marker a proxy puts in an error or metadata when a partial rollout spans too many versions. */
 export const PARTIAL_ROLLOUT_STALENESS_MARKER = 'partial_rollout_staleness_exceeded';

@@ -1,7 +1,8 @@
 import type { Sample } from '@dressage/protocol';
 import type { RolloutDataSource } from './data-source.js';
 import type { GenerateFunction, RolloutMode, SamplingParams, SchedulerLogger } from './generate.js';
-import { cancelledError, type GroupOutcome, GroupRun, retryCountOf } from './group-runner.js';
+import { retryCountOf } from './group-retry.js';
+import { cancelledError, type GroupOutcome, GroupRun } from './group-runner.js';
 
 const emptySourceFirstDelayMs = 10;
 const emptySourceMaxDelayMs = 1000;

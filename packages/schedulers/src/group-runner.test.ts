@@ -1,14 +1,8 @@
 import { createSample, SampleStatus } from '@dressage/protocol';
 import { describe, expect, it } from 'vitest';
 import { routeGenerateByPath } from './generate.js';
-import {
-  defaultMarkAbortedNoGrad,
-  GroupRun,
-  incrementRetry,
-  retryCountOf,
-  runGroup,
-  sessionIdsOf,
-} from './group-runner.js';
+import { defaultMarkAbortedNoGrad, incrementRetry, retryCountOf, sessionIdsOf } from './group-retry.js';
+import { GroupRun, runGroup } from './group-runner.js';
 
 describe('retry bookkeeping', () => {
   it('moves the session aside and counts the retry', () => {

@@ -10,18 +10,8 @@ export {
   type InFlightGroup,
 } from './async-worker.js';
 export { dataSourceStateSchema } from './data-source.js';
-export {
-  assertTrainableBatch,
-  defaultMarkAbortedNoGrad,
-  type GroupOutcome,
-  GroupRun,
-  type GroupRunListener,
-  hasTrainableSample,
-  incrementRetry,
-  retryCountOf,
-  runGroup,
-  sessionIdsOf,
-} from './group-runner.js';
+export { defaultMarkAbortedNoGrad, incrementRetry, retryCountOf, sessionIdsOf } from './group-retry.js';
+export { type GroupOutcome, GroupRun, type GroupRunListener, runGroup } from './group-runner.js';
 export { type PartialRolloutTarget, partialRolloutTarget } from './options.js';
 export { createSeededRandom, seededPermutation } from './seeded-shuffle.js';
 export {
@@ -30,3 +20,4 @@ export {
   trajectoryAnchors,
   trajectoryVersions,
 } from './staleness.js';
+export { assertTrainableBatch, hasTrainableSample } from './train-batch.js';

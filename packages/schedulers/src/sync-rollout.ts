@@ -2,17 +2,8 @@ import { setMaxListeners } from 'node:events';
 import { computeMultiSegmentMetrics } from '@dressage/multi-segment';
 import { DressageError, type Sample } from '@dressage/protocol';
 import { consoleLogger, type MarkAbortedNoGrad } from './generate.js';
-import {
-  assertTrainableBatch,
-  cancelledError,
-  defaultMarkAbortedNoGrad,
-  incrementRetry,
-  retryCountOf,
-  runGroup,
-  SessionJanitor,
-  sessionIdsOf,
-  sortGroupsByIndex,
-} from './group-runner.js';
+import { defaultMarkAbortedNoGrad, incrementRetry, retryCountOf, sessionIdsOf } from './group-retry.js';
+import { cancelledError, runGroup } from './group-runner.js';
 import { resolveSchedulerOptions, type SchedulerOptions, type SchedulerOptionsInput } from './options.js';
 import type {
   RolloutCallOptions,
@@ -20,6 +11,8 @@ import type {
   RolloutScheduler,
   SchedulerDependencies,
 } from './scheduler.js';
+import { SessionJanitor } from './session-janitor.js';
+import { assertTrainableBatch, sortGroupsByIndex } from './train-batch.js';
 
 /**
  * The synchronous scheduler: takes exactly `rolloutBatchSize` groups, runs them all at once and
