@@ -14,6 +14,7 @@ import {
 import { SseWriter } from '@dressage/protocol/http';
 import { z } from 'zod';
 import { completionMessage, parseArgumentsText, partsText, textPartsSchema } from './bridge-parts.js';
+import { upstreamErrorMessage } from './upstream-errors.js';
 
 /** A content block of a Messages request; blocks of types the bridge does not read pass through unread. */
 const contentBlockSchema = z
@@ -199,21 +200,9 @@ export function chatToAnthropicResponse(completion: ChatCompletionResponse, mode
   };
 }
 
-// The message of an upstream error body, wherever the upstream put it.
-const upstreamErrorSchema = z.looseObject({
-  error: z.looseObject({ message: z.string().optional() }).optional().catch(undefined),
-  detail: z.looseObject({ message: z.string().optional() }).optional().catch(undefined),
-  message: z.string().optional().catch(undefined),
-});
-
 /** An upstream error in the Messages API's error shape. */
 export function anthropicErrorBody(status: number, body: unknown): AnthropicErrorBody {
-  const parsed = upstreamErrorSchema.safeParse(body);
-  const known = parsed.success ? parsed.data : {};
-  const message =
-    (known.error ?? known.detail)?.message ??
-    known.message ??
-    (typeof body === 'string' ? body : JSON.stringify(body));
+  const message = upstreamErrorMessage(body);
   const type =
     status === 429
       ? 'rate_limit_error'

@@ -8,11 +8,9 @@ import {
 import type { AddressInfo } from 'node:net';
 import {
   type ChatCompletionResponse,
-  CONTEXT_OVERFLOW_MESSAGE,
   chatCompletionChunkSchema,
   chatCompletionResponseSchema,
   DressageError,
-  jsonObjectSchema,
   safeParseWire,
   type Usage,
 } from '@dressage/protocol';
@@ -28,7 +26,6 @@ import {
   sseFrame,
 } from '@dressage/protocol/http';
 import { bearerMatches, secretsEqual, Waiters } from '@dressage/protocol/internal';
-import { z } from 'zod';
 import {
   anthropicErrorBody,
   anthropicMessagesRequestSchema,
@@ -43,6 +40,12 @@ import {
   writeResponsesStream,
 } from './openai-responses.js';
 import type { ProxyOptions } from './schemas.js';
+import {
+  contextOverflowIncidentSchema,
+  streamErrorFrameSchema,
+  upstreamErrorCode,
+  upstreamErrorMessage,
+} from './upstream-errors.js';
 
 /** Proxy errors of the Dressage proxy that invalidate the rollout in flight. */
 export const invalidatingErrors = new Set([
@@ -123,54 +126,6 @@ const strippedHeaders = new Set([
   'anthropic-version',
   'anthropic-beta',
 ]);
-
-// Upstream error bodies come in several envelopes: `{error: "name"}`, `{code}`, `{error: {code,
-// message}}` (OpenAI) and `{detail: {error, message}}` (FastAPI). Fields of an unexpected type are
-// read as absent, never as a failed parse.
-const namedErrorSchema = z.looseObject({
-  error: z.string().optional().catch(undefined),
-  code: z.string().optional().catch(undefined),
-  message: z.string().optional().catch(undefined),
-});
-const upstreamErrorSchema = namedErrorSchema.extend({
-  error: z.union([z.string(), namedErrorSchema]).optional().catch(undefined),
-  detail: namedErrorSchema.optional().catch(undefined),
-});
-
-function errorCodeOf(body: unknown): string | null {
-  const parsed = upstreamErrorSchema.safeParse(body);
-  if (!parsed.success) return null;
-  const { error, code, detail } = parsed.data;
-  if (typeof error === 'string') return error;
-  if (code !== undefined) return code;
-  for (const nested of [error, detail]) {
-    if (nested?.error !== undefined) return nested.error;
-    if (nested?.code !== undefined) return nested.code;
-  }
-  return null;
-}
-
-function messageOf(body: unknown): string {
-  const parsed = upstreamErrorSchema.safeParse(body);
-  if (parsed.success) {
-    const { detail, error } = parsed.data;
-    for (const candidate of [detail, typeof error === 'string' ? undefined : error, parsed.data]) {
-      if (candidate?.message !== undefined) return candidate.message;
-    }
-  }
-  return typeof body === 'string' ? body : JSON.stringify(body);
-}
-
-// The 413 body of a context overflow (the Dressage proxy's, or a look-alike of another server).
-const contextOverflowIncidentSchema = z.looseObject({
-  message: z.string().catch(CONTEXT_OVERFLOW_MESSAGE),
-  details: jsonObjectSchema.catch({}),
-});
-
-// An error frame at the head of a stream: `{error: {status_code?, ...}, ...}`.
-const streamErrorFrameSchema = z.looseObject({
-  error: z.looseObject({ status_code: z.number().optional().catch(undefined) }),
-});
 
 /**
  * An agent's model request as it is forwarded: the keys the proxy reads or sets; every other key
@@ -637,7 +592,7 @@ export class RolloutLlmProxy {
 
   // True when the error invalidates the rollout (the agent then gets a synthetic empty completion).
   #recordError(status: number, body: unknown): boolean {
-    const code = errorCodeOf(body);
+    const code = upstreamErrorCode(body);
     if (status === 413 && code === 'context_overflow') {
       const { message, details } = contextOverflowIncidentSchema.parse(body);
       const incident: ProxyIncident = { kind: 'context_overflow', message, details };
@@ -649,7 +604,7 @@ export class RolloutLlmProxy {
       const incident: ProxyIncident = {
         kind: 'rollout_invalidated',
         error: code,
-        message: messageOf(body),
+        message: upstreamErrorMessage(body),
         body,
       };
       if (this.#turn) this.#turn.incident ??= incident;
