@@ -11,8 +11,9 @@ import { register } from 'tsx/esm/api';
 import { dryRun, formatChecks } from '../lib/dry-run.js';
 import { runInitCommand } from '../lib/init-command.js';
 import { loadRecipe } from '../lib/recipe.js';
+import { writeReport } from '../lib/run-report.js';
 import { currentInvocation, formatRunSummary } from '../lib/run-summary.js';
-import { runTraining, writeReport } from '../lib/training-run.js';
+import { runTraining } from '../lib/training-run.js';
 
 const usage = `dressage — agentic RL training
 

@@ -33,9 +33,10 @@ import { lossConfigOf } from './loss-config.js';
 import { proxySettingsOf } from './proxy-settings.js';
 import { type LoadedRecipe, mergeRecipeDocuments, type Recipe, recipeSchema } from './recipe.js';
 import { checkpointsAfterStep, publishesAfterStep, reportsAfterStep, runPlanOf } from './run-plan.js';
+import { writeReport } from './run-report.js';
 import { createRunScheduler, schedulerOptionsOf } from './scheduler-options.js';
-import { warmStartCachePath, writeReport } from './training-run.js';
 import { warmStartTrainOptionsOf } from './warm-start.js';
+import { warmStartCachePath } from './warm-start-phase.js';
 import { pauseSettingsOf } from './weight-publish.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
