@@ -137,6 +137,42 @@ export abstract class PaddockWhiteboxAgent extends WhiteboxAgent {
   }
 }
 
+// One chat completion through the proxy under the run's session; the answer checked by its schema.
+async function postChat(
+  base: string,
+  body: object,
+  ids: { sessionId: string; instanceId: string },
+  signal: AbortSignal,
+): Promise<ChatCompletionResponse> {
+  const response = await fetch(`${base}/v1/chat/completions`, {
+    method: 'POST',
+    headers: {
+      'content-type': 'application/json',
+      'x-session-id': ids.sessionId,
+      'x-instance-id': ids.instanceId,
+    },
+    body: JSON.stringify(body),
+    signal,
+  });
+  const text = await response.text();
+  if (!response.ok)
+    throw new DressageError({
+      code: 'unavailable',
+      message: `model request failed with ${response.status}: ${text.slice(0, 300)}`,
+      details: { status: response.status },
+    });
+  let answer: unknown;
+  try {
+    answer = JSON.parse(text);
+  } catch {
+    answer = text;
+  }
+  const checked = safeParseWire(chatCompletionResponseSchema, answer, 'chat completion from the proxy');
+  if (!checked.success)
+    throw new DressageError({ code: 'unavailable', message: checked.error.message, cause: checked.error });
+  return checked.data;
+}
+
 /** A concrete whitebox agent class. */
 export type WhiteboxAgentClass = new (options: WhiteboxGenerateOptions) => WhiteboxAgent;
 
@@ -175,37 +211,7 @@ export function makeGenerate(AgentClass: WhiteboxAgentClass, options: WhiteboxGe
           });
         }
         turns += 1;
-        const response = await fetch(`${base}/v1/chat/completions`, {
-          method: 'POST',
-          headers: {
-            'content-type': 'application/json',
-            'x-session-id': sessionId,
-            'x-instance-id': instanceId,
-          },
-          body: JSON.stringify({ ...defaults, ...body, stream: false }),
-          signal,
-        });
-        const text = await response.text();
-        if (!response.ok)
-          throw new DressageError({
-            code: 'unavailable',
-            message: `model request failed with ${response.status}: ${text.slice(0, 300)}`,
-            details: { status: response.status },
-          });
-        let answer: unknown;
-        try {
-          answer = JSON.parse(text);
-        } catch {
-          answer = text;
-        }
-        const checked = safeParseWire(chatCompletionResponseSchema, answer, 'chat completion from the proxy');
-        if (!checked.success)
-          throw new DressageError({
-            code: 'unavailable',
-            message: checked.error.message,
-            cause: checked.error,
-          });
-        return checked.data;
+        return postChat(base, { ...defaults, ...body, stream: false }, { sessionId, instanceId }, signal);
       },
     };
     const agent = new AgentClass(options);
