@@ -4,7 +4,14 @@ import type { AddressInfo } from 'node:net';
 import { extname, join, normalize, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { DressageError } from '@dressage/protocol';
-import { httpStatusOf, type RouteParameters, RouteTable, sendJson } from '@dressage/protocol/http';
+import {
+  httpStatusOf,
+  type RouteParameters,
+  RouteTable,
+  routeMissError,
+  sendJson,
+  serve,
+} from '@dressage/protocol/http';
 import { hostHeaderName, isLoopbackAddress } from '@dressage/protocol/internal';
 import type { InspectedSession } from './model.js';
 import { resolveView, sessionDetail, sessionExport, type TokenDecoder, tokenPage } from './session-detail.js';
@@ -120,50 +127,49 @@ export function createInspectorHandler(options: InspectorHandlerOptions): {
   const api = apiRoutes({ source, decoder, index, loadSession });
 
   const allowedHosts = options.allowedHosts ?? [];
-  const route = (request: IncomingMessage, response: ServerResponse): void => {
-    if (!hostAllowed(request.headers.host, allowedHosts)) {
+  const queryOf = (request: IncomingMessage) => new URL(request.url ?? '/', 'http://inspector.local');
+  // The JSON API by its route table; every other path is the front end's (a miss under /api is a
+  // JSON 404 or 405).
+  const served = serve(api, {
+    invoke: (handler, request, response, parameters) =>
+      handler(parameters, queryOf(request).searchParams, response),
+    notFound: (request, response, miss) => {
+      const url = queryOf(request);
+      const segments = url.pathname.split('/').filter(Boolean);
+      if (segments[0] === 'api') throw routeMissError(miss, request.method ?? 'GET', url.pathname);
+      sendWebAsset(segments, request, response);
+    },
+    onError: (error, _request, response) => {
+      const failure = DressageError.from(error, 'internal');
       sendJson(
         response,
-        403,
-        {
-          error: 'forbidden_host',
-          message: `Host ${JSON.stringify(request.headers.host ?? '')} is not allowed: the inspector answers loopback names only (allow others with allowedHosts / --allow-host)`,
-        },
+        httpStatusOf(failure),
+        { error: failure.code, message: failure.message },
         jsonHeaders,
       );
-      return;
-    }
-    const url = new URL(request.url ?? '/', 'http://inspector.local');
-    // Empty segments are dropped (`//api/info` is `/api/info`); each is decoded once, here or as a
-    // route parameter.
-    const segments = url.pathname.split('/').filter(Boolean);
-    if (request.method !== 'GET' && request.method !== 'HEAD') {
-      sendJson(response, 405, { error: 'method_not_allowed' }, jsonHeaders);
-      return;
-    }
-    if (segments[0] === 'api') {
-      const found = api.lookup(request.method, `/${segments.join('/')}`);
-      if (found.kind === 'found') found.handler(found.parameters, url.searchParams, response);
-      else sendJson(response, 404, { error: 'not_found', message: `No route ${url.pathname}` }, jsonHeaders);
-      return;
-    }
-    sendWebAsset(segments, request, response);
-  };
+    },
+  });
 
   return {
     index,
     handle: (request, response) => {
-      try {
-        route(request, response);
-      } catch (error) {
-        const failure = DressageError.from(error, 'internal');
+      if (!hostAllowed(request.headers.host, allowedHosts)) {
         sendJson(
           response,
-          httpStatusOf(failure),
-          { error: failure.code, message: failure.message },
+          403,
+          {
+            error: 'forbidden_host',
+            message: `Host ${JSON.stringify(request.headers.host ?? '')} is not allowed: the inspector answers loopback names only (allow others with allowedHosts / --allow-host)`,
+          },
           jsonHeaders,
         );
+        return;
       }
+      if (request.method !== 'GET' && request.method !== 'HEAD') {
+        sendJson(response, 405, { error: 'method_not_allowed' }, jsonHeaders);
+        return;
+      }
+      void served(request, response);
     },
   };
 }

@@ -77,4 +77,15 @@ describe('inspector HTTP API', () => {
     const script = await fetch(new URL('assets/inspector.js', inspector.url));
     expect(script.headers.get('content-type')).toContain('javascript');
   });
+
+  it('answers a path of no API route with a JSON 404, a write with 405, and any other path with the page', async () => {
+    const unknown = await fetch(new URL('api/nothing/here', inspector.url));
+    expect(unknown.status).toBe(404);
+    expect(await unknown.json()).toEqual({ error: 'not_found', message: 'No route /api/nothing/here' });
+    const write = await fetch(new URL('api/info', inspector.url), { method: 'POST' });
+    expect(write.status).toBe(405);
+    const deepLink = await fetch(new URL('sessions/some-session', inspector.url));
+    expect(deepLink.status).toBe(200);
+    expect(await deepLink.text()).toContain('assets/inspector.js');
+  });
 });
