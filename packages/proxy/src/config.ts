@@ -364,8 +364,8 @@ export type TokenBuildMode = ProxyConfig['tokenBuildMode'];
 export type ParseBackend = ProxyConfig['toolCallParseBackend'];
 /** Renderer family of the prompt (see {@link proxyConfigSchema}). */
 export type TokenBuildModel = ProxyConfig['tokenBuildModel'];
-/** Element type of routed-expert ids. */
-export type RoutedExpertsDtype = ProxyConfig['routedExpertsDtype'];
+/** Element type of routed-expert ids: the protocol's, which the config's enum lists. */
+export type { RoutedExpertsDtype } from '@dressage/protocol';
 
 const fields = proxyConfigSchema.in.shape;
 type FieldName = keyof typeof fields;

@@ -23,11 +23,11 @@ export {
 } from './generation-controller.js';
 export { contextOverflowError, detailError, toHttpResponse } from './http-error.js';
 export {
+  type ExtractedToolCall,
   localToolCallParser,
   OutputParser,
   type OutputParserOptions,
   type ParsedOutput,
-  type ParsedToolCall,
   parseHermesToolCalls,
   parseQwen35ToolCalls,
   pythonJson,

@@ -4,7 +4,7 @@ import type { ParseBackend } from './config.js';
 import type { EngineClient } from './engine-client.js';
 
 /** A tool call in the response's shape (a type, not an interface: it is a completion's tool call as is). */
-export type ParsedToolCall = {
+export type ExtractedToolCall = {
   id: string;
   type: 'function';
   index: number;
@@ -20,7 +20,7 @@ export interface ReasoningSplit {
 /** The content left after tool calls were taken out, and the calls. */
 export interface ToolCallSplit {
   content: string | null;
-  toolCalls: ParsedToolCall[];
+  toolCalls: ExtractedToolCall[];
 }
 
 /** `call` + 8 hex characters, the id shape the reference hands out. */
@@ -93,12 +93,12 @@ function finishContent(remaining: string): string | null {
  */
 export function parseQwen35ToolCalls(text: string): ToolCallSplit {
   const blockPattern = /<tool_call>([\s\S]*?)<\/tool_call>/g;
-  const toolCalls: ParsedToolCall[] = [];
+  const toolCalls: ExtractedToolCall[] = [];
   let remaining = '';
   let last = 0;
   for (const block of text.matchAll(blockPattern)) {
     const inner = block[1] ?? '';
-    const calls: ParsedToolCall[] = [];
+    const calls: ExtractedToolCall[] = [];
     for (const fn of inner.matchAll(/<function=([^>\n]+)>([\s\S]*?)<\/function>/g)) {
       const args: Record<string, unknown> = {};
       for (const parameter of (fn[2] ?? '').matchAll(/<parameter=([^>\n]+)>([\s\S]*?)<\/parameter>/g)) {
@@ -126,7 +126,7 @@ export function parseQwen35ToolCalls(text: string): ToolCallSplit {
 
 /** Local parser of the Hermes format: `<tool_call>{"name": …, "arguments": {…}}</tool_call>`. */
 export function parseHermesToolCalls(text: string): ToolCallSplit {
-  const toolCalls: ParsedToolCall[] = [];
+  const toolCalls: ExtractedToolCall[] = [];
   let remaining = '';
   let last = 0;
   for (const block of text.matchAll(/<tool_call>([\s\S]*?)<\/tool_call>/g)) {
@@ -172,7 +172,7 @@ export interface OutputParserOptions {
 export interface ParsedOutput {
   content: string | null;
   reasoning: string | null;
-  toolCalls: ParsedToolCall[];
+  toolCalls: ExtractedToolCall[];
 }
 
 const thinkingTypes = new Set(['qwen3', 'qwen3_5', 'qwen3-thinking']);
@@ -276,7 +276,7 @@ export class OutputParser {
         tools,
       });
       if (!answer) return null;
-      const toolCalls: ParsedToolCall[] = [];
+      const toolCalls: ExtractedToolCall[] = [];
       for (const call of answer.calls) {
         if (call?.name === undefined || call.name === '') continue;
         const args = call.parameters ?? call.arguments ?? {};

@@ -26,7 +26,7 @@ import { buildTrajectory, type FinalizeResult } from './finalize.js';
 import { GenerationController, type GenerationOutput } from './generation-controller.js';
 import { contextOverflowError, detailError } from './http-error.js';
 import { identifierProblem } from './identifiers.js';
-import { OutputParser, type ParsedOutput, type ParsedToolCall } from './parsers.js';
+import { type ExtractedToolCall, OutputParser, type ParsedOutput } from './parsers.js';
 import type { PromptTokenizer } from './prompt-tokenizer.js';
 import {
   discardRequestSchema,
@@ -907,7 +907,7 @@ function dispatchHooks(
     stage: 'before' | 'after';
     sandboxId: string;
     turnId: string;
-    toolCalls: ParsedToolCall[] | null;
+    toolCalls: ExtractedToolCall[] | null;
     toolMessages: ToolMessage[] | null;
     signal: AbortSignal;
   },

@@ -2,7 +2,7 @@ import { isAbsolute, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { DressageError, type ToolMessage } from '@dressage/protocol';
 import { detailError } from './http-error.js';
-import type { ParsedToolCall } from './parsers.js';
+import type { ExtractedToolCall } from './parsers.js';
 
 /**
  * Where a hook runs: `after` when a request ends with tool results (the previous step's tools ran in the
@@ -24,7 +24,7 @@ export interface ToolCallHookContext {
   /** `"{session}:{turn|-}:{step_index}:{stage}"`: the same for a retried request. */
   readonly idempotencyKey: string;
   /** `before`: the tool calls parsed from the model's reply; `after`: null. */
-  readonly toolCalls: readonly ParsedToolCall[] | null;
+  readonly toolCalls: readonly ExtractedToolCall[] | null;
   /** `after`: the trailing `tool` messages of the request; `before`: null. */
   readonly toolMessages: readonly ToolMessage[] | null;
   /** Aborted when the hook times out or the agent's request goes away. */
@@ -205,7 +205,7 @@ export interface HookDispatch {
   sandboxId: string;
   turnId: string | null;
   stepIndex: number;
-  toolCalls: readonly ParsedToolCall[] | null;
+  toolCalls: readonly ExtractedToolCall[] | null;
   toolMessages: readonly ToolMessage[] | null;
   signal: AbortSignal;
 }

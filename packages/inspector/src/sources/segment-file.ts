@@ -7,7 +7,7 @@ import {
   summarizeSession,
 } from '../model.js';
 import { forEachLine } from './lines.js';
-import { rewardOfRecord, type SegmentRecordLine, segmentFromRecord } from './segment-records.js';
+import { inspectedSegmentOf, rewardOfRecord, type SegmentRecordLine } from './segment-records.js';
 import { type InspectorSource, isJsonObject, stringOrNull } from './source.js';
 
 // A file may hold one segment, an array of them, a `/trajectory/read` answer (`data` is a list of
@@ -48,7 +48,7 @@ export function sessionsFromRecords(records: readonly SegmentRecordLine[]): Insp
       sessions.set(id, session);
       views.set(id, new Set());
     }
-    const segment = segmentFromRecord(record);
+    const segment = inspectedSegmentOf(record);
     // A file that repeats a segment (two reads of one trajectory) keeps the first copy.
     const key = `${segment.view}:${segment.index}`;
     const seen = views.get(id)!;
@@ -84,7 +84,7 @@ export function loadSegmentFiles(paths: readonly string[]): InspectorSource {
   const byId = new Map(sessions.map((session) => [session.id, session]));
   const viewCounts: Partial<Record<SegmentView, number>> = {};
   for (const record of records) {
-    const view = segmentFromRecord({ extra_info: record.extra_info }).view;
+    const view = inspectedSegmentOf({ extra_info: record.extra_info }).view;
     viewCounts[view] = (viewCounts[view] ?? 0) + 1;
   }
   return {

@@ -29,7 +29,7 @@ function viewOf(extraInfo: Record<string, unknown>): SegmentView {
  * Converts one segment as `/trajectory/read` returns it. Reading is lenient (missing arrays become
  * zeros) because an inspector is most useful exactly when a record looks wrong.
  */
-export function segmentFromRecord(record: SegmentRecordLine): InspectedSegment {
+export function inspectedSegmentOf(record: SegmentRecordLine): InspectedSegment {
   const tokens = fitNumbers(record.tokens, Array.isArray(record.tokens) ? record.tokens.length : 0, 0);
   const extraInfo = objectOrEmpty(record.extra_info);
   const versions = Array.isArray(record.full_versions) ? stringArray(record.full_versions) : null;

@@ -4,7 +4,7 @@ import { DressageError } from '@dressage/protocol';
 import { unpackTypedArray } from '@dressage/protocol/internal';
 import { contextVersion, type InspectedSegment, type InspectedSession, summarizeSession } from '../model.js';
 import { forEachLine, readLineAt } from './lines.js';
-import { rewardOfRecord, segmentFromRecord } from './segment-records.js';
+import { inspectedSegmentOf, rewardOfRecord } from './segment-records.js';
 import { type InspectorSource, numberOrNull, stringOrNull } from './source.js';
 
 /** The log file inside a proxy store directory (`packages/proxy` `TrajectoryStore`). */
@@ -96,7 +96,7 @@ function segmentsOfTrajectory(trajectory: SerializedTrajectory): InspectedSegmen
       record.message_refs === undefined
         ? record.meta
         : { ...record.meta, messages: record.message_refs.map((index) => trajectory.messages?.[index]) };
-    const segment = segmentFromRecord({ ...meta, segment_index: record.segment_index });
+    const segment = inspectedSegmentOf({ ...meta, segment_index: record.segment_index });
     return {
       ...segment,
       view: record.view,

@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { agentBinDirectories, agentPackages, lockDirectory } from './agent-install.js';
+import { agentBinDirectories, agentPackages, holdInstallLock } from './agent-install.js';
 
 describe('agent installs', () => {
   const scratch = mkdtempSync(join(tmpdir(), 'agent-install-'));
@@ -11,7 +11,7 @@ describe('agent installs', () => {
   it('lets one installer at a time into a directory', async () => {
     const events: string[] = [];
     const holder = async (name: string) => {
-      const release = await lockDirectory(join(scratch, 'cli.lock'));
+      const release = await holdInstallLock(join(scratch, 'cli.lock'));
       events.push(`${name} in`);
       await new Promise((resolve) => setTimeout(resolve, 50));
       events.push(`${name} out`);

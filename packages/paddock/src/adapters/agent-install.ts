@@ -84,7 +84,7 @@ export async function ensureAgentInstalled(agent: AgentPackage, cacheDir = agent
   if (existsSync(bin)) return bin;
   // Test files and processes install the same CLI at once: one npm runs in a directory, the
   // others wait for it and find the executable.
-  const release = await lockDirectory(`${dir}.lock`);
+  const release = await holdInstallLock(`${dir}.lock`);
   try {
     if (existsSync(bin)) return bin;
     let path: string | undefined;
@@ -106,7 +106,7 @@ export async function ensureAgentInstalled(agent: AgentPackage, cacheDir = agent
 const staleLockMs = 20 * 60_000;
 
 /** Takes a lock directory (mkdir is atomic), waiting while another holder has it; returns its release. */
-export async function lockDirectory(path: string): Promise<() => Promise<void>> {
+export async function holdInstallLock(path: string): Promise<() => Promise<void>> {
   await mkdir(dirname(path), { recursive: true });
   for (;;) {
     try {

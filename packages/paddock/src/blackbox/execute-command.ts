@@ -2,7 +2,7 @@ import type { BlackboxExecuteCommandResponse } from '@dressage/protocol/blackbox
 import { runProcessGroup } from '@dressage/sandbox/internal';
 import { BlackboxHttpError, parseBody } from './http-error.js';
 import { executeCommandRequestSchema } from './schemas.js';
-import { isTerminal, type Session } from './turns.js';
+import { type BoundSession, isTerminal } from './turns.js';
 
 /** What `execute_cmd` needs from the server. */
 export interface ExecuteCommandContext {
@@ -13,7 +13,7 @@ export interface ExecuteCommandContext {
   /** Where commands run (the agent's working directory). */
   workDir: string;
   /** The bound session (throws the API's 404/409 for another id). */
-  session(): Session;
+  session(): BoundSession;
 }
 
 /**

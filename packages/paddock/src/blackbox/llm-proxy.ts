@@ -42,9 +42,9 @@ import {
 import type { ProxyOptions } from './schemas.js';
 import {
   contextOverflowIncidentSchema,
-  streamErrorFrameSchema,
   upstreamErrorCode,
   upstreamErrorMessage,
+  upstreamStreamErrorSchema,
 } from './upstream-errors.js';
 
 /** Proxy errors of the Dressage proxy that invalidate the rollout in flight. */
@@ -679,7 +679,7 @@ export class RolloutLlmProxy {
         } catch {
           frame = null;
         }
-        const errorFrame = streamErrorFrameSchema.safeParse(frame);
+        const errorFrame = upstreamStreamErrorSchema.safeParse(frame);
         if (errorFrame.success) {
           const body = errorFrame.data;
           const status = body.error.status_code ?? 500;

@@ -44,7 +44,7 @@ export interface Turn {
 }
 
 /** The session a registration binds the server to, with its turns and history. */
-export interface Session {
+export interface BoundSession {
   id: string;
   instanceId: string;
   state: BlackboxSessionState;
@@ -104,7 +104,7 @@ export function incidentError(incident: ProxyIncident): TurnError {
  * commit (cancelled, aborted, timed out, max steps, context overflow, backend failure, shutdown).
  */
 export class TurnEngine {
-  readonly #sessions = new Map<string, Session>();
+  readonly #sessions = new Map<string, BoundSession>();
 
   readonly #binding: RolloutBinding;
   readonly #pause: PauseControl;
@@ -187,7 +187,7 @@ export class TurnEngine {
   }
 
   /** The bound session `sessionId` (409 when none is registered or it is another one). */
-  boundSession(sessionId: string): Session {
+  boundSession(sessionId: string): BoundSession {
     const bound = this.#binding.boundSessionId;
     if (bound === null)
       throw new BlackboxHttpError({
@@ -280,7 +280,7 @@ export class TurnEngine {
 
   // A new turn may start: the session is live, under max_turns, with no turn running, and its agent
   // backend is healthy.
-  async #admitTurn(session: Session): Promise<void> {
+  async #admitTurn(session: BoundSession): Promise<void> {
     if (session.state === 'aborted')
       throw new BlackboxHttpError({
         status: 409,
@@ -416,7 +416,7 @@ export class TurnEngine {
     };
   }
 
-  async #withLock<T>(session: Session, work: () => Promise<T>): Promise<T> {
+  async #withLock<T>(session: BoundSession, work: () => Promise<T>): Promise<T> {
     const previous = session.lock;
     let release!: () => void;
     session.lock = new Promise<void>((resolve) => {
@@ -430,7 +430,7 @@ export class TurnEngine {
     }
   }
 
-  #resolveTurnId(session: Session, explicit: string | null): string {
+  #resolveTurnId(session: BoundSession, explicit: string | null): string {
     if (explicit === null) {
       if (session.turnMode === 'explicit') {
         throw new BlackboxHttpError({
@@ -471,7 +471,7 @@ export class TurnEngine {
     return Date.now() - startedAt - (this.#pause.totalPausedMs() - startTotalPaused);
   }
 
-  async #runTurn(session: Session, turn: Turn, text: string): Promise<void> {
+  async #runTurn(session: BoundSession, turn: Turn, text: string): Promise<void> {
     const adapter = this.#binding.adapter;
     const proxy = this.#binding.llmProxy;
     if (adapter === null || proxy === null) {
@@ -593,7 +593,7 @@ export class TurnEngine {
 }
 
 /** One turn as the API reports it. */
-export function turnBody(session: Session, turn: Turn): BlackboxTurn {
+export function turnBody(session: BoundSession, turn: Turn): BlackboxTurn {
   return {
     session_id: session.id,
     instance_id: session.instanceId,
@@ -673,7 +673,7 @@ function userTextOf(request: z.output<typeof messagesRequestSchema>): string {
 }
 
 // The answer of a sync turn: its outputs once committed, else its error.
-function syncResult(session: Session, turn: Turn, replay: boolean): MessagesResult {
+function syncResult(session: BoundSession, turn: Turn, replay: boolean): MessagesResult {
   const { outputs, backend, usage } = turn;
   if (turn.status !== 'committed' || outputs === null || backend === null || usage === null) {
     const error = turn.error ?? {

@@ -48,6 +48,6 @@ export const contextOverflowIncidentSchema = z.looseObject({
 });
 
 /** An error frame at the head of a stream: `{error: {status_code?, ...}, ...}`. */
-export const streamErrorFrameSchema = z.looseObject({
+export const upstreamStreamErrorSchema = z.looseObject({
   error: z.looseObject({ status_code: z.number().optional().catch(undefined) }),
 });
