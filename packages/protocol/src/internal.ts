@@ -18,6 +18,15 @@ export {
 } from './packing.js';
 export { bearerMatches, readSecret, type SecretSources, secretsEqual } from './secrets.js';
 export {
+  type DamagedLine,
+  readLines,
+  type SerializedTrajectory,
+  type StoreLine,
+  storeLineProblem,
+  storeLineSchema,
+  storeLogName,
+} from './store-log.js';
+export {
   type ChunkOptions,
   TrainBatchAssembler,
   type TrainBatchAssemblerOptions,

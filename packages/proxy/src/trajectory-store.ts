@@ -2,16 +2,15 @@ import { closeSync, constants, openSync, readSync } from 'node:fs';
 import { mkdir, open, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { DressageError, type Segment, type TrajectoryStats } from '@dressage/protocol';
-import { ProxyHttpError } from './http-error.js';
 import {
   type DamagedLine,
-  deserialize,
-  deserializeBlocks,
-  forEachLine,
-  lineProblem,
+  readLines,
   type SerializedTrajectory,
-  serialize,
-} from './store-line-codec.js';
+  storeLineProblem,
+  storeLogName,
+} from '@dressage/protocol/internal';
+import { ProxyHttpError } from './http-error.js';
+import { deserialize, deserializeBlocks, serialize } from './store-line-codec.js';
 import { lockStoreDirectory, type StoreLock } from './store-lock.js';
 import { recordToSegment, type StoredBlock, type StoredTrajectory } from './store-records.js';
 
@@ -95,7 +94,7 @@ function storageError(error: unknown, what: string): ProxyHttpError {
   });
 }
 
-const logName = 'trajectories.jsonl';
+const logName = storeLogName;
 const runName = 'RUN.json';
 const quarantineName = 'trajectories.quarantine.jsonl';
 
@@ -520,7 +519,7 @@ export class TrajectoryStore {
     if (fileSize > 0) {
       const descriptor = openSync(path, 'r');
       try {
-        forEachLine(descriptor, fileSize, (offset, line, terminated) => {
+        readLines(descriptor, fileSize, (offset, line, terminated) => {
           lineNumber += 1;
           if (!terminated) {
             // Only the last line can lack its newline: an append that never fully landed, so it
@@ -532,7 +531,7 @@ export class TrajectoryStore {
             return;
           }
           wholeEnd = offset + line.length + 1;
-          const checked = lineProblem(line.toString('utf8'));
+          const checked = storeLineProblem(line.toString('utf8'));
           if ('problem' in checked) {
             damaged.push({ line: lineNumber, offset, problem: checked.problem });
             return;
@@ -683,9 +682,9 @@ export async function repairStore(directory: string): Promise<StoreRepair> {
     const move: Buffer[] = [];
     const descriptor = openSync(path, 'r');
     try {
-      forEachLine(descriptor, size, (_offset, line, terminated) => {
+      readLines(descriptor, size, (_offset, line, terminated) => {
         const copy = Buffer.concat([line, Buffer.from('\n')]);
-        if (terminated && !('problem' in lineProblem(line.toString('utf8')))) keep.push(copy);
+        if (terminated && !('problem' in storeLineProblem(line.toString('utf8')))) keep.push(copy);
         else move.push(copy);
       });
     } finally {

@@ -1,6 +1,5 @@
-import { closeSync, openSync, readSync } from 'node:fs';
-
-const chunkSize = 8 * 1024 * 1024;
+import { closeSync, fstatSync, openSync, readSync } from 'node:fs';
+import { readLines } from '@dressage/protocol/internal';
 
 /** Calls back with each non-empty line of a file and its byte offset and length (newline included). */
 export function forEachLine(
@@ -9,27 +8,9 @@ export function forEachLine(
 ): void {
   const descriptor = openSync(path, 'r');
   try {
-    let carry = Buffer.alloc(0);
-    let carryOffset = 0;
-    const chunk = Buffer.alloc(chunkSize);
-    for (;;) {
-      const read = readSync(descriptor, chunk, 0, chunkSize, null);
-      if (read <= 0) break;
-      const data =
-        carry.length > 0 ? Buffer.concat([carry, chunk.subarray(0, read)]) : chunk.subarray(0, read);
-      let start = 0;
-      for (;;) {
-        const newline = data.indexOf(10, start);
-        if (newline === -1) break;
-        if (newline > start)
-          onLine(data.toString('utf8', start, newline), carryOffset + start, newline + 1 - start);
-        start = newline + 1;
-      }
-      carryOffset += start;
-      // Copy: `chunk` is reused by the next read.
-      carry = Buffer.from(data.subarray(start));
-    }
-    if (carry.length > 0) onLine(carry.toString('utf8'), carryOffset, carry.length);
+    readLines(descriptor, fstatSync(descriptor).size, (offset, line, terminated) => {
+      if (line.length > 0) onLine(line.toString('utf8'), offset, line.length + (terminated ? 1 : 0));
+    });
   } finally {
     closeSync(descriptor);
   }

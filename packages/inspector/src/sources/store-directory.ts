@@ -1,45 +1,14 @@
 import { existsSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { DressageError } from '@dressage/protocol';
-import { unpackTypedArray } from '@dressage/protocol/internal';
+import { type SerializedTrajectory, storeLogName, unpackTypedArray } from '@dressage/protocol/internal';
 import { contextVersion, type InspectedSegment, type InspectedSession, summarizeSession } from '../model.js';
 import { forEachLine, readLineAt } from './lines.js';
 import { inspectedSegmentOf, rewardOfRecord } from './segment-records.js';
 import { type InspectorSource, numberOrNull, stringOrNull } from './source.js';
 
 /** The log file inside a proxy store directory (`packages/proxy` `TrajectoryStore`). */
-export const storeLogName = 'trajectories.jsonl';
-
-interface SerializedBlock {
-  ids: string;
-  logprobs: string;
-  mask_ranges: string;
-  versions: Array<[number, string]>;
-}
-
-interface SerializedRecord {
-  view: 'lineage' | 'timeline';
-  segment_index: number;
-  meta: Record<string, unknown>;
-  /** The record's `messages`, as indices into the line's `messages`. */
-  message_refs?: number[];
-  block: number;
-  end: number;
-  response_start: number | null;
-}
-
-/** A `put` line of the store log. */
-export interface SerializedTrajectory {
-  trajectory_id: string;
-  session_id: string;
-  instance_id: string;
-  finalized_at: number;
-  record_versions: boolean;
-  /** Distinct messages of the records (absent in lines written before records shared them). */
-  messages?: unknown[];
-  records: SerializedRecord[];
-  blocks: SerializedBlock[];
-}
+export { storeLogName };
 
 function unpack<K extends 'int32' | 'float32' | 'uint32'>(base64: string, type: K, field: string) {
   return unpackTypedArray(Buffer.from(base64, 'base64'), type, { field });
