@@ -36,7 +36,8 @@ import {
   rolloutResumeRequestSchema,
 } from './request-bodies.js';
 import { type BodyLayout, continueBody, layoutOf, parseJson, type RawChatBody } from './request-bytes.js';
-import { commitStep, type PlanOptions, planStep, Session, type StepPlan } from './session.js';
+import { Session } from './session.js';
+import { commitStep, type PlanOptions, planStep, type StepPlan } from './step-plan.js';
 import {
   type HookMetadataSink,
   loadToolCallHooks,

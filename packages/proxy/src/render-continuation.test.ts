@@ -4,15 +4,8 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { qwen35ChatTemplatePath, qwenModelDirectory, startHarness } from './__fixtures__/harness.js';
 import { createProxyConfig } from './config.js';
 import { loadPromptTokenizer, type PromptTokenizer } from './prompt-tokenizer.js';
-import {
-  commitStep,
-  planStep,
-  renderedDigest,
-  Session,
-  type Step,
-  type StepPlan,
-  snapshotMessages,
-} from './session.js';
+import { Session, type Step, snapshotMessages } from './session.js';
+import { commitStep, planStep, renderedDigest, type StepPlan } from './step-plan.js';
 
 // Steps continue the previous step's render instead of rendering the whole history again. With the
 // real tokenizer and the qwen3_5 renderer, a session that continues renders and one that always
