@@ -32,6 +32,6 @@ export {
   type TrainBatchAssemblerOptions,
   trainBatchFromChunks,
   trainBatchToChunks,
-} from './train-batch-packing.js';
+} from './train-batch-stream.js';
 export { checkTrainBatchValues } from './train-batch-values.js';
 export { type SleepOptions, sleep, Waiters, type WaitOptions } from './waiting.js';

@@ -9,14 +9,8 @@ import {
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DressageError } from './errors.js';
 import type { TrainBatch } from './schemas/train-batch.js';
-import {
-  type PackedTrainBatch,
-  packTrainBatch,
-  TrainBatchAssembler,
-  trainBatchFromChunks,
-  trainBatchToChunks,
-  unpackTrainBatch,
-} from './train-batch-packing.js';
+import { type PackedTrainBatch, packTrainBatch, unpackTrainBatch } from './train-batch-packing.js';
+import { TrainBatchAssembler, trainBatchFromChunks, trainBatchToChunks } from './train-batch-stream.js';
 import { TrainChunk, TrainerServiceClient, TrainerServiceService, type TrainResponse } from './trainer.js';
 
 // Deterministic pseudo-random numbers, so failures reproduce.
