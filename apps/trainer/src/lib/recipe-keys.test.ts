@@ -23,7 +23,6 @@ import {
   embeddedProxyConfigOf,
   engineStartOf,
   modelConfigOf,
-  trainerStartOf,
   vocabularyTextsOf,
   warmStartBatchesOf,
 } from './embedded-stack.js';
@@ -35,6 +34,7 @@ import { type LoadedRecipe, mergeRecipeDocuments, type Recipe, recipeSchema } fr
 import { checkpointsAfterStep, publishesAfterStep, reportsAfterStep, runPlanOf } from './run-plan.js';
 import { writeReport } from './run-report.js';
 import { createRunScheduler, schedulerOptionsOf } from './scheduler-options.js';
+import { trainerStartOf } from './stack-trainer.js';
 import { warmStartTrainOptionsOf } from './warm-start.js';
 import { warmStartCachePath } from './warm-start-phase.js';
 import { pauseSettingsOf } from './weight-publish.js';
