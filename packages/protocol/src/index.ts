@@ -93,6 +93,7 @@ export {
   sampleStatusSchema,
   specInfoSchema,
 } from './schemas/sample.js';
+export { sampleMetadata } from './schemas/sample-metadata.js';
 export {
   type LineageExtraInfo,
   lineageExtraInfoSchema,

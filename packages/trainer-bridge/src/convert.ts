@@ -6,6 +6,7 @@ import {
   packTrainBatch,
   type Sample,
   SampleStatus,
+  sampleMetadata,
   type TrainBatch,
 } from '@dressage/protocol';
 import { describeSample, readRewardValue } from '@dressage/reward-registry';
@@ -122,7 +123,8 @@ export function computeRolloutMaskSums(
   const promptTotals = new Map<string, number>();
   for (let i = 0; i < samples.length; i++) {
     const sample = samples[i] as Sample;
-    if (!nonEmpty(trajectoryIdOf(sample)) || !nonEmpty(sample.metadata.instance_id)) {
+    const prompt = sampleMetadata.instanceId(sample);
+    if (!nonEmpty(trajectoryIdOf(sample)) || prompt === null || prompt === '') {
       throw new DressageError({
         code: 'failed_precondition',
         message: `${describeSample(sample)} has no ${nonEmpty(trajectoryIdOf(sample)) ? 'metadata.instance_id' : 'metadata.parent_traj_id'}; prompt-equal training needs both (produce samples with expandSegmentsToSamples, or markAbortedNoGrad for failed ones)`,
@@ -137,14 +139,13 @@ export function computeRolloutMaskSums(
         details: { sample_index: sample.index },
       });
     }
-    const prompt = sample.metadata.instance_id as string;
     promptTotals.set(prompt, (promptTotals.get(prompt) ?? 0) + (maskSums[i] as number));
   }
   let livePrompts = 0;
   for (const total of promptTotals.values()) if (total > 0) livePrompts += 1;
   const scale = livePrompts / globalBatchSize;
   return samples.map((sample) => {
-    const total = promptTotals.get(sample.metadata.instance_id as string) ?? 0;
+    const total = promptTotals.get(sampleMetadata.instanceId(sample) ?? '') ?? 0;
     return total > 0 ? total * scale : 0;
   });
 }

@@ -37,7 +37,7 @@ export function truncateSample(sample: Sample, maxLength: number): Sample {
     values === null ? null : values.slice(0, Math.max(0, values.length - cut));
   const metadata: Sample['metadata'] = { ...sample.metadata, truncated: true };
   if (Array.isArray(metadata.full_versions)) {
-    const versions = (metadata.full_versions as unknown[]).slice(0, limit).map(String);
+    const versions = metadata.full_versions.slice(0, limit).map(String);
     metadata.full_versions = versions;
     metadata.version_spans = versionsToSpans(versions);
   }

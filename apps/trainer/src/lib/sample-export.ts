@@ -1,6 +1,6 @@
 import { appendFile, mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { PackedTrainBatch, Sample } from '@dressage/protocol';
+import { type PackedTrainBatch, type Sample, sampleMetadata } from '@dressage/protocol';
 
 /**
  * One trained sample as a run exports it (`<output_dir>/samples/step-NNNNNN.jsonl`, one object per
@@ -27,9 +27,9 @@ export interface ExportedSample {
   loss_mask: number[];
   rollout_log_probs: number[];
   /** Over all tokens, when the proxy recorded versions. */
-  full_versions: string[] | null;
+  full_versions: readonly string[] | null;
   /** The conversation the agent saw (the segment's last message snapshot). */
-  messages: unknown[];
+  messages: readonly unknown[];
   segment_reason: string | null;
   /** Why the segment ended: the engine's reason, or `segment_boundary` when its trajectory continued. */
   finish_reason: string | null;
@@ -43,13 +43,12 @@ const heavyMetadataKeys = new Set(['messages', 'full_versions', 'proxy_extra_inf
 /** Converts a sample to its export form. */
 export function exportSample(sample: Sample, step: number): ExportedSample {
   const metadata = sample.metadata;
-  const extra = (metadata.proxy_extra_info ?? {}) as Record<string, unknown>;
   return {
     step,
-    session_id: (metadata.session_id as string | undefined) ?? sample.session_id ?? null,
-    instance_id: (metadata.instance_id as string | undefined) ?? null,
-    trajectory_id: (metadata.parent_traj_id as string | undefined) ?? null,
-    segment_index: typeof metadata.segment_index === 'number' ? metadata.segment_index : 0,
+    session_id: sampleMetadata.sessionId(sample) ?? sample.session_id ?? null,
+    instance_id: sampleMetadata.instanceId(sample),
+    trajectory_id: sampleMetadata.trajectoryId(sample),
+    segment_index: sampleMetadata.segmentIndex(sample),
     rollout_id: sample.rollout_id,
     group_index: sample.group_index,
     index: sample.index,
@@ -60,10 +59,10 @@ export function exportSample(sample: Sample, step: number): ExportedSample {
     prompt_length: sample.tokens.length - sample.response_length,
     loss_mask: sample.loss_mask ?? [],
     rollout_log_probs: sample.rollout_log_probs ?? [],
-    full_versions: Array.isArray(metadata.full_versions) ? (metadata.full_versions as string[]) : null,
-    messages: Array.isArray(metadata.messages) ? (metadata.messages as unknown[]) : [],
-    segment_reason: typeof extra.segment_reason === 'string' ? extra.segment_reason : null,
-    finish_reason: typeof metadata.finish_reason === 'string' ? metadata.finish_reason : null,
+    full_versions: sampleMetadata.fullVersions(sample),
+    messages: sampleMetadata.messages(sample),
+    segment_reason: sampleMetadata.segmentReason(sample),
+    finish_reason: sampleMetadata.finishReason(sample),
     response: sample.response,
     metadata: Object.fromEntries(Object.entries(metadata).filter(([key]) => !heavyMetadataKeys.has(key))),
   };

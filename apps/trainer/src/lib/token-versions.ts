@@ -1,4 +1,4 @@
-import { isRealVersion, type PackedTrainBatch, type Sample } from '@dressage/protocol';
+import { isRealVersion, type PackedTrainBatch, type Sample, sampleMetadata } from '@dressage/protocol';
 
 /**
  * The weight versions a run has served, in the order it published them. A token's version gap is
@@ -77,7 +77,7 @@ export function tokenVersionStatistics(input: {
     const responseLength = batch.response_lengths[index]!;
     const totalLength = batch.total_lengths[index]!;
     const sample = aligned ? samples[index] : undefined;
-    const versions = sample?.metadata.full_versions as readonly string[] | null | undefined;
+    const versions = sample === undefined ? null : sampleMetadata.fullVersions(sample);
     const promptLength = totalLength - responseLength;
     for (let token = 0; token < responseLength; token++) {
       const at = responseOffset + token;
