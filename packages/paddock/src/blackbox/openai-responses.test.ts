@@ -11,10 +11,13 @@ describe('Responses bridge', () => {
         model: 'm',
         input: [
           { type: 'message', role: 'user', content: [{ type: 'input_text', text: 'write it' }] },
+          // As Codex re-sends it: absent fields written as null.
           {
             type: 'reasoning',
             id: 'rs_1',
             summary: [{ type: 'summary_text', text: 'The shell writes it.' }],
+            content: null,
+            encrypted_content: null,
           },
           { type: 'function_call', call_id: 'c1', name: 'exec_command', arguments: '{"cmd":"echo"}' },
           { type: 'function_call_output', call_id: 'c1', output: 'ok' },

@@ -18,14 +18,15 @@ import { completionMessage, partsText, textPartsSchema } from './bridge-parts.js
 /** An input item of a Responses request; items of types the bridge does not read are skipped. */
 const inputItemSchema = z
   .looseObject({
-    type: z.string().optional(),
-    role: z.enum(['user', 'assistant', 'system', 'developer']).optional(),
-    content: textPartsSchema.optional(),
-    summary: z.array(z.looseObject({ text: z.string().optional() })).optional(),
-    call_id: z.string().optional(),
-    name: z.string().optional(),
-    arguments: z.string().optional(),
-    output: textPartsSchema.optional(),
+    // Codex writes absent fields as null (a reasoning item re-sent has `content: null`).
+    type: z.string().nullish(),
+    role: z.enum(['user', 'assistant', 'system', 'developer']).nullish(),
+    content: textPartsSchema.nullish(),
+    summary: z.array(z.looseObject({ text: z.string().nullish() })).nullish(),
+    call_id: z.string().nullish(),
+    name: z.string().nullish(),
+    arguments: z.string().nullish(),
+    output: textPartsSchema.nullish(),
   })
   .superRefine((item, context) => {
     const need = (field: 'call_id' | 'name') => {
@@ -131,9 +132,10 @@ export function responsesRequestToChat(body: ResponsesRequest): ChatCompletionRe
         (item.summary ?? []).map((part) => part.text ?? '').join('') + partsText(item.content);
       continue;
     }
+    // The schema requires call_id (and name) on these two types.
     if (type === 'function_call') {
       pendingCalls.push({
-        id: item.call_id,
+        id: item.call_id ?? '',
         type: 'function',
         function: { name: item.name ?? '', arguments: item.arguments ?? '{}' },
       });
@@ -141,7 +143,7 @@ export function responsesRequestToChat(body: ResponsesRequest): ChatCompletionRe
     }
     flushCalls();
     if (type === 'function_call_output') {
-      messages.push({ role: 'tool', tool_call_id: item.call_id, content: partsText(item.output) });
+      messages.push({ role: 'tool', tool_call_id: item.call_id ?? '', content: partsText(item.output) });
     } else if (type === 'message') {
       const role = item.role === 'developer' ? 'system' : (item.role ?? 'user');
       const content = partsText(item.content);
