@@ -3,9 +3,11 @@
 // the real tokenizer), and `proxy`, the real proxy as `dressage-proxy` runs it (TITO, the Qwen3
 // template of the model directory, the persistent store on). Each prints `ready <url>` when listening.
 // The proxy answers `memory` over IPC with its resident memory (peak, and current after a full
-// garbage collection) and a byte count of its sessions.
-import { readFileSync } from 'node:fs';
+// garbage collection) and a byte count of its sessions; `profile` starts V8's CPU profiler and
+// `profile` with a path stops it and writes the profile there.
+import { readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';
+import { Session as InspectorSession } from 'node:inspector/promises';
 import type { AddressInfo } from 'node:net';
 import { createProxyConfig } from '../src/config.js';
 import { loadPromptTokenizer } from '../src/prompt-tokenizer.js';
@@ -113,8 +115,24 @@ async function proxy(engineUrl: string, modelDirectory: string, storeDirectory: 
     }),
   );
   server.server.keepAliveTimeout = 600_000;
-  process.on('message', (message: unknown) => {
-    const request = message as { kind?: string; sessions?: string[] };
+  let profiler: InspectorSession | null = null;
+  process.on('message', async (message: unknown) => {
+    const request = message as { kind?: string; sessions?: string[]; path?: string };
+    if (request.kind === 'profile') {
+      if (request.path === undefined) {
+        profiler = new InspectorSession();
+        profiler.connect();
+        await profiler.post('Profiler.enable');
+        await profiler.post('Profiler.start');
+      } else if (profiler !== null) {
+        const { profile } = await profiler.post('Profiler.stop');
+        writeFileSync(request.path, JSON.stringify(profile));
+        profiler.disconnect();
+        profiler = null;
+      }
+      process.send?.({ kind: 'profile' });
+      return;
+    }
     if (request.kind !== 'memory') return;
     const cpu = process.cpuUsage();
     // Retained bytes, not garbage: the benchmark starts the proxy with --expose-gc.

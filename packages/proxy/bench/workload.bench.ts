@@ -6,7 +6,10 @@
 // are the baseline, in the same run), requests/s, and the session structures' bytes by kind.
 //
 //   node --import tsx bench/workload.bench.ts [--sessions 64,128,256] [--tokens 68000]
-//     [--think-ms-per-session 30] [--tool-output-bytes 3000]
+//     [--think-ms-per-session 30] [--tool-output-bytes 3000] [--cpu-profile DIR]
+//
+// `--cpu-profile DIR` writes the proxy's V8 CPU profile of the measured phase (after warm-up, until
+// every session ended) to `DIR/proxy-<N>.cpuprofile`, for Chrome's DevTools or speedscope.
 //
 // Think time scales with the number of sessions (default 30 ms per session: 7.7 s at 256) so every
 // size runs at the same request rate, below saturation: latency is then the proxy's work, not a
@@ -32,6 +35,7 @@ const { values: flags } = parseArgs({
     tokens: { type: 'string', default: '68000' },
     'think-ms-per-session': { type: 'string', default: '30' },
     'tool-output-bytes': { type: 'string', default: '3000' },
+    'cpu-profile': { type: 'string' },
   },
 });
 const sizes = flags.sessions.split(',').map(Number);
@@ -67,6 +71,18 @@ function memoryOf(child: ChildProcess, sessions: string[] = []): Promise<MemoryR
     };
     child.on('message', listener);
     child.send({ kind: 'memory', sessions });
+  });
+}
+
+function profile(child: ChildProcess, path?: string): Promise<void> {
+  return new Promise((resolve) => {
+    const listener = (message: unknown) => {
+      if ((message as { kind?: string }).kind !== 'profile') return;
+      child.off('message', listener);
+      resolve();
+    };
+    child.on('message', listener);
+    child.send({ kind: 'profile', path });
   });
 }
 
@@ -232,6 +248,7 @@ async function runSize(sessions: number): Promise<SizeResult> {
     const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
     await warmUp(proxy.url, dispatcher);
     const idle = await memoryOf(proxy.child);
+    if (flags['cpu-profile'] !== undefined) await profile(proxy.child);
     const thinkMs = sessions * thinkMsPerSession;
     const ids = Array.from({ length: sessions }, (_, index) => `workload-${sessions}-${index}`);
     // Latencies are kept only while every session is live: after the last one started and before
@@ -314,6 +331,8 @@ async function runSize(sessions: number): Promise<SizeResult> {
         tokensTotal += totalTokens;
       }),
     );
+    if (flags['cpu-profile'] !== undefined)
+      await profile(proxy.child, join(flags['cpu-profile'], `proxy-${sessions}.cpuprofile`));
     // Every session is still open (none finalized): the live peak.
     const live = await memoryOf(proxy.child, ids);
     const seconds = (performance.now() - begin) / 1000;
