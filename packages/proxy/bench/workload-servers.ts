@@ -3,12 +3,13 @@
 // the real tokenizer), and `proxy`, the real proxy as `dressage-proxy` runs it (TITO, the Qwen3
 // template of the model directory, the persistent store on). Each prints `ready <url>` when listening.
 // The proxy answers `memory` over IPC with its resident memory (peak, and current after a full
-// garbage collection) and a byte count of its sessions; `profile` starts V8's CPU profiler and
+// garbage collection), a byte count of its sessions and the garbage-collection pauses so far; `profile` starts V8's CPU profiler and
 // `profile` with a path stops it and writes the profile there.
 import { readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { Session as InspectorSession } from 'node:inspector/promises';
 import type { AddressInfo } from 'node:net';
+import { constants, PerformanceObserver } from 'node:perf_hooks';
 import { createProxyConfig } from '../src/config.js';
 import { loadPromptTokenizer } from '../src/prompt-tokenizer.js';
 import { startProxyServer } from '../src/server.js';
@@ -115,6 +116,17 @@ async function proxy(engineUrl: string, modelDirectory: string, storeDirectory: 
     }),
   );
   server.server.keepAliveTimeout = 600_000;
+  // Every garbage-collection pause of the event loop's thread, in milliseconds: a long one delays
+  // every request in flight, so the latency percentiles are read next to them. The collections this
+  // probe forces (`gc()` before reading retained bytes) are not the proxy's and are left out.
+  const pauses: number[] = [];
+  new PerformanceObserver((list) => {
+    for (const entry of list.getEntries()) {
+      const detail = 'detail' in entry ? (entry.detail as { flags?: number } | null) : null;
+      const flags = detail?.flags ?? 0;
+      if ((flags & constants.NODE_PERFORMANCE_GC_FLAGS_FORCED) === 0) pauses.push(entry.duration);
+    }
+  }).observe({ entryTypes: ['gc'] });
   let profiler: InspectorSession | null = null;
   process.on('message', async (message: unknown) => {
     const request = message as { kind?: string; sessions?: string[]; path?: string };
@@ -152,6 +164,7 @@ async function proxy(engineUrl: string, modelDirectory: string, storeDirectory: 
       sessions: sumFootprints(footprints),
       sessionCount: footprints.length,
       cpuMicroseconds: cpu.user + cpu.system,
+      gcPauses: pauses.slice(),
     });
   });
   process.stdout.write(`ready ${server.url}\n`);

@@ -3,7 +3,8 @@
 // through one proxy process (TITO, the Qwen3 tokenizer and template, the persistent store on) in
 // front of a zero-delay SGLang stub. Per size: the proxy's peak resident memory, store bytes on
 // disk, p50/p99 added latency while every session is live (the same bodies sent straight to the stub
-// are the baseline, in the same run), requests/s, and the session structures' bytes by kind.
+// are the baseline, in the same run), requests/s, the session structures' bytes by kind, and the
+// proxy's garbage-collection pauses while the sessions ran (next to the latency tail they cause).
 //
 //   node --import tsx bench/workload.bench.ts [--sessions 64,128,256] [--tokens 68000]
 //     [--think-ms-per-session 30] [--tool-output-bytes 3000] [--cpu-profile DIR]
@@ -60,6 +61,8 @@ interface MemoryReport {
   sessions: SessionFootprint;
   sessionCount: number;
   cpuMicroseconds: number;
+  /** Every garbage-collection pause since the proxy started, in milliseconds. */
+  gcPauses: number[];
 }
 
 function memoryOf(child: ChildProcess, sessions: string[] = []): Promise<MemoryReport> {
@@ -213,6 +216,8 @@ interface SizeResult {
   turns: number;
   tokens: number;
   liveRequests: number;
+  /** Requests made in all, live or not. */
+  requests: number;
   proxyP50: number;
   proxyP99: number;
   baseP50: number;
@@ -227,6 +232,8 @@ interface SizeResult {
   finalPeakResident: number;
   storeDiskBytes: number;
   proxyCpuPerRequest: number;
+  /** The proxy's garbage-collection pauses while the sessions ran (ms, sorted). */
+  gcPauses: Float64Array;
   footprint: SessionFootprint;
   seconds: number;
 }
@@ -362,6 +369,7 @@ async function runSize(sessions: number): Promise<SizeResult> {
       turns: turnsTotal / sessions,
       tokens: tokensTotal / sessions,
       liveRequests: proxyLatencies.length,
+      requests,
       proxyP50: percentile(proxySorted, 0.5),
       proxyP99: percentile(proxySorted, 0.99),
       baseP50: percentile(baseSorted, 0.5),
@@ -376,6 +384,7 @@ async function runSize(sessions: number): Promise<SizeResult> {
       finalPeakResident: final.resident.peak,
       storeDiskBytes: directoryBytes(storeDirectory),
       proxyCpuPerRequest: (live.cpuMicroseconds - cpuBefore) / requests,
+      gcPauses: Float64Array.from(live.gcPauses.slice(idle.gcPauses.length)).sort(),
       footprint: live.sessions,
       seconds,
     };
@@ -409,6 +418,12 @@ async function main(): Promise<void> {
         `after finalize peak ${mib(result.finalPeakResident)} MiB; heap + external live ${mib(result.liveHeap)} MiB; ` +
         `store on disk ${mib(result.storeDiskBytes)} MiB`,
     );
+    const pauses = result.gcPauses;
+    console.log(
+      `  garbage collection while the sessions ran: ${pauses.length} pauses, ${sum(pauses).toFixed(0)} ms in all, ` +
+        `p50 ${percentile(pauses, 0.5).toFixed(2)} ms, p99 ${percentile(pauses, 0.99).toFixed(2)} ms, ` +
+        `longest ${(pauses.at(-1) ?? 0).toFixed(1)} ms, ${pauses.filter((pause) => pause > 10).length} over 10 ms`,
+    );
     const tokenData = f.tokenIdsUsed * 2;
     console.log(
       `  per session (KiB): token ids ${perSession(f.tokenIds)} (used ${perSession(f.tokenIdsUsed)}), logprobs ${perSession(f.logprobs)}, ` +
@@ -429,6 +444,8 @@ async function main(): Promise<void> {
     headline[`workload_${n}_added_p99_ms`] = round(result.proxyP99 - result.baseP99, 3);
     headline[`workload_${n}_rps`] = round(result.requestsPerSecond, 1);
     headline[`workload_${n}_proxy_cpu_ms_per_request`] = round(result.proxyCpuPerRequest / 1000, 3);
+    headline[`workload_${n}_gc_pause_longest_ms`] = round(result.gcPauses.at(-1) ?? 0, 2);
+    headline[`workload_${n}_gc_ms_per_request`] = round(sum(result.gcPauses) / result.requests, 3);
     headline[`workload_${n}_retained_bytes_per_session`] = Math.round(retained / n);
     headline[`workload_${n}_retained_bytes_per_token`] = round(retained / (n * result.tokens), 2);
     headline[`workload_${n}_counted_bytes_per_token`] = round(
@@ -479,6 +496,12 @@ async function main(): Promise<void> {
 function sumValues(footprint: SessionFootprint): number {
   const { tokens: _tokens, tokenIdsUsed: _used, ...bytes } = footprint;
   return Object.values(bytes).reduce((a, b) => a + b, 0);
+}
+
+function sum(values: Float64Array): number {
+  let total = 0;
+  for (const value of values) total += value;
+  return total;
 }
 
 function round(value: number, digits: number): number {
