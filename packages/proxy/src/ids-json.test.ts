@@ -45,6 +45,32 @@ describe('ids as JSON bytes', () => {
     );
   });
 
+  it('makes room for long runs of wide ids anywhere in a long array', () => {
+    // Room is first made for tabled ids only; every wider id grows the buffer as it comes.
+    fc.assert(
+      fc.property(
+        fc.array(
+          fc.oneof(
+            fc.integer({ min: 0, max: 2 ** 18 - 1 }),
+            fc.constantFrom(-(2 ** 31), 2 ** 31 - 1, -1_000_000_000, 1_000_000_000),
+          ),
+          { minLength: 500, maxLength: 3000 },
+        ),
+        fc.string({ unit: 'grapheme', maxLength: 40 }),
+        (values, text) => {
+          const after = `],"t":${JSON.stringify(text)}}`;
+          const bytes = idsJson('{"ids":[', Int32Array.from(values), after);
+          expect(bytes.toString('utf8')).toBe(
+            `{"ids":${JSON.stringify(values)},"t":${JSON.stringify(text)}}`,
+          );
+        },
+      ),
+      { numRuns: 200 },
+    );
+    const wide = Array.from({ length: 5000 }, (_, index) => (index % 2 === 0 ? -(2 ** 31) : 2 ** 31 - 1));
+    expect(idsJson('[', Int32Array.from(wide), ']').toString('latin1')).toBe(JSON.stringify(wide));
+  });
+
   it('writes every digit count and the extremes', () => {
     const values = [0, 9, 10, 99, 100, 999, 1000, 151_645, 999_999, 1_000_000, 2 ** 31 - 1, -1, -(2 ** 31)];
     const bytes = idsJson('[', Int32Array.from(values), ']');
