@@ -3,8 +3,8 @@
 // the real tokenizer), and `proxy`, the real proxy as `dressage-proxy` runs it (TITO, the Qwen3
 // template of the model directory, the persistent store on). Each prints `ready <url>` when listening.
 // The proxy answers `memory` over IPC with its resident memory (peak, and current after a full
-// garbage collection), a byte count of its sessions and the garbage-collection pauses so far; `profile` starts V8's CPU profiler and
-// `profile` with a path stops it and writes the profile there.
+// garbage collection), a byte count of its sessions and the garbage-collection pauses so far;
+// `profile` starts V8's CPU profiler, and `profile` with a path stops it and writes the profile there.
 import { readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { Session as InspectorSession } from 'node:inspector/promises';

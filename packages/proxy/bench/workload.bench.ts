@@ -65,28 +65,26 @@ interface MemoryReport {
   gcPauses: number[];
 }
 
-function memoryOf(child: ChildProcess, sessions: string[] = []): Promise<MemoryReport> {
+// Sends the proxy one IPC request and resolves with its answer, the next message of the same kind.
+function ask(child: ChildProcess, request: { kind: string; [key: string]: unknown }): Promise<unknown> {
   return new Promise((resolve) => {
     const listener = (message: unknown) => {
-      if ((message as { kind?: string }).kind !== 'memory') return;
+      if ((message as { kind?: string }).kind !== request.kind) return;
       child.off('message', listener);
-      resolve(message as MemoryReport);
+      resolve(message);
     };
     child.on('message', listener);
-    child.send({ kind: 'memory', sessions });
+    child.send(request);
   });
 }
 
-function profile(child: ChildProcess, path?: string): Promise<void> {
-  return new Promise((resolve) => {
-    const listener = (message: unknown) => {
-      if ((message as { kind?: string }).kind !== 'profile') return;
-      child.off('message', listener);
-      resolve();
-    };
-    child.on('message', listener);
-    child.send({ kind: 'profile', path });
-  });
+async function memoryOf(child: ChildProcess, sessions: string[] = []): Promise<MemoryReport> {
+  return (await ask(child, { kind: 'memory', sessions })) as MemoryReport;
+}
+
+// Starts the proxy's CPU profiler, or with a path stops it and writes the profile there.
+async function profile(child: ChildProcess, path?: string): Promise<void> {
+  await ask(child, { kind: 'profile', path });
 }
 
 function directoryBytes(directory: string): number {
