@@ -4,6 +4,7 @@
 // one byte per Latin-1 character and two otherwise. Strings equal in value but distinct in the heap
 // cannot be told apart from JavaScript, so a message's strings are counted once per message object.
 import type { ChatMessage } from '@dressage/protocol';
+import { packedBytesOf, type TextArena } from '../src/packed-text.js';
 import type { Session } from '../src/session.js';
 import type { TokenBuffer } from '../src/token-buffer.js';
 
@@ -20,11 +21,16 @@ export interface SessionFootprint {
   renderedSnapshots: number;
   /** What is kept of the previous request body: its messages (short) or their digest, the bytes after them. */
   keptRequestBody: number;
-  /** The strings and objects of the distinct messages (raw and validated). */
+  /**
+   * The strings and objects of the distinct messages (raw and validated); a packed string counts as
+   * its view into the arena.
+   */
   messageContents: number;
+  /** Message text kept as UTF-8: the arena's chunks ({@link TextArena}). */
+  packedText: number;
   /** The message logs the steps share, the request cache's arrays. */
   messageArrays: number;
-  /** Step objects, their ids and raw response texts; lineages and segments. */
+  /** Step objects and their ids; lineages and segments. */
   steps: number;
   /** Tokens held (ids in use / 4). */
   tokens: number;
@@ -43,7 +49,10 @@ function arrayBytes(length: number): number {
   return arrayHeader + slot * length;
 }
 
-// A JSON-like value's strings and objects.
+// A Buffer view into an arena chunk (a JSTypedArray with its embedder fields).
+const viewBytes = 96;
+
+// A JSON-like value's strings and objects; a packed field counts as its view, not its text.
 function valueBytes(value: unknown): number {
   if (typeof value === 'string') return stringBytes(value);
   if (typeof value !== 'object' || value === null) return 0;
@@ -52,8 +61,14 @@ function valueBytes(value: unknown): number {
     for (const item of value) total += valueBytes(item);
     return total;
   }
+  const packed = packedBytesOf(value);
   let total = objectHeader;
-  for (const member of Object.values(value)) total += slot + valueBytes(member);
+  if (packed !== undefined) total += slot + objectHeader;
+  for (const [key, member] of Object.entries(Object.getOwnPropertyDescriptors(value))) {
+    total += slot;
+    if (packed?.[key] !== undefined) total += slot + viewBytes;
+    else total += valueBytes(member.value);
+  }
   return total;
 }
 
@@ -80,6 +95,7 @@ export function sessionFootprint(session: Session): SessionFootprint {
     renderedSnapshots: 0,
     keptRequestBody: 0,
     messageContents: 0,
+    packedText: 0,
     messageArrays: 0,
     steps: 0,
     tokens: 0,
@@ -92,8 +108,7 @@ export function sessionFootprint(session: Session): SessionFootprint {
     if (step.snapshotDigest !== null) footprint.renderedSnapshots += stringBytes(step.snapshotDigest);
     logs.add(step.messageLog);
     messages.add(step.assistantMessage);
-    footprint.steps +=
-      objectHeader + 40 * slot + stringBytes(step.stepId) + stringBytes(step.rawResponseText);
+    footprint.steps += objectHeader + 40 * slot + stringBytes(step.stepId);
   }
   for (const log of logs) {
     footprint.messageArrays += arrayBytes(log.length);
@@ -127,12 +142,13 @@ export function sessionFootprint(session: Session): SessionFootprint {
         (cache.layout.messagesDigest === null ? 0 : stringBytes(cache.layout.messagesDigest)) +
         valueBytes(cache.layout.before) +
         valueBytes(cache.layout.after);
-    footprint.messageArrays += arrayBytes(cache.rawMessages.length) + arrayBytes(cache.messages.length);
+    footprint.messageArrays += arrayBytes(cache.rawMessages?.length ?? 0) + arrayBytes(cache.messages.length);
     for (const message of cache.messages) messages.add(message);
     // The raw (parsed) messages share their strings with the validated ones: only their objects count.
-    for (const raw of cache.rawMessages) footprint.messageContents += shellBytes(raw);
+    for (const raw of cache.rawMessages ?? []) footprint.messageContents += shellBytes(raw);
   }
   for (const message of messages) footprint.messageContents += valueBytes(message);
+  footprint.packedText = session.text?.bytes ?? 0;
   footprint.tokens = footprint.tokenIdsUsed / 4;
   return footprint;
 }

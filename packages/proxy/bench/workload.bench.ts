@@ -427,6 +427,7 @@ async function main(): Promise<void> {
       `  per session (KiB): token ids ${perSession(f.tokenIds)} (used ${perSession(f.tokenIdsUsed)}), logprobs ${perSession(f.logprobs)}, ` +
         `versions+ranges ${perSession(f.versionsAndRanges)}, rendered snapshots ${perSession(f.renderedSnapshots)}, ` +
         `kept request body ${perSession(f.keptRequestBody)}, message contents ${perSession(f.messageContents)}, ` +
+        `message text as UTF-8 ${perSession(f.packedText)}, ` +
         `message arrays ${perSession(f.messageArrays)}, steps ${perSession(f.steps)}; counted ${perSession(sumValues(f))} ` +
         `= ${(sumValues(f) / tokenData).toFixed(2)}x token data (8 B/token)`,
     );

@@ -35,7 +35,14 @@ import {
   rolloutPauseRequestSchema,
   rolloutResumeRequestSchema,
 } from './request-bodies.js';
-import { type BodyLayout, continueBody, layoutOf, parseJson, type RawChatBody } from './request-bytes.js';
+import {
+  type BodyLayout,
+  continueBody,
+  layoutOf,
+  parseJson,
+  type RawBodyMembers,
+  type RawChatBody,
+} from './request-bytes.js';
 import { Session } from './session.js';
 import { commitStep, type PlanOptions, planStep, type StepPlan } from './step-plan.js';
 import {
@@ -54,8 +61,13 @@ export interface ProxyServiceOptions {
 
 /** A chat request body, parsed and validated ({@link ProxyService.parseChatRequest}). */
 export interface ParsedChatRequest {
-  /** The body as JSON.parse gives it. */
-  raw: RawChatBody;
+  /**
+   * The body's messages as JSON.parse gives them, when it came parsed; null when it came as bytes
+   * (the next body is compared with those bytes, through {@link layout}).
+   */
+  rawMessages: unknown[] | null;
+  /** The body's `tools` as JSON.parse gives them. */
+  rawTools: unknown;
   body: ChatCompletionRequest;
   /** Where its messages lie in its bytes, when it came as bytes. */
   layout: BodyLayout | null;
@@ -267,7 +279,12 @@ export class ProxyService {
     const body = this.#parseChatBody(rawBody, headers);
     return this.runChatCompletion(
       // #parseChatBody accepted it: an object with a `messages` array.
-      { raw: rawBody as RawChatBody, body, layout: null },
+      {
+        rawMessages: (rawBody as RawChatBody).messages,
+        rawTools: (rawBody as RawChatBody).tools,
+        body,
+        layout: null,
+      },
       headers,
       signal,
     );
@@ -287,31 +304,44 @@ export class ProxyService {
     if (continued !== null && cache !== null) {
       if (this.controller.shuttingDown) throw detailError(503, { error: 'proxy_shutting_down' });
       const { layout, repeated, appended } = continued;
-      const rawMessages = [...cache.rawMessages.slice(0, repeated), ...appended];
-      const raw: RawChatBody = { ...layout.before, messages: rawMessages, ...layout.after };
+      const members: RawBodyMembers = { ...layout.before, ...layout.after };
       // The same tools: the same bytes after the messages (or before them, with none after), or
       // the same JSON. Tools dropped from the request are a change too.
-      const sameTools = continued.sameAfter || sameJson(raw.tools, cache.rawTools);
+      const sameTools = continued.sameAfter || sameJson(members.tools, cache.rawTools);
       if (appended.length > 0) {
         const result = chatCompletionRequestSchema.safeParse({
-          ...raw,
+          ...layout.before,
           messages: appended,
-          tools: sameTools ? null : raw.tools,
+          ...layout.after,
+          tools: sameTools ? null : members.tools,
         });
         if (result.success) {
           const body = result.data;
           body.messages = [...cache.messages.slice(0, repeated), ...body.messages];
           if (sameTools) body.tools = cache.tools;
-          return { raw, body, layout };
+          return { rawMessages: null, rawTools: members.tools, body, layout };
         }
       }
       // Nothing appended (or the new part is invalid): validate everything, as a fresh body would be.
-      return { raw, body: parseBody(chatCompletionRequestSchema, raw, 'chat completion request'), layout };
+      const raw = parseJson(bytes);
+      return {
+        rawMessages: null,
+        rawTools: members.tools,
+        body: parseBody(chatCompletionRequestSchema, raw, 'chat completion request'),
+        layout,
+      };
     }
     const raw = parseJson(bytes);
     if (this.controller.shuttingDown) throw detailError(503, { error: 'proxy_shutting_down' });
     const body = this.#parseChatBody(raw, headers);
-    return { raw: raw as RawChatBody, body, layout: layoutOf(bytes) };
+    const layout = layoutOf(bytes);
+    // With a layout, the next body is compared byte for byte: the parsed messages need not be kept.
+    return {
+      rawMessages: layout === null ? (raw as RawChatBody).messages : null,
+      rawTools: (raw as RawChatBody).tools,
+      body,
+      layout,
+    };
   }
 
   /** Runs a request from {@link parseChatRequest} up to the finished completion. */
@@ -321,7 +351,7 @@ export class ProxyService {
     signal: AbortSignal,
   ): Promise<CompletionOutcome> {
     if (this.controller.shuttingDown) throw detailError(503, { error: 'proxy_shutting_down' });
-    const { raw: rawBody, body } = request;
+    const { body } = request;
     checkIdentifiers([
       ['x-session-id', header(headers, 'x-session-id')],
       ['x-smg-routing-key', header(headers, 'x-smg-routing-key')],
@@ -350,9 +380,9 @@ export class ProxyService {
       session.instanceId = instanceId;
     }
     session.requestCache = {
-      rawMessages: rawBody.messages,
+      rawMessages: request.rawMessages,
       messages: body.messages as ChatMessage[],
-      rawTools: rawBody.tools,
+      rawTools: request.rawTools,
       tools: body.tools as Tool[] | null | undefined,
       layout: request.layout,
     };
@@ -382,10 +412,11 @@ export class ProxyService {
         header(headers, 'x-smg-routing-key') ??
         (typeof raw.session_id === 'string' ? raw.session_id : null);
       const cache = key === null ? null : (this.#sessions.get(key)?.requestCache ?? null);
-      if (cache !== null) {
-        const limit = Math.min(rawMessages.length, cache.rawMessages.length);
+      const cachedMessages = cache?.rawMessages ?? null;
+      if (cache !== null && cachedMessages !== null) {
+        const limit = Math.min(rawMessages.length, cachedMessages.length);
         let shared = 0;
-        while (shared < limit && sameJson(rawMessages[shared], cache.rawMessages[shared])) shared++;
+        while (shared < limit && sameJson(rawMessages[shared], cachedMessages[shared])) shared++;
         if (shared > 0 && shared < rawMessages.length) {
           const sameTools = sameJson(raw.tools, cache.rawTools);
           const partial = {
@@ -508,7 +539,6 @@ export class ProxyService {
       parsed,
       finishReason,
       requestVersion,
-      output.text,
       hookSink.metadata,
     );
     const completion = completionOf(body, message, finishReason, promptTokens, output.ids.length);
@@ -548,7 +578,6 @@ export class ProxyService {
       { content: '', reasoning: null, toolCalls: [] },
       'length',
       step.requestVersion,
-      '',
       step.hookMetadata,
     );
     throw contextOverflowError({
@@ -599,7 +628,6 @@ export class ProxyService {
     parsed: ParsedOutput,
     finishReason: string,
     requestVersion: string | null,
-    rawText: string,
     toolCallHookMetadata: Record<string, unknown> | null,
   ): ChatCompletionResponse['choices'][number]['message'] {
     const message: ChatCompletionResponse['choices'][number]['message'] = {
@@ -619,7 +647,6 @@ export class ProxyService {
         logprobsInvalid: output.logprobsInvalid,
         finishReason,
         assistantMessage: message as ChatMessage,
-        rawText,
         requestVersion,
         routedExperts: output.routedExperts,
         toolCallHookMetadata,

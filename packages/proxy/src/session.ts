@@ -3,6 +3,7 @@ import { type Hash, randomBytes } from 'node:crypto';
 import type { ChatMessage, RouteType, SegmentReason, Tool } from '@dressage/protocol';
 import { isRealVersion } from '@dressage/protocol';
 import { detailError } from './http-error.js';
+import { TextArena } from './packed-text.js';
 import type { BodyLayout } from './request-bytes.js';
 import type { TokenBuffer, VersionRun } from './token-buffer.js';
 import type { ToolCallHookResults } from './tool-call-hooks.js';
@@ -72,7 +73,6 @@ export interface Step {
   incrementalFailed: boolean;
   requestVersion: string | null;
   responseVersion: string | null;
-  rawResponseText: string;
   /** Outputs and optional failures of the tool-call hooks dispatched for this step, or null. */
   toolCallHookMetadata: Record<string, unknown> | null;
   timestamp: number;
@@ -87,7 +87,11 @@ export function snapshotMessages(step: Step): ChatMessage[] {
 
 /** What {@link Session.requestCache} keeps of the last request that passed validation. */
 export interface RequestCache {
-  rawMessages: readonly unknown[];
+  /**
+   * Its messages as JSON.parse gave them, for comparing a next body that comes parsed; null when
+   * it came as bytes (the layout stands for them, and the validated messages alone hold the text).
+   */
+  rawMessages: readonly unknown[] | null;
   messages: ChatMessage[];
   rawTools: unknown;
   tools: Tool[] | null | undefined;
@@ -159,6 +163,8 @@ export class Session {
   snapshotHash: Hash | null = null;
   /** The previous request's raw and validated messages and tools (validation reuses the prefix). */
   requestCache: RequestCache | null = null;
+  /** The UTF-8 text of its history's long messages, packed once recorded (`packed-text.ts`). */
+  readonly text = new TextArena();
   /** Finished tool-call hook dispatches by idempotency key (created on the first dispatch). */
   toolCallHookResults: ToolCallHookResults | null = null;
   lastActivity = Date.now();

@@ -1,10 +1,12 @@
 // Planning one request of a session (where its prompt continues, what it renders, which segment it
 // extends) and committing the step once the engine answered.
 import { createHash, type Hash } from 'node:crypto';
+import { isDeepStrictEqual } from 'node:util';
 import type { ChatMessage, RouteType, SegmentReason, Tool } from '@dressage/protocol';
 import { canonicalToolsJson, isMessagePrefix, rendersAlike } from '@dressage/tito/internal';
 import type { RoutedExpertsDtype } from './config.js';
 import type { RoutedExpertsPiece } from './generation-controller.js';
+import { packMessage, type TextArena } from './packed-text.js';
 import type { PromptTokenizer } from './prompt-tokenizer.js';
 import { type Lineage, type LineageSegment, type Session, type Step, snapshotMessages } from './session.js';
 import { TokenBuffer, type VersionRun } from './token-buffer.js';
@@ -61,7 +63,6 @@ export interface StepOutput {
   logprobsInvalid: boolean;
   finishReason: string;
   assistantMessage: ChatMessage;
-  rawText: string;
   requestVersion: string | null;
   /** R3 payloads of the generation's engine calls, in order. */
   routedExperts?: readonly RoutedExpertsPiece[];
@@ -318,18 +319,29 @@ function prefixDigests(text: string, hash: Hash, offset: number, lengths: number
 // The previous step's message log, extended, when the request starts with that step's request
 // messages as the same objects (the request cache hands the repeated ones back); else a new log.
 // Sharing keeps one reference per message for a chain of steps instead of one per message per step.
-function messageLogFor(previous: Step | null, messages: readonly ChatMessage[]): ChatMessage[] {
+// Messages entering the log are packed ({@link packMessage}), in `messages` too: that array is the
+// request cache's, whose objects the next request repeats (and the log is shared by identity).
+function messageLogFor(previous: Step | null, messages: ChatMessage[], arena: TextArena): ChatMessage[] {
+  let log: ChatMessage[] | null = null;
   if (previous !== null) {
-    const log = previous.messageLog;
     const count = previous.requestMessageCount;
-    let shared = log.length === count && messages.length >= count;
-    for (let index = 0; shared && index < count; index++) shared = log[index] === messages[index];
-    if (shared) {
-      for (let index = count; index < messages.length; index++) log.push(messages[index]!);
-      return log;
-    }
+    let shared = previous.messageLog.length === count && messages.length >= count;
+    for (let index = 0; shared && index < count; index++)
+      shared = previous.messageLog[index] === messages[index];
+    if (shared) log = previous.messageLog;
   }
-  return messages.slice();
+  const from = log === null ? 0 : previous!.requestMessageCount;
+  // The first new message is usually the agent's copy of the previous reply: its text is stored once.
+  const reply = log === null ? undefined : previous!.assistantMessage;
+  for (let index = from; index < messages.length; index++)
+    messages[index] = packMessage(messages[index]!, arena, index === from ? reply : undefined);
+  if (log === null) return messages.slice();
+  // When that copy equals the reply, it stands for it: one object, and the reply's parse (strings
+  // sliced from the engine's text, which they would keep alive) is dropped.
+  if (messages.length > from && isDeepStrictEqual(messages[from], reply))
+    previous!.assistantMessage = messages[from]!;
+  for (let index = from; index < messages.length; index++) log.push(messages[index]!);
+  return log;
 }
 
 function newSegment(reasons: SegmentReason[]): LineageSegment {
@@ -400,9 +412,9 @@ export function commitStep(session: Session, plan: StepPlan, output: StepOutput,
     segment,
     routeType: plan.routeType,
     routeBaseStepId: plan.baseStep?.stepId ?? null,
-    messageLog: messageLogFor(session.steps.at(-1) ?? null, plan.messages),
+    messageLog: messageLogFor(session.steps.at(-1) ?? null, plan.messages, session.text),
     requestMessageCount: plan.messages.length,
-    assistantMessage: output.assistantMessage,
+    assistantMessage: packMessage(output.assistantMessage, session.text),
     tools: plan.tools,
     toolsJson: plan.toolsJson,
     snapshotRenderedLength,
@@ -420,7 +432,6 @@ export function commitStep(session: Session, plan: StepPlan, output: StepOutput,
     incrementalFailed: plan.incrementalFailed,
     requestVersion: output.requestVersion,
     responseVersion: lastVersion,
-    rawResponseText: output.rawText,
     toolCallHookMetadata: output.toolCallHookMetadata ?? null,
     timestamp: Date.now() / 1000,
   };
