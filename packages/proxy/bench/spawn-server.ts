@@ -2,12 +2,13 @@
 // it for its CPU time.
 import { type ChildProcess, spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+import { proxyNodeFlags } from '../src/node-flags.js';
 
 const packageRoot = fileURLToPath(new URL('..', import.meta.url));
 
 // The V8 flags the `dressage-proxy` bin runs with (its shebang): the proxy is measured as deployed,
 // and the pass-through gets the same runtime so the comparison stays like for like.
-const serverNodeFlags = ['--max-semi-space-size=128'];
+const serverNodeFlags = proxyNodeFlags;
 
 /** Starts `bench-servers.ts <role> ...args` and resolves with its URL once it prints `ready`. */
 export function startServer(role: string, ...args: string[]): Promise<{ child: ChildProcess; url: string }> {

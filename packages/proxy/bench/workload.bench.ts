@@ -24,6 +24,7 @@ import { loadavg, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Agent, request } from 'undici';
+import { proxyNodeFlags } from '../src/node-flags.js';
 import type { SessionFootprint } from './session-footprint.js';
 import { spawnServer } from './spawn-server.js';
 
@@ -47,7 +48,7 @@ const gib = 1024 ** 3;
 
 // The bin's V8 flags (its shebang): the proxy is measured as deployed. --expose-gc only lets the
 // memory probe collect garbage before reading the retained bytes.
-const proxyNodeFlags = ['--max-semi-space-size=128', '--expose-gc'];
+const measuredProxyFlags = [...proxyNodeFlags, '--expose-gc'];
 
 function startServer(role: string, nodeFlags: string[], ...args: string[]) {
   return spawnServer('bench/workload-servers.ts', nodeFlags, role, args);
@@ -242,7 +243,7 @@ async function runSize(sessions: number): Promise<SizeResult> {
   try {
     const engine = await startServer('engine', [], modelDirectory);
     children.push(engine.child);
-    const proxy = await startServer('proxy', proxyNodeFlags, engine.url, modelDirectory, storeDirectory);
+    const proxy = await startServer('proxy', measuredProxyFlags, engine.url, modelDirectory, storeDirectory);
     children.push(proxy.child);
     const dispatcher = new Agent({
       connections: sessions * 2,

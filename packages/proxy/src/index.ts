@@ -13,6 +13,7 @@ export {
   type TokenBuildModel,
 } from './config.js';
 export { ProxyHttpError, type ProxyHttpErrorOptions } from './http-error.js';
+export { proxyNodeFlags } from './node-flags.js';
 export {
   createPromptTokenizer,
   loadPromptRendering,

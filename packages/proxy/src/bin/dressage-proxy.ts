@@ -1,9 +1,6 @@
-#!/usr/bin/env -S node --max-semi-space-size=128
-// A larger young generation: hundreds of concurrent calls keep their request objects alive across
-// engine round trips, and with V8's default semi-space they get promoted and collected as old
-// objects (about 20% of the proxy's CPU per request at 512 sessions; 128 MiB semi-spaces take
-// another ~4% off 64 MiB ones). Embedders and other launchers pass the flag themselves
-// (`node --max-semi-space-size=128 …` or NODE_OPTIONS).
+#!/usr/bin/env -S node --max-semi-space-size=128 --incremental-marking-soft-trigger=50 --incremental-marking-hard-trigger=90
+// The V8 flags of a proxy process (`proxyNodeFlags`, node-flags.ts, says why each). Embedders and
+// other launchers pass them themselves (`node <flags> …` or NODE_OPTIONS); `dressage proxy` does.
 import { parseArgs } from 'node:util';
 import { DressageError } from '@dressage/protocol';
 import { isLoopbackAddress } from '@dressage/protocol/internal';
