@@ -1,13 +1,11 @@
 #!/usr/bin/env node
 // The dressage CLI: `train` runs a recipe end to end; `report` redraws a run's HTML report; `proxy`,
 // `engine` and `blackbox-server` start the services of a cluster deployment.
-import { spawn } from 'node:child_process';
-import { createRequire } from 'node:module';
-import { dirname, join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { startInspector } from '@dressage/inspector';
 import { DressageError } from '@dressage/protocol';
 import { register } from 'tsx/esm/api';
+import { delegate } from '../lib/bin-delegate.js';
 import { dryRun, formatChecks } from '../lib/dry-run.js';
 import { runInitCommand } from '../lib/init-command.js';
 import { loadRecipe } from '../lib/recipe.js';
@@ -128,18 +126,6 @@ async function inspect(args: string[]): Promise<number> {
 }
 
 // Runs another package's CLI as a child process, forwarding signals and the exit code.
-function delegate(packageName: string, binName: string, args: string[]): Promise<number> {
-  const require = createRequire(import.meta.url);
-  const manifestPath = require.resolve(`${packageName}/package.json`);
-  const manifest = require(manifestPath) as { bin?: Record<string, string> };
-  const bin = manifest.bin?.[binName];
-  if (bin === undefined)
-    throw new DressageError({ code: 'not_found', message: `${packageName} has no ${binName} command` });
-  const child = spawn(process.execPath, [join(dirname(manifestPath), bin), ...args], { stdio: 'inherit' });
-  for (const signal of ['SIGINT', 'SIGTERM'] as const) process.on(signal, () => child.kill(signal));
-  return new Promise((resolve) => child.on('exit', (code) => resolve(code ?? 1)));
-}
-
 async function main(argv: string[]): Promise<number> {
   const [command, ...rest] = argv;
   // `dressage train --help` and the like: the usage, not an unknown-option error. `proxy`, `engine`
