@@ -122,8 +122,9 @@ export function sessionFootprint(session: Session): SessionFootprint {
     }
   }
   for (const buffer of buffers) {
-    footprint.tokenIds += buffer.ids.byteLength;
-    footprint.tokenIdsUsed += buffer.length * 4;
+    footprint.tokenIds += buffer.idsByteLength;
+    footprint.tokenIdsUsed += (buffer.idsByteLength * buffer.length) / Math.max(1, buffer.capacity);
+    footprint.tokens += buffer.length;
     footprint.logprobs += buffer.logprobsByteLength;
     footprint.versionsAndRanges +=
       arrayBytes(buffer.versionRuns.length) +
@@ -149,7 +150,6 @@ export function sessionFootprint(session: Session): SessionFootprint {
   }
   for (const message of messages) footprint.messageContents += valueBytes(message);
   footprint.packedText = session.text?.bytes ?? 0;
-  footprint.tokens = footprint.tokenIdsUsed / 4;
   return footprint;
 }
 

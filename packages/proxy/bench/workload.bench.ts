@@ -423,7 +423,7 @@ async function main(): Promise<void> {
         `p50 ${percentile(pauses, 0.5).toFixed(2)} ms, p99 ${percentile(pauses, 0.99).toFixed(2)} ms, ` +
         `longest ${(pauses.at(-1) ?? 0).toFixed(1)} ms, ${pauses.filter((pause) => pause > 10).length} over 10 ms`,
     );
-    const tokenData = f.tokenIdsUsed * 2;
+    const tokenData = f.tokens * 8;
     console.log(
       `  per session (KiB): token ids ${perSession(f.tokenIds)} (used ${perSession(f.tokenIdsUsed)}), logprobs ${perSession(f.logprobs)}, ` +
         `versions+ranges ${perSession(f.versionsAndRanges)}, rendered snapshots ${perSession(f.renderedSnapshots)}, ` +

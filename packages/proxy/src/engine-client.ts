@@ -10,13 +10,15 @@ import { Agent, type Dispatcher, request } from 'undici';
 import { z } from 'zod';
 import { ProxyHttpError } from './http-error.js';
 import { idsJson } from './ids-json.js';
+import type { PromptIds } from './prompt-ids.js';
 
 /**
  * A `/generate` request as the proxy sends it: protocol's `SglangGenerateRequest`, with the prompt ids
  * in a typed array (written straight into the body) and logprobs always asked for.
  */
 export type GenerateRequest = Omit<SglangGenerateRequest, 'input_ids' | 'text' | 'sampling_params'> & {
-  input_ids: Int32Array;
+  /** A typed array, or a prompt whose history is read from its token buffer. */
+  input_ids: Int32Array | PromptIds;
   sampling_params: SglangSamplingParams;
   return_logprob: true;
   logprob_start_len: number;

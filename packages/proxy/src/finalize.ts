@@ -27,7 +27,7 @@ function boundaryReason<T>(
 }
 
 function freeze(buffer: TokenBuffer, end: number, maskNonlast: boolean): StoredBlock {
-  const ids = buffer.ids.slice(0, end);
+  const ids = buffer.slice(0, end);
   const logprobs = buffer.logprobsUpTo(end);
   const versionRuns = buffer.versionRunsIn(0, end);
   let ranges: number[] = [...buffer.responseRanges];

@@ -11,6 +11,7 @@ import {
 import { sleep, Waiters } from '@dressage/protocol/internal';
 import type { EngineClient, EngineGenerateResult, GenerateRequest } from './engine-client.js';
 import { detailError } from './http-error.js';
+import type { PromptIds } from './prompt-ids.js';
 
 /** One engine request (chunk) of an agent call. */
 export interface GenerationChunk {
@@ -53,7 +54,7 @@ export interface GenerationControllerRequest {
   sessionId: string;
   instanceId: string;
   turnId: string;
-  promptIds: Int32Array;
+  promptIds: PromptIds;
   samplingParams: SglangSamplingParams;
   /** Output token budget over all chunks; null lets the engine decide. */
   maxNewTokens: number | null;
@@ -334,7 +335,7 @@ export class GenerationController {
         const inputIds =
           generated === 0
             ? request.promptIds
-            : concatInt32([request.promptIds, ...pieces.map((piece) => piece.outputIds!)]);
+            : concatInt32([request.promptIds.toInt32Array(), ...pieces.map((piece) => piece.outputIds!)]);
         const samplingParams =
           remaining === null
             ? request.samplingParams
@@ -524,7 +525,7 @@ function checkExpectedVersion(
 function engineRequestOf(
   request: GenerationControllerRequest,
   chunk: {
-    inputIds: Int32Array;
+    inputIds: Int32Array | PromptIds;
     samplingParams: GenerateRequest['sampling_params'];
     rid: string;
     first: boolean;

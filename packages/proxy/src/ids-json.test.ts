@@ -1,6 +1,8 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { idsJson } from './ids-json.js';
+import { PromptIds } from './prompt-ids.js';
+import { TokenBuffer } from './token-buffer.js';
 
 describe('ids as JSON bytes', () => {
   it('writes any int32 ids exactly as JSON.stringify does, between the given texts', () => {
@@ -76,5 +78,40 @@ describe('ids as JSON bytes', () => {
     const bytes = idsJson('[', Int32Array.from(values), ']');
     expect(bytes.toString('latin1')).toBe(JSON.stringify(values));
     expect(idsJson('[', new Int32Array(0), ']').toString()).toBe('[]');
+  });
+
+  it('writes a prompt read from a token buffer and its tail, at any width, as the joined ids', () => {
+    const id = fc.oneof(
+      fc.integer({ min: 0, max: 0xffff }),
+      fc.integer({ min: 0, max: 151_668 }),
+      fc.integer({ min: 0, max: 0xff_ffff }),
+      fc.integer({ min: -(2 ** 31), max: 2 ** 31 - 1 }),
+    );
+    fc.assert(
+      fc.property(
+        fc.array(fc.array(id, { maxLength: 300 }), { maxLength: 6 }),
+        fc.array(id, { maxLength: 50 }),
+        fc.nat(),
+        (pieces, tail, cut) => {
+          const buffer = new TokenBuffer(16);
+          for (const piece of pieces) buffer.appendContext(piece);
+          const history = pieces.flat().map((value) => value | 0);
+          const baseLength = history.length === 0 ? 0 : cut % (history.length + 1);
+          const prompt = new PromptIds(buffer, baseLength, Int32Array.from(tail));
+          // The buffer grows after the prompt was taken (a later step): the prompt does not change.
+          buffer.appendContext(Int32Array.of(70_000, 5));
+          const expected = [...history.slice(0, baseLength), ...tail];
+          expect(prompt.length).toBe(expected.length);
+          expect(idsJson('{"input_ids":[', prompt, '],"n":1}').toString('latin1')).toBe(
+            `{"input_ids":${JSON.stringify(expected)},"n":1}`,
+          );
+          expect(Array.from(prompt.toInt32Array())).toEqual(expected);
+        },
+      ),
+      { numRuns: 300 },
+    );
+    const alone = PromptIds.of(Int32Array.of(1, 2));
+    expect(idsJson('[', alone, ']').toString()).toBe('[1,2]');
+    expect(alone.toInt32Array()).toBe(alone.tail);
   });
 });

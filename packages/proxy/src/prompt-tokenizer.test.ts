@@ -25,9 +25,10 @@ describe('prompt tokenizer memos', () => {
     const base = [...messages, { role: 'assistant' as const, content: 'a.ts b.ts' }];
     const next = [...base, { role: 'user' as const, content: 'Open a.ts.' }];
     const prefix = tokenizer.encode(renderer.render(base));
-    const once = prompt.encodeIncremental(prefix, base, next);
+    const prefixEnd = { length: prefix.length, lastId: prefix[prefix.length - 1]! };
+    const once = prompt.encodeIncremental(prefixEnd, base, next);
     once.fill(-1);
-    const twice = prompt.encodeIncremental(prefix, base, next);
+    const twice = prompt.encodeIncremental(prefixEnd, base, next);
     expect(Array.from(twice)).not.toContain(-1);
     expect(tokenizer.decode(Array.from(twice))).toBe(
       '<|im_start|>user\nOpen a.ts.<|im_end|>\n<|im_start|>assistant\n<think>\n',

@@ -47,11 +47,12 @@ export interface PromptTokenizer {
    */
   encodeFull(messages: readonly ChatMessage[], tools: readonly Tool[] | null, rendered?: string): Int32Array;
   /**
-   * The context ids that extend `prefixIds` (covering `baseMessages`) to the prompt of `messages`.
+   * The context ids that extend the prefix (ids covering `baseMessages`, of which the encoder needs
+   * the count and the last) to the prompt of `messages`.
    * @throws when the request cannot be encoded incrementally.
    */
   encodeIncremental(
-    prefixIds: Int32Array,
+    prefix: { length: number; lastId: number },
     baseMessages: readonly ChatMessage[],
     messages: readonly ChatMessage[],
   ): Int32Array;
@@ -146,8 +147,13 @@ export function createPromptTokenizer(options: {
       }
       return ids.slice();
     },
-    encodeIncremental: (prefixIds, baseMessages, messages) =>
-      encoder.encodeIncremental({ prefixIds, baseMessages, messages }).ids,
+    // The session's ids stay in its token buffer: the encoder reads only a prefix's length and last id.
+    encodeIncremental: (prefix, baseMessages, messages) =>
+      encoder.encodeIncremental({
+        prefixIds: { length: prefix.length, [prefix.length - 1]: prefix.lastId },
+        baseMessages,
+        messages,
+      }).ids,
     encodeText: (text) => tokenizer.encode(text),
   };
 }

@@ -151,7 +151,7 @@ describe('render continuation', () => {
       expect(left.segmentReasons).toEqual(right.segmentReasons);
       expect(left.lineageReasons).toEqual(right.lineageReasons);
       expect(left.baseStep?.index ?? null).toBe(right.baseStep?.index ?? null);
-      expect(Array.from(left.promptIds)).toEqual(Array.from(right.promptIds));
+      expect(Array.from(left.promptIds.toInt32Array())).toEqual(Array.from(right.promptIds.toInt32Array()));
       const step = continued.session.steps[index]!;
       const text = tokenizer.render(snapshotMessages(step), step.tools, false);
       expect(step.snapshotDigest).toBe(renderedDigest(text));
@@ -344,7 +344,7 @@ describe('render continuation with the official Qwen3 template (reasoning not pr
         expect(a.routeType).toBe(b.routeType);
         expect(a.baseStep?.index ?? null).toBe(b.baseStep?.index ?? null);
         expect(a.segmentReasons).toEqual(b.segmentReasons);
-        expect(Array.from(a.promptIds)).toEqual(Array.from(b.promptIds));
+        expect(Array.from(a.promptIds.toInt32Array())).toEqual(Array.from(b.promptIds.toInt32Array()));
         routes.add(a.routeType);
         // The snapshot is the template's render of the step's messages, byte for byte.
         const step = left.session.steps[index]!;

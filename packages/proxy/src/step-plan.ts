@@ -7,6 +7,7 @@ import { canonicalToolsJson, isMessagePrefix, rendersAlike } from '@dressage/tit
 import type { RoutedExpertsDtype } from './config.js';
 import type { RoutedExpertsPiece } from './generation-controller.js';
 import { packMessage, type TextArena } from './packed-text.js';
+import { PromptIds } from './prompt-ids.js';
 import type { PromptTokenizer } from './prompt-tokenizer.js';
 import { type Lineage, type LineageSegment, type Session, type Step, snapshotMessages } from './session.js';
 import { TokenBuffer, type VersionRun } from './token-buffer.js';
@@ -22,7 +23,8 @@ export interface StepPlan {
   lineageReasons: SegmentReason[];
   segmentReasons: SegmentReason[];
   historyRewrite: boolean;
-  promptIds: Int32Array;
+  /** The prompt's ids: its lineage segment's ids so far and `contextDelta`, or `contextDelta` alone. */
+  promptIds: PromptIds;
   /** Ids this step adds before its output in its lineage segment (the whole prompt for a new segment). */
   contextDelta: Int32Array;
   incrementalFailed: boolean;
@@ -186,31 +188,37 @@ export function planStep(
   if (baseStep !== null && baseStep.toolsJson !== toolsJson) reasons.add('tools_changed');
   if (renderFailed) reasons.add('tito_routing_render_failed');
 
-  let promptIds: Int32Array;
+  let promptIds: PromptIds;
   let contextDelta: Int32Array;
   let incrementalFailed = false;
   const lineageBoundaryPlanned =
     routeType === 'append' && [...reasons].some((reason) => lineageReasonSet.has(reason));
   if (mode === 'tito' && baseStep !== null && !lineageBoundaryPlanned) {
-    const prefix =
-      routeType === 'append'
-        ? baseStep.segment.buffer.ids.subarray(0, baseStep.segment.buffer.length)
-        : baseStep.buffer.ids.subarray(0, baseStep.responseEnd);
+    const base = routeType === 'append' ? baseStep.segment.buffer : baseStep.buffer;
+    const baseLength = routeType === 'append' ? base.length : baseStep.responseEnd;
     try {
-      const delta = tokenizer.encodeIncremental(prefix, snapshotMessages(baseStep), messages);
-      promptIds = new Int32Array(prefix.length + delta.length);
-      promptIds.set(prefix);
-      promptIds.set(delta, prefix.length);
-      contextDelta = routeType === 'append' ? delta : promptIds;
+      const delta = tokenizer.encodeIncremental(
+        { length: baseLength, lastId: base.idAt(baseLength - 1) ?? -1 },
+        snapshotMessages(baseStep),
+        messages,
+      );
+      // Appended to its lineage, the prompt is the segment's ids so far (read where they are kept)
+      // and the delta; a new lineage's segment starts with the whole prompt.
+      promptIds = new PromptIds(base, baseLength, delta);
+      contextDelta = delta;
+      if (routeType !== 'append') {
+        contextDelta = promptIds.toInt32Array();
+        promptIds = PromptIds.of(contextDelta);
+      }
     } catch {
       incrementalFailed = true;
       reasons.add('tito_incremental_tokenization_failed');
-      promptIds = tokenizer.encodeFull(messages, tools, renderedText);
-      contextDelta = promptIds;
+      contextDelta = tokenizer.encodeFull(messages, tools, renderedText);
+      promptIds = PromptIds.of(contextDelta);
     }
   } else {
-    promptIds = tokenizer.encodeFull(messages, tools, renderedText);
-    contextDelta = promptIds;
+    contextDelta = tokenizer.encodeFull(messages, tools, renderedText);
+    promptIds = PromptIds.of(contextDelta);
   }
   const segmentReasons = reasonOrder.filter((reason) => reasons.has(reason));
   const lineageReasons =
@@ -377,7 +385,8 @@ export function commitStep(session: Session, plan: StepPlan, output: StepOutput,
     // Snapshot steps own their full prompt; the lineage buffer is not used for records.
     buffer = new TokenBuffer(plan.promptIds.length + output.ids.length);
   }
-  buffer.appendContext(options.mode === 'snapshot' ? plan.promptIds : plan.contextDelta);
+  // A snapshot step's prompt is whole (encoded in full): `contextDelta` is all of it.
+  buffer.appendContext(plan.contextDelta);
   const promptEnd = buffer.length;
   buffer.appendResponse(output.ids, output.logprobs, output.versionRuns);
   const responseEnd = buffer.length;

@@ -26,14 +26,19 @@ export interface VersionRun {
   version: string;
 }
 
+/** The high 16 bits of each id: none while every id fits 16 bits, then bytes, then 16-bit words. */
+type HighPlane = Uint8Array | Uint16Array | null;
+
 /**
- * Growable token storage of one lineage segment (or one snapshot step): ids in a typed array,
+ * Growable token storage of one lineage segment (or one snapshot step): ids in typed arrays,
  * logprobs of the response tokens only (float32, in order), response ranges and versions as runs. No
  * per-token objects.
+ *
+ * Ids are kept in two planes, the low 16 bits and the rest, the second only as wide as the ids need:
+ * a vocabulary of up to 65,536 ids takes 2 bytes a token, one of up to 16.7M (Qwen3's 151,669) 3,
+ * instead of an Int32Array's 4. Token ids are most of a long agent session's memory.
  */
 export class TokenBuffer {
-  /** Ids of `[0, length)`; the array's capacity may be larger. */
-  ids: Int32Array;
   length = 0;
   /** Flat `[start, end, start, end, …]` of model-output ranges (loss mask 1). */
   readonly responseRanges: number[] = [];
@@ -43,14 +48,27 @@ export class TokenBuffer {
   /** True once an engine payload did not fit (odd size, width or dtype change): no R3 rows at all. */
   routingInvalid = false;
 
+  #low: Uint16Array;
+  #high: HighPlane = null;
+
   // Logprobs of the response tokens, in the order of `responseRanges`. Context tokens (most of an
   // agent's tokens: prompts and tool outputs) have logprob 0 and take no room here.
   #responseLogprobs: Float32Array;
   #responseCount = 0;
 
   constructor(capacity = 256) {
-    this.ids = new Int32Array(capacity);
+    this.#low = new Uint16Array(capacity);
     this.#responseLogprobs = new Float32Array(Math.min(capacity, 256));
+  }
+
+  /** Ids the buffer has room for without growing. */
+  get capacity(): number {
+    return this.#low.length;
+  }
+
+  /** Bytes of id storage (with spare room). */
+  get idsByteLength(): number {
+    return this.#low.byteLength + (this.#high?.byteLength ?? 0);
   }
 
   // Room for `needed` elements with at most an eighth (or 1,024) spare: doubling would leave up to
@@ -61,10 +79,75 @@ export class TokenBuffer {
 
   #reserve(extra: number): void {
     const needed = this.length + extra;
-    if (needed <= this.ids.length) return;
-    const ids = new Int32Array(TokenBuffer.#grown(this.ids.length, needed));
-    ids.set(this.ids.subarray(0, this.length));
-    this.ids = ids;
+    if (needed <= this.#low.length) return;
+    const capacity = TokenBuffer.#grown(this.#low.length, needed);
+    const low = new Uint16Array(capacity);
+    low.set(this.#low.subarray(0, this.length));
+    this.#low = low;
+    if (this.#high !== null) {
+      const high = this.#high instanceof Uint8Array ? new Uint8Array(capacity) : new Uint16Array(capacity);
+      high.set(this.#high.subarray(0, this.length));
+      this.#high = high;
+    }
+  }
+
+  // A high plane that holds `bits` (the widest id's high half): 8 or 16 bits wide.
+  #widenHigh(bits: number): Uint8Array | Uint16Array {
+    const high = this.#high;
+    if (bits <= 0xff) {
+      if (high !== null) return high;
+      this.#high = new Uint8Array(this.#low.length);
+      return this.#high;
+    }
+    if (high instanceof Uint16Array) return high;
+    const wide = new Uint16Array(this.#low.length);
+    if (high !== null) wide.set(high.subarray(0, this.length));
+    this.#high = wide;
+    return wide;
+  }
+
+  // Writes `ids` at `start` (room reserved). Each id keeps its 32-bit pattern, as an Int32Array would.
+  #write(ids: ArrayLike<number>, start: number): void {
+    // The typed-array copy keeps each id's low 16 bits.
+    this.#low.set(ids, start);
+    let highBits = 0;
+    for (let index = 0; index < ids.length; index++) highBits |= ids[index]! >>> 16;
+    if (highBits === 0 && this.#high === null) return;
+    const high = this.#widenHigh(highBits);
+    for (let index = 0; index < ids.length; index++) high[start + index] = ids[index]! >>> 16;
+  }
+
+  /**
+   * The id planes (the arrays themselves, valid until the buffer next grows): id `i` is
+   * `low[i] | (high[i] << 16)`, or `low[i]` when `high` is null.
+   */
+  planes(): { low: Uint16Array; high: Uint8Array | Uint16Array | null } {
+    return { low: this.#low, high: this.#high };
+  }
+
+  /** Copies the ids of `[start, end)` into `target` at `offset`. */
+  copyIdsInto(target: Int32Array, start: number, end: number, offset = 0): void {
+    const low = this.#low;
+    const high = this.#high;
+    if (high === null) {
+      target.set(low.subarray(start, end), offset);
+      return;
+    }
+    for (let index = start, out = offset; index < end; index++, out++)
+      target[out] = low[index]! | (high[index]! << 16);
+  }
+
+  /** A copy of the ids in `[start, end)`. */
+  slice(start: number, end: number): Int32Array {
+    const out = new Int32Array(Math.max(0, end - start));
+    this.copyIdsInto(out, start, start + out.length);
+    return out;
+  }
+
+  /** The id at `index` (undefined outside `[0, length)`). */
+  idAt(index: number): number | undefined {
+    if (index < 0 || index >= this.length) return undefined;
+    return this.#low[index]! | ((this.#high?.[index] ?? 0) << 16);
   }
 
   #reserveLogprobs(extra: number): void {
@@ -85,7 +168,7 @@ export class TokenBuffer {
   appendContext(ids: ArrayLike<number>): void {
     if (ids.length === 0) return;
     this.#reserve(ids.length);
-    this.ids.set(ids, this.length);
+    this.#write(ids, this.length);
     this.length += ids.length;
     this.#pushVersion(this.length, CONTEXT_TOKEN_VERSION);
   }
@@ -95,7 +178,7 @@ export class TokenBuffer {
     if (ids.length === 0) return;
     const start = this.length;
     this.#reserve(ids.length);
-    this.ids.set(ids, start);
+    this.#write(ids, start);
     this.#reserveLogprobs(ids.length);
     this.#responseLogprobs.set(logprobs.subarray(0, ids.length), this.#responseCount);
     this.#responseCount += ids.length;
@@ -171,11 +254,6 @@ export class TokenBuffer {
   /** Bytes of logprob storage (response tokens only, with spare room). */
   get logprobsByteLength(): number {
     return this.#responseLogprobs.byteLength;
-  }
-
-  /** A copy of the ids in `[start, end)`. */
-  slice(start: number, end: number): Int32Array {
-    return this.ids.slice(start, end);
   }
 
   /** The version runs restricted to `[start, end)`, relative to `start`. */

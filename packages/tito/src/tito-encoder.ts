@@ -21,7 +21,10 @@ export interface ContextDelta {
 
 /** One incremental request. */
 export interface IncrementalRequest {
-  /** The lineage's ids so far, ending with the model's own output. */
+  /**
+   * The lineage's ids so far, ending with the model's own output. Only its length and its last id
+   * are read: a caller that keeps the ids elsewhere may pass `{ length, [length - 1]: lastId }`.
+   */
   prefixIds: ArrayLike<number>;
   /** The messages the prefix covers: the previous request plus the assistant reply. */
   baseMessages: readonly ChatMessage[];
