@@ -4,7 +4,7 @@
 // one byte per Latin-1 character and two otherwise. Strings equal in value but distinct in the heap
 // cannot be told apart from JavaScript, so a message's strings are counted once per message object.
 import type { ChatMessage } from '@dressage/protocol';
-import { packedBytesOf, type TextArena } from '../src/packed-text.js';
+import { packedTextsOf, type TextArena } from '../src/packed-text.js';
 import type { Session } from '../src/session.js';
 import type { TokenBuffer } from '../src/token-buffer.js';
 
@@ -49,8 +49,8 @@ function arrayBytes(length: number): number {
   return arrayHeader + slot * length;
 }
 
-// A Buffer view into an arena chunk (a JSTypedArray with its embedder fields).
-const viewBytes = 96;
+// Where a packed text is (a PackedText: chunk, start and end).
+const viewBytes = objectHeader + 3 * slot;
 
 // A JSON-like value's strings and objects; a packed field counts as its view, not its text.
 function valueBytes(value: unknown): number {
@@ -61,7 +61,7 @@ function valueBytes(value: unknown): number {
     for (const item of value) total += valueBytes(item);
     return total;
   }
-  const packed = packedBytesOf(value);
+  const packed = packedTextsOf(value);
   let total = objectHeader;
   if (packed !== undefined) total += slot + objectHeader;
   for (const [key, member] of Object.entries(Object.getOwnPropertyDescriptors(value))) {

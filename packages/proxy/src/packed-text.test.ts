@@ -2,7 +2,7 @@ import type { ChatMessage } from '@dressage/protocol';
 import { firstMismatch, rendersAlike } from '@dressage/tito/internal';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { minPackedLength, packedBytesOf, packMessage, TextArena } from './packed-text.js';
+import { minPackedLength, packedTextsOf, packMessage, TextArena } from './packed-text.js';
 
 // Text as agents send it: ASCII with a few characters outside Latin-1 (or none), sometimes long.
 const text = fc
@@ -84,7 +84,7 @@ describe('packed message text', () => {
             ).toBe(true);
           const walk = (value: unknown): void => {
             if (typeof value !== 'object' || value === null) return;
-            for (const bytes of Object.values(packedBytesOf(value) ?? {})) packedBytes += bytes.byteLength;
+            for (const bytes of Object.values(packedTextsOf(value) ?? {})) packedBytes += bytes.byteLength;
             for (const member of Object.values(value)) walk(member);
           };
           walk(item);
@@ -127,12 +127,46 @@ describe('packed message text', () => {
     const arena = new TextArena();
     const small = `${'a'.repeat(1000)}✓`;
     const views = Array.from({ length: 40 }, () => arena.store(small));
-    for (const view of views) expect(view.toString('utf8')).toBe(small);
+    for (const view of views) expect(view.toString()).toBe(small);
     // 40 KiB of text in 32 KiB chunks: two chunks.
     expect(arena.bytes).toBe(2 * 32 * 1024);
     const large = '✓'.repeat(20_000);
-    expect(arena.store(large).toString('utf8')).toBe(large);
+    expect(arena.store(large).toString()).toBe(large);
     expect(arena.bytes).toBe(2 * 32 * 1024 + Buffer.byteLength(large));
     expect(arena.textBytes).toBe(40 * Buffer.byteLength(small) + Buffer.byteLength(large));
+  });
+
+  it('keeps full chunks deflated and reads every text back, in any order', async () => {
+    const arena = new TextArena();
+    // Tool output as agents get it (compresses), and text that does not (stays raw).
+    const lines = Array.from(
+      { length: 60 },
+      (_, index) => `  ✓ case ${index} keeps the value (${index * 7} ms)`,
+    );
+    const compressible = Array.from({ length: 30 }, (_, index) => lines.slice(index % 7).join('\n'));
+    let seed = 7;
+    const noise = () => {
+      seed = (seed * 1_103_515_245 + 12_345) >>> 0;
+      return seed;
+    };
+    const incompressible = Array.from({ length: 12 }, () =>
+      String.fromCodePoint(...Array.from({ length: 1500 }, () => 0x4e00 + (noise() % 20_000))),
+    );
+    const texts = [...compressible, ...incompressible, `${'✓ '.repeat(9000)}`];
+    const stored = texts.map((text) => arena.store(text));
+    const raw = arena.bytes;
+    await arena.settled();
+    // The compressible chunks shrank; the last (open) chunk and the incompressible ones stay raw.
+    expect(arena.bytes).toBeLessThan(raw * 0.75);
+    expect(arena.textBytes).toBe(texts.reduce((total, text) => total + Buffer.byteLength(text), 0));
+    // Read back in order, backwards and interleaved across chunks.
+    const order = [...texts.keys()];
+    for (const index of [...order, ...order.reverse(), ...order.map((_, i) => (i * 17) % texts.length)])
+      expect(stored[index]!.toString()).toBe(texts[index]);
+    // A packed message reads back through a deflated chunk as the text it was.
+    const message = packMessage({ role: 'tool', tool_call_id: 'c', content: compressible[0]! }, arena);
+    for (const text of compressible) arena.store(text);
+    await arena.settled();
+    expect(message.content).toBe(compressible[0]);
   });
 });

@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { type Harness, startHarness } from './__fixtures__/harness.js';
-import { minPackedLength, packedBytesOf } from './packed-text.js';
+import { minPackedLength, type PackedText, packedTextsOf } from './packed-text.js';
 import { snapshotMessages } from './session.js';
 
 // A session holds its conversation once: the messages (records need them) and the token ids in
@@ -120,7 +120,7 @@ describe('session memory', () => {
       ...session.steps.flatMap((step) => snapshotMessages(step)),
       ...session.requestCache!.messages,
     ]);
-    const views = new Set<Buffer>();
+    const views = new Set<PackedText>();
     const walk = (value: unknown): void => {
       if (typeof value === 'string')
         expect(
@@ -128,7 +128,7 @@ describe('session memory', () => {
           value.slice(0, 40),
         ).toBe(true);
       if (typeof value !== 'object' || value === null) return;
-      for (const bytes of Object.values(packedBytesOf(value) ?? {})) views.add(bytes);
+      for (const bytes of Object.values(packedTextsOf(value) ?? {})) views.add(bytes);
       for (const descriptor of Object.values(Object.getOwnPropertyDescriptors(value)))
         if ('value' in descriptor) walk(descriptor.value);
     };
