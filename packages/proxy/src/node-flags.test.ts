@@ -12,9 +12,16 @@ describe('the proxy V8 flags', () => {
 
   it('are the ones the README tells embedders to pass', () => {
     const readme = new URL('../README.md', import.meta.url).pathname;
-    expect(readmeExample(readme, 'node-flags')).toBe(
-      `NODE_OPTIONS="${proxyNodeFlags.join(' ')}" node my-server.js`,
-    );
+    expect(readmeExample(readme, 'node-flags')).toBe(`node ${proxyNodeFlags.join(' ')} my-server.js`);
+  });
+
+  it('are refused in NODE_OPTIONS, so the README does not tell embedders to put them there', () => {
+    const run = spawnSync(process.execPath, ['-e', '0'], {
+      encoding: 'utf8',
+      env: { ...process.env, NODE_OPTIONS: proxyNodeFlags.join(' ') },
+    });
+    expect(run.status).not.toBe(0);
+    expect(run.stderr).toMatch(/is not allowed in NODE_OPTIONS/);
   });
 
   it('are accepted by this Node (an unknown V8 flag would stop the bin from starting)', () => {

@@ -1,6 +1,6 @@
-#!/usr/bin/env -S node --max-semi-space-size=128 --incremental-marking-soft-trigger=50 --incremental-marking-hard-trigger=90
+#!/usr/bin/env -S node --max-semi-space-size=128 --incremental-marking-soft-trigger=50 --incremental-marking-hard-trigger=90 --heap-growing-percent=100
 // The V8 flags of a proxy process (`proxyNodeFlags`, node-flags.ts, says why each). Embedders and
-// other launchers pass them themselves (`node <flags> …` or NODE_OPTIONS); `dressage proxy` does.
+// other launchers pass them themselves (`node <flags> …`; NODE_OPTIONS refuses them); `dressage proxy` does.
 import { parseArgs } from 'node:util';
 import { DressageError } from '@dressage/protocol';
 import { isLoopbackAddress } from '@dressage/protocol/internal';
