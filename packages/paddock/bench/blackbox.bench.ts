@@ -8,6 +8,8 @@
 // driving an unmodified CLI through the BlackboxServer. One run; the last line is a JSON object.
 //
 //   BENCH_AGENTS=2 BENCH_ROUNDS=2 BENCH_ADAPTERS=opencode,codex pnpm --filter @dressage/paddock bench
+//
+// `BENCH_MODES=warm` measures only the warm slots (default `cold,warm`).
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -36,6 +38,11 @@ const adapters = (process.env.BENCH_ADAPTERS ?? 'opencode,qwen_code,claude_code,
   .split(',')
   .map((name) => name.trim())
   .filter(Boolean) as (keyof typeof builtinAdapterExecutableVariables)[];
+const modes = (process.env.BENCH_MODES ?? 'cold,warm')
+  .split(',')
+  .map((mode) => mode.trim())
+  .filter((mode): mode is 'cold' | 'warm' => mode === 'cold' || mode === 'warm');
+if (modes.length === 0) throw new Error('BENCH_MODES names neither cold nor warm');
 const command = 'echo ok > done.txt';
 const check = 'test "$(cat /workspace/done.txt)" = ok';
 const round = (value: number) => Math.round(value * 1000) / 1000;
@@ -206,10 +213,11 @@ async function blackboxRun(type: keyof typeof builtinAdapterExecutableVariables,
 
 const blackbox: Record<
   string,
-  { cold: Awaited<ReturnType<typeof blackboxRun>>; warm: Awaited<ReturnType<typeof blackboxRun>> }
+  Partial<Record<'cold' | 'warm', Awaited<ReturnType<typeof blackboxRun>>>>
 > = {};
 for (const type of adapters) {
-  blackbox[type] = { cold: await blackboxRun(type, false), warm: await blackboxRun(type, true) };
+  blackbox[type] = {};
+  for (const mode of modes) blackbox[type][mode] = await blackboxRun(type, mode === 'warm');
 }
 
 // Whitebox: the same two model calls, made by the agent itself, and the same command and check
@@ -270,9 +278,10 @@ console.log(
 );
 const figures: Record<string, Json> = {};
 for (const [type, runs] of Object.entries(blackbox)) {
-  const entry: Json = { version: runs.cold.version };
-  for (const mode of ['cold', 'warm'] as const) {
-    const run = runs[mode];
+  const entry: Json = {};
+  for (const mode of modes) {
+    const run = runs[mode]!;
+    entry.version = run.version;
     const ratio = perTrajectory(run) / perTrajectory(whitebox);
     console.log(
       `${type} ${run.version} ${mode}: ${round(perMinute(run))} trajectories/min, ${round(perTrajectory(run))} s each, ${run.succeeded}/${run.count} checked, ${round(ratio)}x the whitebox time per trajectory`,

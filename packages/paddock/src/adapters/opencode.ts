@@ -91,6 +91,8 @@ export class OpencodeAdapter implements BlackboxAdapter {
   #port = 0;
   #sessionId: string | null = null;
   #seen = 0;
+  // A message was posted and its answer has not come back: opencode may still be running it.
+  #messageInFlight = false;
   #configBaseline = new Set<string>();
 
   constructor(options: unknown) {
@@ -235,6 +237,8 @@ export class OpencodeAdapter implements BlackboxAdapter {
       context.pinAgentSession?.(this.#sessionId);
     }
     const o = this.#options;
+    // Cleared only by an answer: a request that failed or was cancelled may leave opencode running it.
+    this.#messageInFlight = true;
     await this.#call(
       'POST',
       `/session/${this.#sessionId}/message`,
@@ -246,6 +250,7 @@ export class OpencodeAdapter implements BlackboxAdapter {
       z.unknown(),
       turn.signal,
     );
+    this.#messageInFlight = false;
     // The reply can be returned before the last streamed model request has closed.
     await context.drainModelRequests();
     const all = await this.#call(
@@ -260,15 +265,21 @@ export class OpencodeAdapter implements BlackboxAdapter {
     return { outputs: opencodeMessagesToChat(fresh), backendSessionId: this.#sessionId };
   }
 
+  /** Stops the message opencode may be running; nothing to do once its answer came back. */
   async abort(): Promise<void> {
-    if (this.#sessionId === null || !this.#process.running) return;
+    if (this.#sessionId === null || !this.#messageInFlight || !this.#process.running) return;
     await this.#call(
       'POST',
       `/session/${this.#sessionId}/abort`,
       {},
       z.unknown(),
       AbortSignal.timeout(5000),
-    ).catch(() => undefined);
+    ).then(
+      () => {
+        this.#messageInFlight = false;
+      },
+      () => undefined,
+    );
   }
 
   /**
@@ -300,10 +311,12 @@ export class OpencodeAdapter implements BlackboxAdapter {
         signal(),
       );
     }
-    const left = await this.#call('GET', '/session', undefined, z.array(sessionSchema), signal());
+    const [left] = await Promise.all([
+      this.#call('GET', '/session', undefined, z.array(sessionSchema), signal()),
+      this.#emptyHome(join(context.runtimeDir, 'home')),
+    ]);
     if (left.length > 0)
       throw new DressageError({ code: 'internal', message: `opencode kept ${left.length} session(s)` });
-    await this.#emptyHome(join(context.runtimeDir, 'home'));
     await this.#writeConfig(context);
   }
 

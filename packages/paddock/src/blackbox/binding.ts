@@ -418,11 +418,14 @@ export class RolloutBinding {
     if (age >= settings.agent_max_age)
       return `the agent ran longer than agent_max_age (${settings.agent_max_age} s)`;
     const groups = adapter.processGroups?.() ?? [];
-    let rss = 0;
-    for (const group of groups) rss += await processGroupRssBytes(group);
+    const [sizes, healthy] = await Promise.all([
+      Promise.all(groups.map((group) => processGroupRssBytes(group))),
+      adapter.health().catch(() => false),
+    ]);
+    const rss = sizes.reduce((sum, bytes) => sum + bytes, 0);
     if (rss > settings.agent_max_rss_mb * 1024 ** 2)
       return `the agent holds ${Math.round(rss / 1024 ** 2)} MiB, over agent_max_rss_mb (${settings.agent_max_rss_mb})`;
-    if (!(await adapter.health().catch(() => false))) return 'the agent is not healthy';
+    if (!healthy) return 'the agent is not healthy';
     return null;
   }
 

@@ -40,9 +40,9 @@ const harvested = new Set(['context_overflow', 'max_steps_exceeded']);
 /**
  * The blackbox generate function: per sample, lease a sandbox running a BlackboxServer, register the
  * agent against the Dressage proxy, run the before-agent commands, call the agent (async, polled),
- * run the after-agent commands, finalize and read the trajectory, and expand it into samples. The
- * sandbox is always released. Context overflow and max steps are harvested (the partial trajectory
- * trains); any other failure yields a no-gradient placeholder.
+ * run the after-agent commands, release the sandbox, finalize and read the trajectory, and expand it
+ * into samples. The sandbox is always released. Context overflow and max steps are harvested (the
+ * partial trajectory trains); any other failure yields a no-gradient placeholder.
  */
 export function createBlackboxGenerate(options: BlackboxGenerateOptions) {
   return async (sample: Sample): Promise<Sample[]> => {
@@ -50,6 +50,11 @@ export function createBlackboxGenerate(options: BlackboxGenerateOptions) {
     const instanceId = String(sample.metadata.instance_id ?? sample.group_index ?? randomUUID());
     const metadata: Sample['metadata'] = { ...sample.metadata, instance_id: instanceId };
     let lease: SandboxLease | null = null;
+    const release = async () => {
+      const leased = lease;
+      lease = null;
+      if (leased) await options.provider.terminate(leased).catch(() => undefined);
+    };
     const abort = async (reason: string, extra: Sample['metadata'] = {}): Promise<Sample[]> => {
       const history = Array.isArray(metadata.blackbox_failure_history)
         ? [...(metadata.blackbox_failure_history as unknown[])]
@@ -142,6 +147,9 @@ export function createBlackboxGenerate(options: BlackboxGenerateOptions) {
       }
       await runStage('after_agent');
       metadata.execute_cmds = results;
+      // The sandbox has done its part: its slot recycles for the next sample while the trajectory
+      // is finalized and read, rather than after.
+      await release();
       await options.proxy.finalizeSession(sessionId, { instanceId, label: sample.label ?? undefined });
       const read = await options.proxy.readTrajectory({ trajectoryId: sessionId, drain: true });
       if (read.data.length === 0) return await abort('the proxy recorded no segments');
@@ -159,7 +167,7 @@ export function createBlackboxGenerate(options: BlackboxGenerateOptions) {
         blackbox_agent_error_kind: error instanceof BlackboxCallError ? error.error : 'paddock_error',
       });
     } finally {
-      if (lease) await options.provider.terminate(lease).catch(() => undefined);
+      await release();
     }
   };
 }
