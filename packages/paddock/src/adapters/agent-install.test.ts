@@ -1,4 +1,5 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -21,6 +22,27 @@ describe('agent installs', () => {
     expect(
       [events.slice(0, 2), events.slice(2)].map((pair) => pair[0]?.split(' ')[0] === pair[1]?.split(' ')[0]),
     ).toEqual([true, true]);
+  });
+
+  it('takes over a lock whose holder exited, and waits on a live one', async () => {
+    const path = join(scratch, 'left.lock');
+    // A pid that existed and has exited: a killed test process leaves its lock like this.
+    const { pid } = spawnSync('true');
+    mkdirSync(path);
+    writeFileSync(join(path, 'pid'), String(pid));
+    const release = await holdInstallLock(path);
+    await release();
+
+    mkdirSync(path);
+    writeFileSync(join(path, 'pid'), String(process.pid));
+    const waiting = holdInstallLock(path);
+    const first = await Promise.race([
+      waiting.then(() => 'taken'),
+      new Promise((r) => setTimeout(r, 2500, 'waiting')),
+    ]);
+    expect(first).toBe('waiting');
+    rmSync(path, { recursive: true, force: true });
+    await (await waiting)();
   });
 
   it("puts a CLI's own Node first on its PATH, never replacing the system's", () => {

@@ -1,5 +1,5 @@
 import { existsSync } from 'node:fs';
-import { mkdir, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { homedir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { DressageError } from '@dressage/protocol';
@@ -105,17 +105,34 @@ export async function ensureAgentInstalled(agent: AgentPackage, cacheDir = agent
 /** Install time after which a lock is taken to be left by a process that died. */
 const staleLockMs = 20 * 60_000;
 
-/** Takes a lock directory (mkdir is atomic), waiting while another holder has it; returns its release. */
+// True when the lock's holder (the pid it wrote) has exited: a test process killed at its timeout
+// leaves its lock behind, and the next install must not wait out `staleLockMs` for it.
+async function holderExited(path: string): Promise<boolean> {
+  const pid = Number(await readFile(join(path, 'pid'), 'utf8').catch(() => ''));
+  if (!Number.isInteger(pid) || pid <= 0) return false;
+  try {
+    process.kill(pid, 0);
+    return false;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'ESRCH';
+  }
+}
+
+/**
+ * Takes a lock directory (mkdir is atomic), waiting while another live holder has it; returns its
+ * release. A lock whose holder exited, or older than an install may take, is taken over.
+ */
 export async function holdInstallLock(path: string): Promise<() => Promise<void>> {
   await mkdir(dirname(path), { recursive: true });
   for (;;) {
     try {
       await mkdir(path);
+      await writeFile(join(path, 'pid'), String(process.pid));
       return () => rm(path, { recursive: true, force: true });
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
       const age = Date.now() - (await stat(path).catch(() => ({ mtimeMs: Date.now() }))).mtimeMs;
-      if (age > staleLockMs) await rm(path, { recursive: true, force: true });
+      if (age > staleLockMs || (await holderExited(path))) await rm(path, { recursive: true, force: true });
       else await sleep(1000);
     }
   }
