@@ -39,6 +39,8 @@ describe('opencode 1.18.33 model requests', () => {
     mkdirSync(join(runtimeDir, 'work'));
   }, 900_000);
 
+  // The adapter's context in `dir`, with a base URL that carries the session, as the Dressage
+  // proxy serves it.
   const contextFor = (dir: string) => ({
     runtimeDir: dir,
     workDir: join(dir, 'work'),
@@ -63,19 +65,7 @@ describe('opencode 1.18.33 model requests', () => {
     process.env.DRESSAGE_OPENCODE_BIN = bin;
     const adapter = new OpencodeAdapter({ permission: { '*': 'deny', bash: 'allow' } });
     try {
-      await adapter.init({
-        runtimeDir,
-        workDir: join(runtimeDir, 'work'),
-        // A base URL that carries the session, as the Dressage proxy serves it.
-        proxyOrigin: `${model.url}/s/rollout-1`,
-        proxyApiKey: 'key',
-        apiPath: '/v1',
-        systemPrompt: 'You are a shell agent. Use bash, then answer in one line.',
-        routerTimeoutMs: 60_000,
-        sessionId: 'rollout-1',
-        instanceId: 'group-1',
-        drainModelRequests: async () => undefined,
-      });
+      await adapter.init(contextFor(runtimeDir));
       const result = await adapter.runTurn({
         turnId: 'turn-1',
         text: 'Answer with the word Done.',
