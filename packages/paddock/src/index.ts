@@ -9,6 +9,7 @@ export type {
   BlackboxTurnStatus as TurnStatus,
 } from '@dressage/protocol/blackbox';
 export {
+  type AgentInstallOptions,
   type AgentPackage,
   agentBinDirectories,
   agentInstallDir,

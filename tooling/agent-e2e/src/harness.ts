@@ -95,7 +95,8 @@ export class CliEndToEnd {
     const agent: AgentPackage = agentPackages[type];
     let bin: string;
     try {
-      bin = await ensureAgentInstalled(agent);
+      // Below the 900 s hook: a network that fails slowly ends the install, and the file skips.
+      bin = await ensureAgentInstalled(agent, { timeoutMs: 720_000 });
     } catch (error) {
       return `cannot install ${agent.name}@${agent.version}: ${String(error)}`;
     }

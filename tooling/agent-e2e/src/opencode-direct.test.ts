@@ -19,7 +19,7 @@ describe('opencode straight at the recording proxy', () => {
 
   beforeAll(async () => {
     try {
-      bin = await ensureAgentInstalled(agentPackages.opencode);
+      bin = await ensureAgentInstalled(agentPackages.opencode, { timeoutMs: 720_000 });
     } catch (error) {
       skipReason = `cannot install opencode: ${String(error)}`;
       console.warn(`[agent-e2e] skipping: ${skipReason}`);

@@ -19,7 +19,7 @@ const recipeDirectory = new URL('.', import.meta.url).pathname;
 
 async function agentInstalled(): Promise<string | null> {
   try {
-    await ensureAgentInstalled(agentPackages.opencode);
+    await ensureAgentInstalled(agentPackages.opencode, { timeoutMs: 720_000 });
     return null;
   } catch (error) {
     return String(error);

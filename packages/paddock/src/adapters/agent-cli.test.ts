@@ -53,7 +53,7 @@ describe.each(agents)('%s in a bubblewrap slot', (type, agent, options) => {
 
   beforeAll(async () => {
     try {
-      bin = await ensureAgentInstalled(agent);
+      bin = await ensureAgentInstalled(agent, { timeoutMs: 720_000 });
     } catch (error) {
       skipReason = `cannot install ${agent.name}: ${String(error)}`;
       console.warn(`[paddock] skipping ${type}: ${skipReason}`);

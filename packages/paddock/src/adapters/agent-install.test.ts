@@ -1,9 +1,15 @@
 import { spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { agentBinDirectories, agentPackages, holdInstallLock } from './agent-install.js';
+import {
+  agentBinDirectories,
+  agentInstallDir,
+  agentPackages,
+  ensureAgentInstalled,
+  holdInstallLock,
+} from './agent-install.js';
 
 describe('agent installs', () => {
   const scratch = mkdtempSync(join(tmpdir(), 'agent-install-'));
@@ -16,7 +22,7 @@ describe('agent installs', () => {
       events.push(`${name} in`);
       await new Promise((resolve) => setTimeout(resolve, 50));
       events.push(`${name} out`);
-      await release();
+      await release?.();
     };
     await Promise.all([holder('a'), holder('b')]);
     expect(
@@ -31,7 +37,8 @@ describe('agent installs', () => {
     mkdirSync(path);
     writeFileSync(join(path, 'pid'), String(pid));
     const release = await holdInstallLock(path);
-    await release();
+    expect(release).not.toBeNull();
+    await release?.();
 
     mkdirSync(path);
     writeFileSync(join(path, 'pid'), String(process.pid));
@@ -42,7 +49,45 @@ describe('agent installs', () => {
     ]);
     expect(first).toBe('waiting');
     rmSync(path, { recursive: true, force: true });
-    await (await waiting)();
+    await (await waiting)?.();
+  });
+
+  it('ends an install at its deadline: npm killed, lock released, deadline_exceeded', async () => {
+    // An npm that hangs as one does on a network that fails slowly (retrying every fetch).
+    const fakeBin = join(scratch, 'fake-npm');
+    mkdirSync(fakeBin, { recursive: true });
+    const pidFile = join(scratch, 'npm.pid');
+    writeFileSync(join(fakeBin, 'npm'), `#!/bin/sh\necho $$ > ${pidFile}\nexec sleep 60\n`);
+    chmodSync(join(fakeBin, 'npm'), 0o755);
+    const cacheDir = join(scratch, 'cache');
+    const path = process.env.PATH;
+    process.env.PATH = `${fakeBin}:${path ?? ''}`;
+    try {
+      const started = Date.now();
+      const error = await ensureAgentInstalled(agentPackages.codex, { cacheDir, timeoutMs: 800 }).catch(
+        (e) => e,
+      );
+      expect(error).toMatchObject({ code: 'deadline_exceeded' });
+      expect(String(error.message)).toContain('npm was killed');
+      expect(Date.now() - started).toBeLessThan(30_000);
+      const pid = Number(readFileSync(pidFile, 'utf8'));
+      expect(() => process.kill(pid, 0)).toThrow(expect.objectContaining({ code: 'ESRCH' }));
+      expect(existsSync(`${agentInstallDir(agentPackages.codex, cacheDir)}.lock`)).toBe(false);
+
+      // Another installer holding the lock: the wait counts against the same deadline.
+      const lock = `${agentInstallDir(agentPackages.claude_code, cacheDir)}.lock`;
+      mkdirSync(lock, { recursive: true });
+      writeFileSync(join(lock, 'pid'), String(process.pid));
+      const waited = await ensureAgentInstalled(agentPackages.claude_code, {
+        cacheDir,
+        timeoutMs: 300,
+      }).catch((e) => e);
+      expect(waited).toMatchObject({ code: 'deadline_exceeded' });
+      expect(String(waited.message)).toContain('held its lock');
+      expect(existsSync(lock)).toBe(true);
+    } finally {
+      process.env.PATH = path;
+    }
   });
 
   it("puts a CLI's own Node first on its PATH, never replacing the system's", () => {

@@ -56,14 +56,43 @@ export function agentBinDirectories(agent: AgentPackage, cacheDir = agentCacheDi
   return agent.runtime ? [join(dir, 'runtime', 'node_modules', '.bin'), own] : [own];
 }
 
-async function npmInstall(dir: string, spec: string, bin: string, path: string | undefined): Promise<void> {
+/** Options of {@link ensureAgentInstalled}. */
+export interface AgentInstallOptions {
+  /** Where CLIs are installed. Default {@link agentCacheDir}. */
+  cacheDir?: string;
+  /**
+   * Milliseconds the whole install may take: waiting for another installer's lock, the CLI's own
+   * Node and the CLI. Past it npm's process group is killed and the call rejects with
+   * `deadline_exceeded`. Default 15 minutes. A caller with a deadline of its own (a test hook)
+   * passes one below it, so that a network that fails slowly ends the install, not the caller.
+   */
+  timeoutMs?: number;
+}
+
+const defaultInstallTimeoutMs = 15 * 60_000;
+
+function deadlineError(spec: string, timeoutMs: number, waiting: string): DressageError {
+  return new DressageError({
+    code: 'deadline_exceeded',
+    message: `npm install ${spec} did not finish within ${timeoutMs} ms (${waiting})`,
+  });
+}
+
+async function npmInstall(
+  dir: string,
+  spec: string,
+  bin: string,
+  path: string | undefined,
+  deadline: { at: number; timeoutMs: number },
+): Promise<void> {
   await mkdir(dir, { recursive: true });
   await writeFile(join(dir, 'package.json'), '{"private":true}\n');
   const result = await runProcessGroup(['npm', 'install', '--no-audit', '--no-fund', '--no-save', spec], {
     cwd: dir,
-    timeoutMs: 15 * 60_000,
+    timeoutMs: Math.max(0, deadline.at - Date.now()),
     env: path === undefined ? process.env : { ...process.env, PATH: path },
   });
+  if (result.timedOut) throw deadlineError(spec, deadline.timeoutMs, 'npm was killed');
   if (result.returncode !== 0 || !existsSync(bin)) {
     throw new DressageError({
       code: 'unavailable',
@@ -78,13 +107,20 @@ async function npmInstall(dir: string, spec: string, bin: string, path: string |
  * A CLI that needs another Node gets it from the npm registry first (under `runtime/`), and its own
  * install scripts run with that Node.
  */
-export async function ensureAgentInstalled(agent: AgentPackage, cacheDir = agentCacheDir()): Promise<string> {
-  const dir = agentInstallDir(agent, cacheDir);
+export async function ensureAgentInstalled(
+  agent: AgentPackage,
+  options: AgentInstallOptions = {},
+): Promise<string> {
+  const dir = agentInstallDir(agent, options.cacheDir ?? agentCacheDir());
   const bin = join(dir, 'node_modules', '.bin', agent.bin);
   if (existsSync(bin)) return bin;
+  const timeoutMs = options.timeoutMs ?? defaultInstallTimeoutMs;
+  const deadline = { at: Date.now() + timeoutMs, timeoutMs };
+  const spec = `${agent.name}@${agent.version}`;
   // Test files and processes install the same CLI at once: one npm runs in a directory, the
   // others wait for it and find the executable.
-  const release = await holdInstallLock(`${dir}.lock`);
+  const release = await holdInstallLock(`${dir}.lock`, deadline.at);
+  if (release === null) throw deadlineError(spec, timeoutMs, 'another install held its lock');
   try {
     if (existsSync(bin)) return bin;
     let path: string | undefined;
@@ -92,10 +128,16 @@ export async function ensureAgentInstalled(agent: AgentPackage, cacheDir = agent
       const runtimeDir = join(dir, 'runtime');
       const node = join(runtimeDir, 'node_modules', '.bin', 'node');
       if (!existsSync(node))
-        await npmInstall(runtimeDir, `${agent.runtime.name}@${agent.runtime.version}`, node, undefined);
+        await npmInstall(
+          runtimeDir,
+          `${agent.runtime.name}@${agent.runtime.version}`,
+          node,
+          undefined,
+          deadline,
+        );
       path = `${dirname(node)}:${process.env.PATH ?? ''}`;
     }
-    await npmInstall(dir, `${agent.name}@${agent.version}`, bin, path);
+    await npmInstall(dir, spec, bin, path, deadline);
     return bin;
   } finally {
     await release();
@@ -120,9 +162,13 @@ async function holderExited(path: string): Promise<boolean> {
 
 /**
  * Takes a lock directory (mkdir is atomic), waiting while another live holder has it; returns its
- * release. A lock whose holder exited, or older than an install may take, is taken over.
+ * release, or null when `deadline` (epoch ms) passed first. A lock whose holder exited, or older
+ * than an install may take, is taken over.
  */
-export async function holdInstallLock(path: string): Promise<() => Promise<void>> {
+export async function holdInstallLock(
+  path: string,
+  deadline = Number.POSITIVE_INFINITY,
+): Promise<(() => Promise<void>) | null> {
   await mkdir(dirname(path), { recursive: true });
   for (;;) {
     try {
@@ -133,7 +179,8 @@ export async function holdInstallLock(path: string): Promise<() => Promise<void>
       if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
       const age = Date.now() - (await stat(path).catch(() => ({ mtimeMs: Date.now() }))).mtimeMs;
       if (age > staleLockMs || (await holderExited(path))) await rm(path, { recursive: true, force: true });
-      else await sleep(1000);
+      else if (Date.now() >= deadline) return null;
+      else await sleep(Math.min(1000, Math.max(0, deadline - Date.now())));
     }
   }
 }

@@ -20,7 +20,7 @@ describe('opencode 1.18.33 model requests', () => {
 
   beforeAll(async () => {
     try {
-      bin = await ensureAgentInstalled(agentPackages.opencode);
+      bin = await ensureAgentInstalled(agentPackages.opencode, { timeoutMs: 720_000 });
     } catch (error) {
       skipReason = `cannot install opencode: ${String(error)}`;
       console.warn(`[paddock] skipping: ${skipReason}`);

@@ -96,7 +96,7 @@ describe.each(kept)('a kept $type agent', ({ type, agent, variable, options }) =
   beforeAll(async () => {
     let bin: string;
     try {
-      bin = await ensureAgentInstalled(agent);
+      bin = await ensureAgentInstalled(agent, { timeoutMs: 720_000 });
     } catch (error) {
       skipReason = `cannot install ${agent.name}: ${String(error)}`;
       console.warn(`[paddock] skipping: ${skipReason}`);
