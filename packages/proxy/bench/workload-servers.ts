@@ -1,7 +1,9 @@
-// The two servers of the workload benchmark, each in its own process: `engine`, a zero-delay SGLang
+// The servers of the workload benchmark, each in its own process: `engine`, a zero-delay SGLang
 // stub answering known token ids (a Qwen3 tool call with its reasoning, tokenized once at startup by
-// the real tokenizer), and `proxy`, the real proxy as `dressage-proxy` runs it (TITO, the Qwen3
-// template of the model directory, the persistent store on). Each prints `ready <url>` when listening.
+// the real tokenizer), `proxy`, the real proxy as `dressage-proxy` runs it (TITO, the Qwen3
+// template of the model directory, the persistent store on), and `floor`, a forwarder doing only the
+// work the wire protocol forces on any token-recording proxy (see `floor` below). Each prints
+// `ready <url>` when listening; `floor` answers `cpu` over IPC with its CPU time so far.
 // The proxy answers `memory` over IPC with its resident memory (peak, and current after a full
 // garbage collection), a byte count of its sessions and the garbage-collection pauses so far;
 // `profile` starts V8's CPU profiler, and `profile` with a path stops it and writes the profile there.
@@ -10,10 +12,12 @@ import { createServer } from 'node:http';
 import { Session as InspectorSession } from 'node:inspector/promises';
 import type { AddressInfo } from 'node:net';
 import { constants, PerformanceObserver } from 'node:perf_hooks';
+import { Agent, type Dispatcher } from 'undici';
 import { createProxyConfig } from '../src/config.js';
 import { loadPromptTokenizer } from '../src/prompt-tokenizer.js';
 import { startProxyServer } from '../src/server.js';
 import { sessionFootprint, sumFootprints } from './session-footprint.js';
+import { random, toolOutput } from './workload-text.js';
 
 const [role, ...args] = process.argv.slice(2);
 
@@ -78,9 +82,27 @@ async function engine(modelDirectory: string): Promise<void> {
     });
   });
   let count = 0;
+  // `/generate` body bytes by sender: the proxy routes with `x-smg-routing-key`, the floor does not.
+  const generateBytes = { proxy: 0, proxyRequests: 0, floor: 0, floorRequests: 0 };
+  process.on('message', (message: unknown) => {
+    if ((message as { kind?: string }).kind === 'bytes') process.send?.({ kind: 'bytes', ...generateBytes });
+  });
   const server = createServer((incoming, response) => {
-    incoming.resume();
+    const fromProxy = incoming.headers['x-smg-routing-key'] !== undefined;
+    let bytes = 0;
+    incoming.on('data', (chunk: Buffer) => {
+      bytes += chunk.length;
+    });
     incoming.on('end', () => {
+      if (incoming.url === '/generate') {
+        if (fromProxy) {
+          generateBytes.proxy += bytes;
+          generateBytes.proxyRequests += 1;
+        } else {
+          generateBytes.floor += bytes;
+          generateBytes.floorRequests += 1;
+        }
+      }
       if (incoming.url === '/workers') {
         response.writeHead(200, { 'content-type': 'application/json' });
         response.end('{"workers":[]}');
@@ -170,9 +192,101 @@ async function proxy(engineUrl: string, modelDirectory: string, storeDirectory: 
   process.stdout.write(`ready ${server.url}\n`);
 }
 
+/**
+ * A lower bound of what any proxy in front of SGLang's `/generate` does per request: read the
+ * agent's body (not even parsed: a proxy that compares it with the previous one parses only what is
+ * new), write a `/generate` body carrying the whole history as `input_ids` (the endpoint is
+ * stateless; the agent sends the id count the proxy sent, in `x-prompt-tokens`), read and parse the
+ * engine's answer, answer the agent. No tokenizing, rendering, recording or storing, and the ids'
+ * JSON digits are written once at startup and sliced: what it spends is this machine's HTTP floor
+ * for the workload's bytes, measured in the same run as the proxy.
+ */
+async function floor(engineUrl: string, modelDirectory: string): Promise<void> {
+  const maxIds = 262_144;
+  // The workload's own kind of text, tokenized once by the real tokenizer and repeated: ids of the
+  // same widths as the proxy's, so both write about the same bytes (the bench prints both).
+  const tokenizer = await loadPromptTokenizer(
+    createProxyConfig({ tokenizerPath: modelDirectory, tokenBuildModel: 'qwen3' }),
+  );
+  const sample = tokenizer.encodeText(toolOutput(random(7), 200_000));
+  const digits: string[] = [];
+  for (let index = 0; index < maxIds; index++) digits.push(String(sample[index % sample.length]));
+  const idsText = Buffer.from(digits.join(','));
+  // Byte offset after the n-th id (n >= 1), so a body of n ids is one slice of `idsText`.
+  const ends = new Int32Array(maxIds + 1);
+  for (let index = 0, at = 0; index < maxIds; index++) {
+    at += digits[index]!.length + (index > 0 ? 1 : 0);
+    ends[index + 1] = at;
+  }
+  const head = Buffer.from('{"input_ids":[');
+  const tail = Buffer.from(
+    '],"sampling_params":{"temperature":1,"max_new_tokens":4096,"skip_special_tokens":false},"return_logprob":true}',
+  );
+  // The proxy's own way to the engine (engine-client.ts): undici's dispatcher with a plain handler.
+  const engine = new URL(engineUrl);
+  const dispatcher = new Agent({ connections: 512, keepAliveTimeout: 60_000, pipelining: 1 });
+  const post = (body: Buffer) =>
+    new Promise<Buffer>((resolve, reject) => {
+      const chunks: Buffer[] = [];
+      dispatcher.dispatch(
+        {
+          origin: engine.origin,
+          path: '/generate',
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body,
+        },
+        {
+          onConnect() {},
+          onHeaders: () => true,
+          onData(chunk: Buffer) {
+            chunks.push(chunk);
+            return true;
+          },
+          onComplete: () => resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks)),
+          onError: reject,
+        } as Dispatcher.DispatchHandler,
+      );
+    });
+  let generateBytes = 0;
+  let requests = 0;
+  const server = createServer((incoming, response) => {
+    incoming.on('data', () => {});
+    incoming.on('end', async () => {
+      const count = Math.min(maxIds, Number(incoming.headers['x-prompt-tokens'] ?? 0));
+      const generate = Buffer.concat([head, idsText.subarray(0, ends[count]), tail]);
+      generateBytes += generate.length;
+      requests += 1;
+      const result = JSON.parse((await post(generate)).toString('utf8')) as {
+        text: string;
+        meta_info: { completion_tokens: number };
+      };
+      const reply = JSON.stringify({
+        id: 'chatcmpl-floor',
+        object: 'chat.completion',
+        choices: [{ index: 0, message: { role: 'assistant', content: result.text }, finish_reason: 'stop' }],
+        usage: { prompt_tokens: count, completion_tokens: result.meta_info.completion_tokens },
+      });
+      response.writeHead(200, {
+        'content-type': 'application/json',
+        'content-length': Buffer.byteLength(reply),
+      });
+      response.end(reply);
+    });
+  });
+  server.keepAliveTimeout = 600_000;
+  process.on('message', (message: unknown) => {
+    if ((message as { kind?: string }).kind !== 'cpu') return;
+    const cpu = process.cpuUsage();
+    process.send?.({ kind: 'cpu', cpuMicroseconds: cpu.user + cpu.system, requests, generateBytes });
+  });
+  process.stdout.write(`ready ${await listen(server)}\n`);
+}
+
 async function main(): Promise<void> {
   if (role === 'engine') await engine(args[0]!);
   else if (role === 'proxy') await proxy(args[0]!, args[1]!, args[2]!);
+  else if (role === 'floor') await floor(args[0]!, args[1]!);
   else throw new Error(`unknown role ${role}`);
 }
 

