@@ -3,6 +3,7 @@ import { Tokenizer } from '@huggingface/tokenizers';
 import fc from 'fast-check';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { qwen3ModelDirectory } from './__fixtures__/qwen3-model.js';
+import { qwenSplitSource } from './ascii-pieces.js';
 import { createFastEncoder, createPieceSplitter } from './fast-encoder.js';
 import { readModelFiles } from './model-directory.js';
 import { loadTokenizer, type TitoTokenizer } from './tokenizer.js';
@@ -130,5 +131,58 @@ describe('the piece splitter', () => {
       }),
       { numRuns: 500 },
     );
+  });
+
+  it("matches Qwen's pattern by hand as the regex does, ASCII edge cases and the characters it defers", async () => {
+    const qwen = new RegExp(qwenSplitSource, 'gu');
+    // The regex alone: a pattern with the same meaning but another source is never hand-matched.
+    const regexOnly = new RegExp(`(?:${qwenSplitSource})`, 'gu');
+    const split = (pattern: RegExp, text: string) => {
+      const pieces: string[] = [];
+      createPieceSplitter(pattern)(text, (piece) => pieces.push(piece));
+      return pieces;
+    };
+    // Every ASCII class next to each other (apostrophes and contraction letters in both cases,
+    // every whitespace, control characters) and the characters outside ASCII that continue a
+    // letter run, a whitespace run or a symbol run, or are digits.
+    const alphabet = [
+      ...'aZ09 \t\n\r\v\f.({"\u0000\u007f',
+      "'",
+      's',
+      'S',
+      'r',
+      'R',
+      'e',
+      'E',
+      'v',
+      'l',
+      'L',
+      've',
+      'll',
+      'LL',
+      'd',
+      'm',
+      't',
+      'é',
+      '漢',
+      '\u00a0',
+      '\u2028',
+      '\u3000',
+      '—',
+      '٣',
+      '😀',
+      '\ud800',
+    ];
+    fc.assert(
+      fc.property(fc.array(fc.constantFrom(...alphabet), { maxLength: 40 }), (parts) => {
+        const text = parts.join('');
+        const expected = reference(qwen, text);
+        expect(split(qwen, text)).toEqual(expected);
+        expect(split(regexOnly, text)).toEqual(expected);
+      }),
+      { numRuns: 5000 },
+    );
+    const source = await readFile(new URL('./fast-encoder.ts', import.meta.url), 'utf8');
+    expect(split(qwen, source)).toEqual(reference(qwen, source));
   });
 });

@@ -6,6 +6,8 @@
 // text: words, spaces, punctuation) costs one Map lookup. Pieces not in the cache go through the
 // library's own byte-level mapping and BPE model, so the ids are the library's by construction.
 
+import { asciiPieceEnd, qwenSplitSource } from './ascii-pieces.js';
+
 interface AddedTokenLike {
   content: string;
   id: number;
@@ -122,18 +124,24 @@ export function createPieceSplitter(
     }
     if (previous < text.length) onPiece(text.slice(previous));
   };
+  // Qwen's pattern is matched by hand where the text is ASCII (ascii-pieces.ts), the regex elsewhere.
+  const scan = global.source === qwenSplitSource && global.flags === 'gu' ? asciiPieceEnd : null;
   // Without a match object per piece: while a non-empty match starts right where the last one ended
   // (always, for patterns that cover the text), `test` on the sticky copy gives its end.
   return (text, onPiece) => {
     let position = 0;
     while (position < text.length) {
-      sticky.lastIndex = position;
-      if (!sticky.test(text) || sticky.lastIndex === position) {
-        splitFrom(text, position, onPiece);
-        return;
+      let stop = scan === null ? -1 : scan(text, position);
+      if (stop === -1) {
+        sticky.lastIndex = position;
+        if (!sticky.test(text) || sticky.lastIndex === position) {
+          splitFrom(text, position, onPiece);
+          return;
+        }
+        stop = sticky.lastIndex;
       }
-      onPiece(text.slice(position, sticky.lastIndex));
-      position = sticky.lastIndex;
+      onPiece(text.slice(position, stop));
+      position = stop;
     }
   };
 }
