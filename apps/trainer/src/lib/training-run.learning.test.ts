@@ -125,7 +125,9 @@ describe('the shipped weather recipe', () => {
     // 0.9. Rollouts reach the engine in varying order, so CI allows a little below it.
     const { summary, rl } = await train('recipe.yaml', 'sync', 'tito', 50);
     expect(summary.stepsCompleted).toBe(50);
-    expect(summary.maxLogprobDiff).toBeLessThanOrEqual(1e-5);
+    // The bar of every parity check: the largest difference over a whole run has been a few 1e-6,
+    // once 1.2e-5 (a CI run); a trainer scoring with other weights is off by 1e-3 and more.
+    expect(summary.maxLogprobDiff).toBeLessThanOrEqual(1e-4);
     expect(summary.meanVersionGap).toBe(0);
     expectLearned(rl);
     expect(mean(summary.rewards.slice(-10))).toBeGreaterThanOrEqual(0.85);
