@@ -3,7 +3,8 @@
 // the real tokenizer), `proxy`, the real proxy as `dressage-proxy` runs it (TITO, the Qwen3
 // template of the model directory, the persistent store on), and `floor`, a forwarder doing only the
 // work the wire protocol forces on any token-recording proxy (see `floor` below). Each prints
-// `ready <url>` when listening; `floor` answers `cpu` over IPC with its CPU time so far.
+// `ready <url>` when listening; `floor` answers `cpu` over IPC with its CPU time so far, as the
+// servers of bench-servers.ts do.
 // The proxy answers `memory` over IPC with its resident memory (peak, and current after a full
 // garbage collection), a byte count of its sessions and the garbage-collection pauses so far;
 // `profile` starts V8's CPU profiler, and `profile` with a path stops it and writes the profile there.
@@ -248,15 +249,11 @@ async function floor(engineUrl: string, modelDirectory: string): Promise<void> {
         } as Dispatcher.DispatchHandler,
       );
     });
-  let generateBytes = 0;
-  let requests = 0;
   const server = createServer((incoming, response) => {
     incoming.on('data', () => {});
     incoming.on('end', async () => {
       const count = Math.min(maxIds, Number(incoming.headers['x-prompt-tokens'] ?? 0));
       const generate = Buffer.concat([head, idsText.subarray(0, ends[count]), tail]);
-      generateBytes += generate.length;
-      requests += 1;
       const result = JSON.parse((await post(generate)).toString('utf8')) as {
         text: string;
         meta_info: { completion_tokens: number };
@@ -276,9 +273,9 @@ async function floor(engineUrl: string, modelDirectory: string): Promise<void> {
   });
   server.keepAliveTimeout = 600_000;
   process.on('message', (message: unknown) => {
-    if ((message as { kind?: string }).kind !== 'cpu') return;
+    if (message !== 'cpu') return;
     const cpu = process.cpuUsage();
-    process.send?.({ kind: 'cpu', cpuMicroseconds: cpu.user + cpu.system, requests, generateBytes });
+    process.send?.({ cpu: cpu.user + cpu.system });
   });
   process.stdout.write(`ready ${await listen(server)}\n`);
 }

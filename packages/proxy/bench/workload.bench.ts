@@ -31,7 +31,7 @@ import { parseArgs } from 'node:util';
 import { Agent, request } from 'undici';
 import { proxyNodeFlags } from '../src/node-flags.js';
 import type { SessionFootprint } from './session-footprint.js';
-import { bundleScript, spawnServer } from './spawn-server.js';
+import { bundleScript, cpuMicroseconds, spawnServer } from './spawn-server.js';
 import { random, toolOutput, words } from './workload-text.js';
 
 const require = createRequire(import.meta.url);
@@ -94,15 +94,6 @@ function ask(child: ChildProcess, request: { kind: string; [key: string]: unknow
 
 async function memoryOf(child: ChildProcess, sessions: string[] = []): Promise<MemoryReport> {
   return (await ask(child, { kind: 'memory', sessions })) as MemoryReport;
-}
-
-interface FloorCounters {
-  cpuMicroseconds: number;
-  requests: number;
-}
-
-async function floorCounters(child: ChildProcess): Promise<FloorCounters> {
-  return (await ask(child, { kind: 'cpu' })) as FloorCounters;
 }
 
 interface GenerateBytes {
@@ -256,7 +247,7 @@ async function runSize(sessions: number): Promise<SizeResult> {
     await warmUp(proxy.url, dispatcher);
     if (floor !== null) await warmUpFloor(floor.url, dispatcher);
     const idle = await memoryOf(proxy.child);
-    const floorBefore = floor === null ? null : await floorCounters(floor.child);
+    const floorBefore = floor === null ? null : await cpuMicroseconds(floor.child);
     const bytesBefore = await generateBytes(engine.child);
     if (flags['cpu-profile'] !== undefined) await profile(proxy.child);
     const thinkMs = sessions * thinkMsPerSession;
@@ -356,7 +347,7 @@ async function runSize(sessions: number): Promise<SizeResult> {
       await profile(proxy.child, join(flags['cpu-profile'], `proxy-${sessions}.cpuprofile`));
     // Every session is still open (none finalized): the live peak.
     const live = await memoryOf(proxy.child, ids);
-    const floorAfter = floor === null ? null : await floorCounters(floor.child);
+    const floorAfter = floor === null ? null : await cpuMicroseconds(floor.child);
     const bytesAfter = await generateBytes(engine.child);
     const seconds = (performance.now() - begin) / 1000;
     // Finalize everything: each trajectory goes to the store's log (one lineage segment each).
@@ -400,11 +391,9 @@ async function runSize(sessions: number): Promise<SizeResult> {
       finalPeakResident: final.resident.peak,
       storeDiskBytes: directoryBytes(storeDirectory),
       proxyCpuPerRequest: (live.cpuMicroseconds - cpuBefore) / requests,
+      // The floor was sent every request the proxy was, from the same moment on.
       floorCpuPerRequest:
-        floorBefore === null || floorAfter === null
-          ? Number.NaN
-          : (floorAfter.cpuMicroseconds - floorBefore.cpuMicroseconds) /
-            (floorAfter.requests - floorBefore.requests),
+        floorBefore === null || floorAfter === null ? Number.NaN : (floorAfter - floorBefore) / requests,
       proxyGenerateBytes:
         (bytesAfter.proxy - bytesBefore.proxy) / (bytesAfter.proxyRequests - bytesBefore.proxyRequests),
       floorGenerateBytes:
