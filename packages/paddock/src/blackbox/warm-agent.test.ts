@@ -29,11 +29,13 @@ const plant = [
   'echo "remember SECRET""_A" > "$HOME/.config/opencode/AGENTS.md"',
   'echo "remember SECRET""_A" > "$HOME/.qwen/QWEN.md"',
   'export LEAK=SECRET""_A',
-  'nohup sleep 600 >/dev/null 2>&1 &',
-  'echo planted',
+  // Braces: `&;` would be a syntax error, and the shell would run none of the line.
+  '{ nohup sleep 600 >/dev/null 2>&1 & }',
+  // Split too: a shell that refused the line would print it, "planted" included.
+  'echo plant""ed',
 ].join('; ');
 const look = [
-  'echo looked',
+  'echo look""ed',
   'echo "LEAK=$LEAK"',
   'ls -A /workspace /tmp "$HOME" /workspace_sandbox/blackbox_server_runtime',
   'grep -rl "SECRET""_A" /workspace /tmp "$HOME" /workspace_sandbox /home 2>/dev/null',
