@@ -1,33 +1,42 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { codexConfig, codexFailure, codexOptionsSchema } from './codex.js';
-import { codexEventsToChat } from './codex-events.js';
+import { agentPackages, ensureAgentInstalled } from './agent-install.js';
+import { CodexAdapter, codexConfig, codexFailure, codexOptionsSchema } from './codex.js';
+import { codexItemSchema, codexItemsToChat } from './codex-items.js';
 
 describe('codex adapter', () => {
-  it('turns exec --json events into tool calls, tool results and replies', () => {
-    const stdout = [
-      '{"type":"thread.started","thread_id":"th-1"}',
-      '{"type":"item.completed","item":{"id":"i0","type":"reasoning","text":"Use the shell."}}',
-      '{"type":"item.completed","item":{"id":"i1","type":"command_execution","command":"echo hi","aggregated_output":"hi\\n","exit_code":0}}',
-      '{"type":"item.completed","item":{"id":"i2","type":"agent_message","text":"Done."}}',
-      '{"type":"turn.completed","usage":{"input_tokens":10}}',
-    ].join('\n');
-    expect(codexEventsToChat(stdout)).toEqual({
-      threadId: 'th-1',
-      error: null,
-      outputs: [
-        {
-          role: 'assistant',
-          content: '',
-          reasoning_content: 'Use the shell.',
-          tool_calls: [
-            { id: 'i1', type: 'function', function: { name: 'shell', arguments: '{"command":"echo hi"}' } },
-          ],
-        },
-        { role: 'tool', tool_call_id: 'i1', content: 'hi\n' },
-        { role: 'assistant', content: 'Done.' },
-      ],
-    });
-    expect(codexEventsToChat('{"type":"turn.failed","error":{"message":"boom"}}').error).toBe('boom');
+  it('turns app-server items into tool calls, tool results and replies', () => {
+    const items = [
+      { type: 'userMessage', id: 'u0', content: [{ type: 'text', text: 'hi' }] },
+      { type: 'reasoning', id: 'r0', summary: ['Use the shell.'], content: [] },
+      {
+        type: 'commandExecution',
+        id: 'i1',
+        command: 'echo hi',
+        aggregatedOutput: 'hi\n',
+        exitCode: 0,
+        status: 'completed',
+      },
+      { type: 'reasoning', id: 'r1', summary: [], content: ['Report it.'] },
+      { type: 'agentMessage', id: 'i2', text: 'Done.', phase: null },
+      { type: 'fileChange', id: 'f0', changes: [] },
+    ].map((item) => codexItemSchema.parse(item));
+    expect(codexItemsToChat(items)).toEqual([
+      {
+        role: 'assistant',
+        content: '',
+        reasoning_content: 'Use the shell.',
+        tool_calls: [
+          { id: 'i1', type: 'function', function: { name: 'shell', arguments: '{"command":"echo hi"}' } },
+        ],
+      },
+      { role: 'tool', tool_call_id: 'i1', content: 'hi\n' },
+      { role: 'assistant', content: 'Done.', reasoning_content: 'Report it.' },
+    ]);
   });
 
   it('maps its failure messages onto the turn error table', () => {
@@ -45,7 +54,67 @@ describe('codex adapter', () => {
     expect(inside).toContain('base_url = "http://127.0.0.1:9/v1"');
     expect(inside).toContain('request_max_retries = 0');
     const outside = codexConfig(options, { ...context, insideSandbox: false });
-    expect(outside).toContain('approval_policy = "untrusted"');
+    expect(outside).toContain('approval_policy = "on-request"');
     expect(outside).toContain('sandbox_mode = "read-only"');
   });
+
+  it('interrupts a turn whose model request hangs, and serves the next sample', async (context) => {
+    let bin: string;
+    try {
+      bin = await ensureAgentInstalled(agentPackages.codex, { timeoutMs: 720_000 });
+    } catch (error) {
+      return context.skip(`cannot install Codex: ${String(error)}`);
+    }
+    // A model that starts its answer and never ends it.
+    let requests = 0;
+    const model = createServer((_request, response) => {
+      requests += 1;
+      response.writeHead(200, { 'content-type': 'text/event-stream' });
+    });
+    await new Promise<void>((resolve) => model.listen(0, '127.0.0.1', resolve));
+    const base = mkdtempSync(join(tmpdir(), 'paddock-codex-'));
+    const previous = process.env.DRESSAGE_CODEX_BIN;
+    process.env.DRESSAGE_CODEX_BIN = bin;
+    const adapter = new CodexAdapter({});
+    try {
+      const pins: [string, string | undefined][] = [];
+      await adapter.init({
+        runtimeDir: join(base, 'runtime'),
+        workDir: base,
+        proxyOrigin: `http://127.0.0.1:${(model.address() as AddressInfo).port}`,
+        proxyApiKey: 'key',
+        apiPath: '/v1',
+        systemPrompt: null,
+        routerTimeoutMs: 60_000,
+        sessionId: 'sample-a',
+        instanceId: 'instance-a',
+        insideSandbox: false,
+        drainModelRequests: async () => {},
+        pinAgentSession: (id, header) => pins.push([id, header]),
+      });
+      expect(await adapter.health()).toBe(true);
+      const controller = new AbortController();
+      const turn = adapter.runTurn({ turnId: 't1', text: 'hi', signal: controller.signal });
+      while (requests === 0) await new Promise((resolve) => setTimeout(resolve, 20));
+      controller.abort();
+      await expect(turn).rejects.toMatchObject({ code: 'cancelled' });
+      expect(pins).toEqual([[expect.any(String), 'thread-id']]);
+      // The server stays up; the next sample gets a thread of its own.
+      await adapter.recycle();
+      expect(adapter.processGroups()).toHaveLength(1);
+      const next = new AbortController();
+      const second = adapter.runTurn({ turnId: 't2', text: 'hi', signal: next.signal });
+      while (requests < 2) await new Promise((resolve) => setTimeout(resolve, 20));
+      next.abort();
+      await expect(second).rejects.toMatchObject({ code: 'cancelled' });
+      expect(pins).toHaveLength(2);
+      expect(pins[1]?.[0]).not.toBe(pins[0]?.[0]);
+    } finally {
+      await adapter.close();
+      model.close();
+      if (previous === undefined) delete process.env.DRESSAGE_CODEX_BIN;
+      else process.env.DRESSAGE_CODEX_BIN = previous;
+      rmSync(base, { recursive: true, force: true });
+    }
+  }, 900_000);
 });

@@ -1,16 +1,19 @@
-import { mkdir, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { DressageError } from '@dressage/protocol';
 import { z } from 'zod';
 import {
   type AdapterContext,
   type AdapterTurn,
   type AdapterTurnResult,
   AgentTurnError,
+  type BlackboxAdapter,
+  defaultCapabilities,
   parseAdapterOptions,
 } from '../blackbox/adapter.js';
 import { agentEnv } from './agent-process.js';
-import { codexEventsToChat } from './codex-events.js';
-import { PerTurnCliAdapter } from './per-turn-cli.js';
+import { type CodexItem, codexItemCompletedSchema, codexItemsToChat } from './codex-items.js';
+import { JsonRpcAgentProcess } from './json-rpc-process.js';
 
 /**
  * `backend_options` of the codex adapter (strict). The executable is the server operator's choice
@@ -36,8 +39,9 @@ function tomlString(value: string): string {
 /**
  * Codex's `config.toml`: the LLM proxy as its only model provider (Responses wire API), web search,
  * update checks, analytics and feedback off. Inside a sandbox it runs commands without asking and
- * without a sandbox of its own (the bubblewrap slot is the sandbox); elsewhere it asks, and in
- * `codex exec` nobody answers, so nothing runs.
+ * without a sandbox of its own (the bubblewrap slot is the sandbox); elsewhere commands run only
+ * in Codex's own read-only sandbox and any approval it asks for is refused (the JSON-RPC client
+ * answers no request of the agent).
  */
 export function codexConfig(
   options: z.output<typeof codexOptionsSchema>,
@@ -47,7 +51,8 @@ export function codexConfig(
   const lines = [
     `model = ${tomlString(options.model_id)}`,
     `model_provider = ${tomlString(options.model_provider_id)}`,
-    `approval_policy = ${tomlString(inside ? 'never' : 'untrusted')}`,
+    // Codex 0.171.0 refuses `untrusted` in config.toml ("no longer supported").
+    `approval_policy = ${tomlString(inside ? 'never' : 'on-request')}`,
     `sandbox_mode = ${tomlString(inside ? 'danger-full-access' : 'read-only')}`,
     'web_search = "disabled"',
     'check_for_update_on_startup = false',
@@ -88,61 +93,240 @@ export function codexFailure(message: string): AgentTurnError {
   return new AgentTurnError('backend_error', `Codex: ${message}`);
 }
 
+// Answers and notifications of `codex app-server` the adapter reads (the app-server protocol,
+// `codex app-server generate-ts`, Codex 0.171.0: v2/ThreadStartResponse.ts, v2/TurnStartResponse.ts,
+// v2/TurnCompletedNotification.ts, v2/ErrorNotification.ts).
+const threadStartedSchema = z.looseObject({ thread: z.looseObject({ id: z.string().min(1) }) });
+const turnSchema = z.looseObject({
+  id: z.string().min(1),
+  status: z.string(),
+  error: z.looseObject({ message: z.string() }).nullish().catch(null),
+});
+const turnStartedSchema = z.looseObject({ turn: turnSchema });
+const turnCompletedSchema = z.looseObject({ threadId: z.string(), turn: turnSchema });
+const errorNotificationSchema = z.looseObject({
+  threadId: z.string(),
+  willRetry: z.boolean().optional(),
+  error: z.looseObject({ message: z.string() }),
+});
+
+/** What a turn ended with: its status and error, and the items it completed. */
+interface TurnEnd {
+  status: string;
+  error: string | null;
+  items: CodexItem[];
+}
+
 /**
- * Drives Codex (npm `@openai/codex`, a native binary in the package) headless: one
- * `codex exec --json` run per turn, later turns `codex exec resume <thread>`. It speaks the OpenAI
- * Responses API, which the LLM proxy bridges onto chat completions; `CODEX_HOME` is the runtime
- * dir's.
+ * Drives Codex (npm `@openai/codex`, a native binary in the package) as a long-lived `codex
+ * app-server` (JSON-RPC over its stdin and stdout; `codex exec` is a client of the same server,
+ * in process): one ephemeral thread per sample (`thread/start` with `ephemeral: true`: no rollout
+ * or history written to disk), one `turn/start` per turn, `turn/interrupt` to stop one. It speaks
+ * the OpenAI Responses API, which the LLM proxy bridges onto chat completions; `CODEX_HOME` is the
+ * runtime dir's. Kept between samples: its thread is dropped and the agent's home emptied.
  */
-export class CodexAdapter extends PerTurnCliAdapter {
+export class CodexAdapter implements BlackboxAdapter {
   readonly type = 'codex';
+  readonly capabilities = defaultCapabilities;
   readonly #options: z.output<typeof codexOptionsSchema>;
+  readonly #process = new JsonRpcAgentProcess();
+  #context: AdapterContext | null = null;
   #threadId: string | null = null;
+  // The turn running now (its id once `turn/start` answered), for `turn/interrupt`.
+  #turn: { id: string | null } | null = null;
+  // What Codex put in its home by the end of start-up (its state databases, installation id):
+  // kept on recycle.
+  #baseline = new Set<string>();
 
   constructor(options: unknown) {
-    super();
     this.#options = parseAdapterOptions(codexOptionsSchema, options, 'codex');
   }
 
-  protected get command(): string {
+  get #command(): string {
     return process.env.DRESSAGE_CODEX_BIN || 'codex';
   }
 
-  #environment(context: AdapterContext): NodeJS.ProcessEnv {
-    return agentEnv(this.home, {
-      CODEX_HOME: join(this.home, '.codex'),
-      CODEX_SQLITE_HOME: join(this.home, '.codex-sqlite'),
-      [keyVariable]: context.proxyApiKey,
-      RUST_LOG: 'error',
-    });
+  #home(context: AdapterContext): string {
+    return join(context.runtimeDir, 'home');
   }
 
-  protected async configure(context: AdapterContext): Promise<void> {
-    this.home = join(context.runtimeDir, 'home');
-    const codexHome = join(this.home, '.codex');
+  async #writeConfig(context: AdapterContext): Promise<void> {
+    const codexHome = join(this.#home(context), '.codex');
     await mkdir(codexHome, { recursive: true });
-    await mkdir(join(this.home, '.codex-sqlite'), { recursive: true });
+    await mkdir(join(this.#home(context), '.codex-sqlite'), { recursive: true });
     await writeFile(join(codexHome, 'config.toml'), codexConfig(this.#options, context));
   }
 
+  async init(context: AdapterContext): Promise<void> {
+    this.#context = context;
+    await this.#writeConfig(context);
+    const home = this.#home(context);
+    this.#process.start([this.#command, 'app-server'], {
+      cwd: context.workDir,
+      env: agentEnv(home, {
+        CODEX_HOME: join(home, '.codex'),
+        CODEX_SQLITE_HOME: join(home, '.codex-sqlite'),
+        [keyVariable]: context.proxyApiKey,
+        RUST_LOG: 'error',
+      }),
+    });
+    try {
+      await this.#process.request(
+        'initialize',
+        { clientInfo: { name: 'dressage', title: null, version: '1' }, capabilities: null },
+        z.looseObject({}),
+        AbortSignal.timeout(120_000),
+      );
+      this.#process.notify('initialized', {});
+    } catch (error) {
+      await this.#process.stop();
+      throw new DressageError({
+        code: 'unavailable',
+        message: `codex cannot run: ${error instanceof Error ? error.message : String(error)} ${this.#process.tail}`,
+      });
+    }
+    this.#baseline = new Set(await readdir(join(home, '.codex')));
+  }
+
+  async health(): Promise<boolean> {
+    return this.#context !== null && (await this.#process.ping());
+  }
+
   async runTurn(turn: AdapterTurn): Promise<AdapterTurnResult> {
-    const context = this.context as AdapterContext;
-    const args = [
-      this.command,
-      'exec',
-      ...(this.#threadId === null ? [] : ['resume', this.#threadId]),
-      '--json',
-      '--model',
-      this.#options.model_id,
-      '--skip-git-repo-check',
-      '--ignore-rules',
-      turn.text,
-    ];
-    const result = await this.runCli(turn, args, this.#environment(context));
-    const { outputs, threadId, error } = codexEventsToChat(result.stdout);
-    this.#threadId ??= threadId;
-    if (error !== null) throw codexFailure(error);
-    if (result.returncode !== 0 || outputs.length === 0) throw this.exitError(result);
-    return { outputs, backendSessionId: this.#threadId };
+    const context = this.#context as AdapterContext;
+    if (this.#threadId === null) {
+      const started = await this.#process.request(
+        'thread/start',
+        { model: this.#options.model_id, cwd: context.workDir, ephemeral: true },
+        threadStartedSchema,
+        turn.signal,
+      );
+      this.#threadId = started.thread.id;
+      // Codex sends its thread id as `thread-id` on every model request: only this thread's
+      // requests may reach this sample's trajectory.
+      context.pinAgentSession?.(this.#threadId, 'thread-id');
+    }
+    const threadId = this.#threadId;
+    const current: { id: string | null } = { id: null };
+    this.#turn = current;
+    const ended = this.#turnEnd(threadId, current);
+    const interrupt = () => void this.abort();
+    turn.signal.addEventListener('abort', interrupt, { once: true });
+    let end: TurnEnd;
+    try {
+      const started = await this.#process.request(
+        'turn/start',
+        { threadId, input: [{ type: 'text', text: turn.text, text_elements: [] }] },
+        turnStartedSchema,
+      );
+      current.id = started.turn.id;
+      if (turn.signal.aborted) interrupt();
+      end = await ended.promise;
+    } finally {
+      ended.stop();
+      turn.signal.removeEventListener('abort', interrupt);
+      this.#turn = null;
+    }
+    if (turn.signal.aborted || end.status === 'interrupted')
+      throw new DressageError({ code: 'cancelled', message: 'codex turn was interrupted' });
+    await context.drainModelRequests();
+    if (end.status !== 'completed') throw codexFailure(end.error ?? `the turn ended ${end.status}`);
+    return { outputs: codexItemsToChat(end.items), backendSessionId: threadId };
+  }
+
+  // Collects the thread's completed items until its turn completes (or the server exits).
+  #turnEnd(threadId: string, current: { id: string | null }) {
+    const items: CodexItem[] = [];
+    let error: string | null = null;
+    let stop = () => {};
+    const promise = new Promise<TurnEnd>((resolve, reject) => {
+      const exited = () =>
+        reject(new DressageError({ code: 'unavailable', message: `codex exited: ${this.#process.tail}` }));
+      const stopListening = this.#process.onNotification((method, params) => {
+        if (method === 'item/completed') {
+          const parsed = codexItemCompletedSchema.safeParse(params);
+          if (parsed.success && parsed.data.threadId === threadId) items.push(parsed.data.item);
+        } else if (method === 'error') {
+          const parsed = errorNotificationSchema.safeParse(params);
+          if (parsed.success && parsed.data.threadId === threadId && parsed.data.willRetry !== true)
+            error = parsed.data.error.message;
+        } else if (method === 'turn/completed') {
+          const parsed = turnCompletedSchema.safeParse(params);
+          if (!parsed.success || parsed.data.threadId !== threadId) return;
+          if (current.id !== null && parsed.data.turn.id !== current.id) return;
+          resolve({
+            status: parsed.data.turn.status,
+            error: parsed.data.turn.error?.message ?? error,
+            items,
+          });
+        }
+      });
+      const stopWatching = this.#process.onClose(exited);
+      stop = () => {
+        stopListening();
+        stopWatching();
+      };
+      if (!this.#process.running) exited();
+    });
+    return { promise, stop: () => stop() };
+  }
+
+  /** Interrupts the turn Codex is running; nothing to do once it completed. */
+  async abort(): Promise<void> {
+    const turnId = this.#turn?.id;
+    if (this.#threadId === null || turnId === undefined || turnId === null || !this.#process.running) return;
+    await this.#process
+      .request('turn/interrupt', { threadId: this.#threadId, turnId }, z.unknown(), AbortSignal.timeout(5000))
+      .catch(() => undefined);
+  }
+
+  /**
+   * Drops the sample just served while `codex app-server` keeps running: its turn is interrupted,
+   * its ephemeral thread (never written to disk) unsubscribed, as `codex exec` does at its end (the
+   * server unloads it after a grace period: 60 s measured with Codex 0.171.0, then `thread/closed`;
+   * no tool of another thread reaches it), and the agent's home is emptied but for Codex's own
+   * start-up files (config, state databases, installation id), its config written anew.
+   */
+  async recycle(): Promise<void> {
+    if (!this.#process.running)
+      throw new DressageError({
+        code: 'unavailable',
+        message: `codex is not running: ${this.#process.tail}`,
+      });
+    const context = this.#context as AdapterContext;
+    const signal = () => AbortSignal.timeout(10_000);
+    await this.abort();
+    if (this.#threadId !== null)
+      await this.#process.request('thread/unsubscribe', { threadId: this.#threadId }, z.unknown(), signal());
+    this.#threadId = null;
+    const home = this.#home(context);
+    const keepOnly = async (dir: string, keep: ReadonlySet<string>) => {
+      const entries = await readdir(dir).catch(() => [] as string[]);
+      await Promise.all(
+        entries
+          .filter((entry) => !keep.has(entry))
+          .map((entry) => rm(join(dir, entry), { recursive: true, force: true })),
+      );
+    };
+    await keepOnly(home, new Set(['.codex', '.codex-sqlite']));
+    await keepOnly(join(home, '.codex'), this.#baseline);
+    // Per-thread files, even where they existed at start-up.
+    for (const dir of ['sessions', 'shell_snapshots', 'log', 'memories', 'history.jsonl'])
+      await rm(join(home, '.codex', dir), { recursive: true, force: true });
+    await this.#writeConfig(context);
+  }
+
+  async rebind(context: AdapterContext): Promise<void> {
+    this.#context = context;
+    this.#threadId = null;
+  }
+
+  processGroups(): number[] {
+    const pid = this.#process.pid;
+    return pid !== null && this.#process.running ? [pid] : [];
+  }
+
+  async close(): Promise<void> {
+    await this.#process.stop();
   }
 }

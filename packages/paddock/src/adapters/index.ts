@@ -45,7 +45,7 @@ export {
   claudeFailure,
 } from './claude-code.js';
 export { CodexAdapter, codexConfig, codexFailure, codexOptionsSchema } from './codex.js';
-export { codexEventsToChat } from './codex-events.js';
+export { codexItemsToChat } from './codex-items.js';
 export {
   OpenclawAdapter,
   openclawConfig,

@@ -11,9 +11,9 @@ import {
   defaultCapabilities,
   parseAdapterOptions,
 } from '../blackbox/adapter.js';
-import { AcpAgentProcess } from './acp-agent.js';
-import { type AcpSessionUpdate, acpUpdatesToChat } from './acp-updates.js';
+import { type AcpSessionUpdate, acpSessionUpdateSchema, acpUpdatesToChat } from './acp-updates.js';
 import { agentEnv } from './agent-process.js';
+import { JsonRpcAgentProcess } from './json-rpc-process.js';
 
 /**
  * `backend_options` of the qwen-code adapter (strict). The executable is the server operator's
@@ -26,6 +26,9 @@ export const qwenCodeOptionsSchema = z.strictObject({
   max_session_turns: z.int().positive().default(50),
 });
 
+// The params of ACP's `session/update` notification; one that does not parse is not a step to record.
+const sessionUpdateParamsSchema = z.looseObject({ sessionId: z.string(), update: acpSessionUpdateSchema });
+
 /**
  * Drives Qwen Code (npm `@qwen-code/qwen-code`) as a long-lived `qwen --acp` process (the Agent
  * Client Protocol over its stdin and stdout): one ACP session per sample, one `session/prompt` per
@@ -37,7 +40,7 @@ export class QwenCodeAdapter implements BlackboxAdapter {
   readonly type = 'qwen_code';
   readonly capabilities = defaultCapabilities;
   readonly #options: z.output<typeof qwenCodeOptionsSchema>;
-  readonly #process = new AcpAgentProcess();
+  readonly #process = new JsonRpcAgentProcess();
   #context: AdapterContext | null = null;
   #sessionId: string | null = null;
 
@@ -134,8 +137,10 @@ export class QwenCodeAdapter implements BlackboxAdapter {
     }
     const sessionId = this.#sessionId;
     const updates: AcpSessionUpdate[] = [];
-    const stopListening = this.#process.onUpdate((id, update) => {
-      if (id === sessionId) updates.push(update);
+    const stopListening = this.#process.onNotification((method, params) => {
+      if (method !== 'session/update') return;
+      const parsed = sessionUpdateParamsSchema.safeParse(params);
+      if (parsed.success && parsed.data.sessionId === sessionId) updates.push(parsed.data.update);
     });
     const cancel = () => this.#process.notify('session/cancel', { sessionId });
     turn.signal.addEventListener('abort', cancel, { once: true });

@@ -33,11 +33,11 @@ export interface AdapterContext {
   /** Resolves once no model request is in flight through the LLM proxy. */
   drainModelRequests(): Promise<void>;
   /**
-   * Tells the LLM proxy the agent's own session id of this sample (what the agent sends as its
-   * `x-session-id` header): requests of any other agent session are refused, so a kept agent's
-   * requests for an earlier sample never land in this one's trajectory.
+   * Tells the LLM proxy the agent's own session id of this sample and the request header the agent
+   * sends it in (default `x-session-id`): requests of any other agent session are refused, so a
+   * kept agent's requests for an earlier sample never land in this one's trajectory.
    */
-  pinAgentSession?(agentSessionId: string): void;
+  pinAgentSession?(agentSessionId: string, header?: string): void;
 }
 
 /** One turn handed to an adapter. */

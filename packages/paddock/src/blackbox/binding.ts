@@ -457,7 +457,7 @@ export class RolloutBinding {
       instanceId: request.bound_instance_id,
       insideSandbox: this.config.inside_sandbox,
       drainModelRequests: () => proxy.drain().then(() => undefined),
-      pinAgentSession: (agentSessionId) => proxy.pinAgentSession(agentSessionId),
+      pinAgentSession: (agentSessionId, header) => proxy.pinAgentSession(agentSessionId, header),
     };
   }
 

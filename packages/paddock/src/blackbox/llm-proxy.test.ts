@@ -67,12 +67,12 @@ describe('RolloutLlmProxy bindings of a kept agent', () => {
     await model.close();
   });
 
-  const chat = (agentSession?: string) =>
+  const chat = (agentSession?: string, header = 'x-session-id') =>
     fetch(`${proxy.url}/v1/chat/completions`, {
       method: 'POST',
       headers: {
         'content-type': 'application/json',
-        ...(agentSession === undefined ? {} : { 'x-session-id': agentSession }),
+        ...(agentSession === undefined ? {} : { [header]: agentSession }),
       },
       body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }] }),
     });
@@ -106,5 +106,13 @@ describe('RolloutLlmProxy bindings of a kept agent', () => {
       'x-instance-id': 'instance-b',
       'x-dressage-sandbox-id': 'sandbox-b',
     });
+
+    // An agent that names its session in another header (Codex: `thread-id`) is pinned by that one.
+    proxy.rebind({ sessionId: 'sample-c', instanceId: 'instance-c', sandboxId: 'sandbox-c' });
+    proxy.pinAgentSession('thread-c', 'Thread-Id');
+    expect((await chat('thread-c')).status).toBe(409);
+    expect((await chat('thread-b', 'thread-id')).status).toBe(409);
+    expect((await chat('thread-c', 'thread-id')).status).toBe(200);
+    expect(model.requests.length).toBe(served + 2);
   });
 });

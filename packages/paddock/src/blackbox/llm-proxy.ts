@@ -186,6 +186,7 @@ export class RolloutLlmProxy {
   readonly #options: RolloutLlmProxyOptions;
   #binding: ProxyBinding | null;
   #agentSession: string | null = null;
+  #agentSessionHeader = 'x-session-id';
 
   constructor(options: RolloutLlmProxyOptions) {
     this.#options = options;
@@ -226,12 +227,14 @@ export class RolloutLlmProxy {
   }
 
   /**
-   * Accepts only requests whose own `x-session-id` header is `agentSessionId` (the agent's session
-   * of the bound sample; null accepts any): a request a kept agent still sends for an earlier
-   * sample's session is refused with 409 rather than recorded in this sample's trajectory.
+   * Accepts only requests whose own `header` (default `x-session-id`; Codex sends `thread-id`) is
+   * `agentSessionId` (the agent's session of the bound sample; null accepts any): a request a kept
+   * agent still sends for an earlier sample's session is refused with 409 rather than recorded in
+   * this sample's trajectory.
    */
-  pinAgentSession(agentSessionId: string | null): void {
+  pinAgentSession(agentSessionId: string | null, header = 'x-session-id'): void {
     this.#agentSession = agentSessionId;
+    this.#agentSessionHeader = header.toLowerCase();
   }
 
   /** `http://127.0.0.1:<port>` once started. */
@@ -450,7 +453,7 @@ export class RolloutLlmProxy {
       return sendJson(response, 503, {
         error: { message: 'no sample is bound to this agent', type: 'proxy_error', code: 'unbound' },
       });
-    const agentSession = request.headers['x-session-id'];
+    const agentSession = request.headers[this.#agentSessionHeader];
     if (this.#agentSession !== null && agentSession !== this.#agentSession)
       return sendJson(response, 409, {
         error: {

@@ -1,4 +1,4 @@
-// Kept agents in a real bwrap slot (`opencode serve`, `qwen --acp`) stay up between the samples of
+// Kept agents in a real bwrap slot (`opencode serve`, `qwen --acp`, `codex app-server`) stay up between the samples of
 // their slot, and the next sample sees nothing of the last one: no files, no agent session or
 // history, no memory, no environment, no process; each sample's model calls land in its own
 // trajectory; a crashed agent is started anew.
@@ -25,9 +25,10 @@ const plant = [
   'echo SECRET""_A > "$HOME/a.txt"',
   'echo "export LEAK=SECRET""_A" >> "$HOME/.profile"',
   'echo "export LEAK=SECRET""_A" >> "$HOME/.bashrc"',
-  'mkdir -p "$HOME/.config/opencode" "$HOME/.qwen"',
+  'mkdir -p "$HOME/.config/opencode" "$HOME/.qwen" "$HOME/.codex"',
   'echo "remember SECRET""_A" > "$HOME/.config/opencode/AGENTS.md"',
   'echo "remember SECRET""_A" > "$HOME/.qwen/QWEN.md"',
+  'echo "remember SECRET""_A" > "$HOME/.codex/AGENTS.md"',
   'export LEAK=SECRET""_A',
   // Braces: `&;` would be a syntax error, and the shell would run none of the line.
   '{ nohup sleep 600 >/dev/null 2>&1 & }',
@@ -46,8 +47,9 @@ const look = [
 
 const script: Script = (request) => {
   const messages = request.messages as Json[];
-  const last = messages.at(-1) as Json;
-  if (last.role === 'tool') return { content: `Done: ${String(last.content)}` };
+  // Answered once the tool ran (Codex may add a message after its result: an AGENTS.md it saw change).
+  const result = messages.findLast((message) => message.role === 'tool');
+  if (result !== undefined) return { content: `Done: ${String(result.content)}` };
   const task = JSON.stringify(messages);
   const command = task.includes('plant the traces') ? plant : look;
   const tools = ((request.tools as Json[] | undefined) ?? []).map((tool) =>
@@ -55,6 +57,8 @@ const script: Script = (request) => {
   );
   if (tools.includes('run_shell_command'))
     return { content: '', tool_calls: [{ name: 'run_shell_command', arguments: { command } }] };
+  if (tools.includes('exec_command'))
+    return { content: '', tool_calls: [{ name: 'exec_command', arguments: { cmd: command } }] };
   return { content: '', tool_calls: [{ name: 'bash', arguments: { command, description: 'Run' } }] };
 };
 
@@ -85,6 +89,7 @@ const kept = [
     options: { permission: { '*': 'deny', bash: 'allow' } },
   },
   { type: 'qwen_code', agent: agentPackages.qwen_code, variable: 'DRESSAGE_QWEN_CODE_BIN', options: {} },
+  { type: 'codex', agent: agentPackages.codex, variable: 'DRESSAGE_CODEX_BIN', options: {} },
 ] as const;
 
 describe.each(kept)('a kept $type agent', ({ type, agent, variable, options }) => {
@@ -153,7 +158,7 @@ describe.each(kept)('a kept $type agent', ({ type, agent, variable, options }) =
   const toolOutput = (sessionId: string) => {
     const requests = model.requests.filter((request) => request.headers['x-session-id'] === sessionId);
     const last = requests.at(-1)?.body.messages as Json[];
-    const content = last.at(-1)?.content ?? '';
+    const content = last.findLast((message) => message.role === 'tool')?.content ?? '';
     // qwen-code sends content as text blocks.
     return Array.isArray(content)
       ? content.map((block: Json) => String(block.text ?? '')).join('')

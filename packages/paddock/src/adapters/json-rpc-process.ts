@@ -1,7 +1,6 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { DressageError } from '@dressage/protocol';
 import { z } from 'zod';
-import { type AcpSessionUpdate, acpSessionUpdateSchema } from './acp-updates.js';
 import { stopProcessGroup } from './agent-process.js';
 
 // One JSON-RPC 2.0 message: a request or notification (`method`), or the answer to one of ours.
@@ -18,16 +17,16 @@ const jsonRpcMessageSchema = z.looseObject({
 
 type JsonRpcMessage = z.infer<typeof jsonRpcMessageSchema>;
 
-const sessionUpdateParamsSchema = z.looseObject({ sessionId: z.string(), update: acpSessionUpdateSchema });
+/** Called with each notification the agent sends: its method and (unparsed) params. */
+export type JsonRpcNotificationListener = (method: string, params: unknown) => void;
 
 /**
- * An agent speaking the Agent Client Protocol (JSON-RPC 2.0, one message a line, over its stdin and
- * stdout) as a long-lived process in its own process group: `initialize`, `session/new`,
- * `session/prompt` with `session/update` notifications, `session/cancel`. Requests the agent makes
- * of the client are refused with -32601 (method not found), so that it uses no client feature
- * (files, terminals, permission prompts).
+ * An agent server speaking JSON-RPC, one message a line, over its stdin and stdout (the Agent
+ * Client Protocol of `qwen --acp`, Codex's `codex app-server`), as a long-lived process in its own
+ * process group. Requests the agent makes of the client are refused with -32601 (method not
+ * found), so that it uses no client feature (files, terminals, permission prompts).
  */
-export class AcpAgentProcess {
+export class JsonRpcAgentProcess {
   #child: ChildProcess | null = null;
   #buffer = '';
   #output = '';
@@ -36,7 +35,8 @@ export class AcpAgentProcess {
     number,
     { resolve: (value: unknown) => void; reject: (error: Error) => void }
   >();
-  readonly #listeners = new Set<(sessionId: string, update: AcpSessionUpdate) => void>();
+  readonly #listeners = new Set<JsonRpcNotificationListener>();
+  readonly #closeListeners = new Set<() => void>();
 
   /** The last few KiB of its stderr, for error messages. */
   get tail(): string {
@@ -70,6 +70,7 @@ export class AcpAgentProcess {
       this.#output += `spawn error: ${error.message}\n`;
     });
     child.on('close', () => {
+      for (const listener of this.#closeListeners) listener();
       for (const { reject } of this.#pending.values())
         reject(new DressageError({ code: 'unavailable', message: `the agent exited: ${this.tail}` }));
       this.#pending.clear();
@@ -143,8 +144,14 @@ export class AcpAgentProcess {
     if (this.running) this.#send({ jsonrpc: '2.0', method, params });
   }
 
-  /** Calls `listener` with every `session/update` until the returned function is called. */
-  onUpdate(listener: (sessionId: string, update: AcpSessionUpdate) => void): () => void {
+  /** Calls `listener` when the process exits, until the returned function is called. */
+  onClose(listener: () => void): () => void {
+    this.#closeListeners.add(listener);
+    return () => this.#closeListeners.delete(listener);
+  }
+
+  /** Calls `listener` with every notification until the returned function is called. */
+  onNotification(listener: JsonRpcNotificationListener): () => void {
     this.#listeners.add(listener);
     return () => this.#listeners.delete(listener);
   }
@@ -187,15 +194,7 @@ export class AcpAgentProcess {
         });
         return;
       }
-      if (message.method === 'session/update') {
-        const params = sessionUpdateParamsSchema.safeParse(message.params);
-        // An update that does not parse is kept in the output tail, where an error message shows it.
-        if (!params.success) {
-          this.#output += `unreadable session/update: ${params.error.message}\n`;
-          return;
-        }
-        for (const listener of this.#listeners) listener(params.data.sessionId, params.data.update);
-      }
+      for (const listener of this.#listeners) listener(message.method, message.params);
       return;
     }
     if (typeof id !== 'number') return;
