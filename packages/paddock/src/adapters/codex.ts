@@ -110,6 +110,19 @@ const errorNotificationSchema = z.looseObject({
   error: z.looseObject({ message: z.string() }),
 });
 
+/**
+ * Settles 10 s after `signal` aborts as an interrupted turn: a turn Codex does not report ended
+ * once interrupted must not hold the slot.
+ */
+function interrupted(signal: AbortSignal): Promise<TurnEnd> {
+  return new Promise((resolve) => {
+    const settle = () =>
+      setTimeout(() => resolve({ status: 'interrupted', error: null, items: [] }), 10_000).unref();
+    if (signal.aborted) settle();
+    else signal.addEventListener('abort', settle, { once: true });
+  });
+}
+
 /** What a turn ended with: its status and error, and the items it completed. */
 interface TurnEnd {
   status: string;
@@ -221,7 +234,7 @@ export class CodexAdapter implements BlackboxAdapter {
       );
       current.id = started.turn.id;
       if (turn.signal.aborted) interrupt();
-      end = await ended.promise;
+      end = await Promise.race([ended.promise, interrupted(turn.signal)]);
     } finally {
       ended.stop();
       turn.signal.removeEventListener('abort', interrupt);
