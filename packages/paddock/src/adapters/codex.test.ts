@@ -53,6 +53,7 @@ describe('codex adapter', () => {
     expect(inside).toContain('sandbox_mode = "danger-full-access"');
     expect(inside).toContain('base_url = "http://127.0.0.1:9/v1"');
     expect(inside).toContain('request_max_retries = 0');
+    expect(inside).toContain('thread_unload_delay_secs = 0');
     const outside = codexConfig(options, { ...context, insideSandbox: false });
     expect(outside).toContain('approval_policy = "on-request"');
     expect(outside).toContain('sandbox_mode = "read-only"');

@@ -1,6 +1,7 @@
 import { mkdir, readdir, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { DressageError } from '@dressage/protocol';
+import { sleep } from '@dressage/protocol/internal';
 import { z } from 'zod';
 import {
   type AdapterContext,
@@ -57,6 +58,9 @@ export function codexConfig(
     'web_search = "disabled"',
     'check_for_update_on_startup = false',
     'cli_auth_credentials_store = "file"',
+    // An unsubscribed thread is unloaded at once (by default after a grace period): a kept server
+    // holds no earlier sample's thread.
+    'thread_unload_delay_secs = 0',
   ];
   if (context.systemPrompt !== null)
     lines.push(`developer_instructions = ${tomlString(context.systemPrompt)}`);
@@ -95,7 +99,7 @@ export function codexFailure(message: string): AgentTurnError {
 
 // Answers and notifications of `codex app-server` the adapter reads (the app-server protocol,
 // `codex app-server generate-ts`, Codex 0.171.0: v2/ThreadStartResponse.ts, v2/TurnStartResponse.ts,
-// v2/TurnCompletedNotification.ts, v2/ErrorNotification.ts).
+// v2/TurnCompletedNotification.ts, v2/ErrorNotification.ts, v2/ThreadLoadedListResponse.ts, v2/ThreadClosedNotification.ts).
 const threadStartedSchema = z.looseObject({ thread: z.looseObject({ id: z.string().min(1) }) });
 const turnSchema = z.looseObject({
   id: z.string().min(1),
@@ -104,6 +108,8 @@ const turnSchema = z.looseObject({
 });
 const turnStartedSchema = z.looseObject({ turn: turnSchema });
 const turnCompletedSchema = z.looseObject({ threadId: z.string(), turn: turnSchema });
+const loadedThreadsSchema = z.looseObject({ data: z.array(z.string()) });
+const threadClosedSchema = z.looseObject({ threadId: z.string() });
 const errorNotificationSchema = z.looseObject({
   threadId: z.string(),
   willRetry: z.boolean().optional(),
@@ -295,10 +301,10 @@ export class CodexAdapter implements BlackboxAdapter {
 
   /**
    * Drops the sample just served while `codex app-server` keeps running: its turn is interrupted,
-   * its ephemeral thread (never written to disk) unsubscribed, as `codex exec` does at its end (the
-   * server unloads it after a grace period: 60 s measured with Codex 0.171.0, then `thread/closed`;
-   * no tool of another thread reaches it), and the agent's home is emptied but for Codex's own
-   * start-up files (config, state databases, installation id), its config written anew.
+   * its ephemeral thread (never written to disk) unsubscribed, as `codex exec` does at its end, and
+   * with `thread_unload_delay_secs = 0` unloaded there and then (none may stay loaded), and the
+   * agent's home is emptied but for Codex's own start-up files (config, state databases,
+   * installation id), its config written anew.
    */
   async recycle(): Promise<void> {
     if (!this.#process.running)
@@ -309,9 +315,30 @@ export class CodexAdapter implements BlackboxAdapter {
     const context = this.#context as AdapterContext;
     const signal = () => AbortSignal.timeout(10_000);
     await this.abort();
-    if (this.#threadId !== null)
-      await this.#process.request('thread/unsubscribe', { threadId: this.#threadId }, z.unknown(), signal());
+    const threadId = this.#threadId;
+    if (threadId !== null) {
+      // Codex unloads the thread once its writer has shut down, and says so with `thread/closed`.
+      let stopListening = () => {};
+      const closed = new Promise<void>((resolve) => {
+        stopListening = this.#process.onNotification((method, params) => {
+          if (method === 'thread/closed' && threadClosedSchema.safeParse(params).data?.threadId === threadId)
+            resolve();
+        });
+      });
+      try {
+        await this.#process.request('thread/unsubscribe', { threadId }, z.unknown(), signal());
+        await Promise.race([closed, sleep(5000, { unref: true })]);
+      } finally {
+        stopListening();
+      }
+    }
     this.#threadId = null;
+    const loaded = await this.#process.request('thread/loaded/list', {}, loadedThreadsSchema, signal());
+    if (loaded.data.length > 0)
+      throw new DressageError({
+        code: 'internal',
+        message: `codex kept ${loaded.data.length} thread(s) loaded`,
+      });
     const home = this.#home(context);
     const keepOnly = async (dir: string, keep: ReadonlySet<string>) => {
       const entries = await readdir(dir).catch(() => [] as string[]);
