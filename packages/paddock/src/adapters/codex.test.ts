@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -118,4 +118,54 @@ describe('codex adapter', () => {
       rmSync(base, { recursive: true, force: true });
     }
   }, 900_000);
+
+  it('fails the turn, and nothing else, when the app-server exits while the turn starts', async () => {
+    // A stand-in that answers like `codex app-server` until turn/start, then exits: a crash at
+    // that moment cannot be provoked in the real CLI.
+    const base = mkdtempSync(join(tmpdir(), 'paddock-codex-exit-'));
+    const script = join(base, 'codex');
+    writeFileSync(
+      script,
+      `#!/usr/bin/env node
+let buffer = '';
+process.stdin.on('data', (chunk) => {
+  buffer += chunk;
+  for (let at = buffer.indexOf('\\n'); at >= 0; at = buffer.indexOf('\\n')) {
+    const message = JSON.parse(buffer.slice(0, at));
+    buffer = buffer.slice(at + 1);
+    if (message.method === 'turn/start') process.exit(3);
+    const result = message.method === 'thread/start' ? { thread: { id: 'th-1' } } : {};
+    if (message.id !== undefined) process.stdout.write(JSON.stringify({ id: message.id, result }) + '\\n');
+  }
+});
+`,
+      { mode: 0o755 },
+    );
+    const previous = process.env.DRESSAGE_CODEX_BIN;
+    process.env.DRESSAGE_CODEX_BIN = script;
+    const adapter = new CodexAdapter({});
+    try {
+      await adapter.init({
+        runtimeDir: join(base, 'runtime'),
+        workDir: base,
+        proxyOrigin: 'http://127.0.0.1:9',
+        proxyApiKey: 'key',
+        apiPath: '/v1',
+        systemPrompt: null,
+        routerTimeoutMs: 60_000,
+        sessionId: 'sample-a',
+        instanceId: 'instance-a',
+        drainModelRequests: async () => {},
+      });
+      const turn = adapter.runTurn({ turnId: 't1', text: 'hi', signal: new AbortController().signal });
+      await expect(turn).rejects.toMatchObject({ code: 'unavailable' });
+      expect(await adapter.health()).toBe(false);
+      await expect(adapter.recycle()).rejects.toMatchObject({ code: 'unavailable' });
+    } finally {
+      await adapter.close();
+      if (previous === undefined) delete process.env.DRESSAGE_CODEX_BIN;
+      else process.env.DRESSAGE_CODEX_BIN = previous;
+      rmSync(base, { recursive: true, force: true });
+    }
+  });
 });

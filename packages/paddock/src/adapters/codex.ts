@@ -287,6 +287,8 @@ export class CodexAdapter implements BlackboxAdapter {
       };
       if (!this.#process.running) exited();
     });
+    // Awaited only once `turn/start` answered: an exit before that must not be an unhandled rejection.
+    promise.catch(() => undefined);
     return { promise, stop: () => stop() };
   }
 
