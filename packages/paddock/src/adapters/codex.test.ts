@@ -4,9 +4,27 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import type { AdapterContext } from '../blackbox/adapter.js';
 import { agentPackages, ensureAgentInstalled } from './agent-install.js';
 import { CodexAdapter, codexConfig, codexFailure, codexOptionsSchema } from './codex.js';
 import { codexItemSchema, codexItemsToChat } from './codex-items.js';
+
+/** An adapter context outside a sandbox, with its runtime and work dirs under `base`. */
+function contextIn(base: string, proxyOrigin: string): AdapterContext {
+  return {
+    runtimeDir: join(base, 'runtime'),
+    workDir: base,
+    proxyOrigin,
+    proxyApiKey: 'key',
+    apiPath: '/v1',
+    systemPrompt: null,
+    routerTimeoutMs: 60_000,
+    sessionId: 'sample-a',
+    instanceId: 'instance-a',
+    insideSandbox: false,
+    drainModelRequests: async () => {},
+  };
+}
 
 describe('codex adapter', () => {
   it('turns app-server items into tool calls, tool results and replies', () => {
@@ -80,17 +98,7 @@ describe('codex adapter', () => {
     try {
       const pins: [string, string | undefined][] = [];
       await adapter.init({
-        runtimeDir: join(base, 'runtime'),
-        workDir: base,
-        proxyOrigin: `http://127.0.0.1:${(model.address() as AddressInfo).port}`,
-        proxyApiKey: 'key',
-        apiPath: '/v1',
-        systemPrompt: null,
-        routerTimeoutMs: 60_000,
-        sessionId: 'sample-a',
-        instanceId: 'instance-a',
-        insideSandbox: false,
-        drainModelRequests: async () => {},
+        ...contextIn(base, `http://127.0.0.1:${(model.address() as AddressInfo).port}`),
         pinAgentSession: (id, header) => pins.push([id, header]),
       });
       expect(await adapter.health()).toBe(true);
@@ -145,18 +153,7 @@ process.stdin.on('data', (chunk) => {
     process.env.DRESSAGE_CODEX_BIN = script;
     const adapter = new CodexAdapter({});
     try {
-      await adapter.init({
-        runtimeDir: join(base, 'runtime'),
-        workDir: base,
-        proxyOrigin: 'http://127.0.0.1:9',
-        proxyApiKey: 'key',
-        apiPath: '/v1',
-        systemPrompt: null,
-        routerTimeoutMs: 60_000,
-        sessionId: 'sample-a',
-        instanceId: 'instance-a',
-        drainModelRequests: async () => {},
-      });
+      await adapter.init(contextIn(base, 'http://127.0.0.1:9'));
       const turn = adapter.runTurn({ turnId: 't1', text: 'hi', signal: new AbortController().signal });
       await expect(turn).rejects.toMatchObject({ code: 'unavailable' });
       expect(await adapter.health()).toBe(false);
