@@ -14,11 +14,12 @@ import { Session as InspectorSession } from 'node:inspector/promises';
 import type { AddressInfo } from 'node:net';
 import { constants, PerformanceObserver } from 'node:perf_hooks';
 import { Agent, type Dispatcher } from 'undici';
+import { random } from '../src/__fixtures__/seeded-random.js';
 import { createProxyConfig } from '../src/config.js';
 import { loadPromptTokenizer } from '../src/prompt-tokenizer.js';
 import { startProxyServer } from '../src/server.js';
 import { sessionFootprint, sumFootprints } from './session-footprint.js';
-import { random, toolOutput } from './workload-text.js';
+import { toolOutput } from './workload-text.js';
 
 const [role, ...args] = process.argv.slice(2);
 

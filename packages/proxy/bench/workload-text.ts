@@ -1,15 +1,5 @@
 // The workload's synthetic text, shared by the benchmark's agents and its floor forwarder.
-
-// A deterministic generator: every session's outputs differ, and runs repeat.
-export function random(seed: number): () => number {
-  let state = seed >>> 0 || 1;
-  return () => {
-    state ^= state << 13;
-    state ^= state >>> 17;
-    state ^= state << 5;
-    return (state >>> 0) / 2 ** 32;
-  };
-}
+import { random } from '../src/__fixtures__/seeded-random.js';
 
 export const words = [
   'config',

