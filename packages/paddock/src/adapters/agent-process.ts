@@ -1,5 +1,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
+import { readdir, rm } from 'node:fs/promises';
 import { createServer } from 'node:net';
+import { join } from 'node:path';
 import { killProcessGroup } from '@dressage/sandbox/internal';
 
 /** A free TCP port on 127.0.0.1. */
@@ -91,4 +93,18 @@ export function agentEnv(home: string, extra: Record<string, string>): NodeJS.Pr
     CI: '1',
     ...extra,
   };
+}
+
+/**
+ * Removes every entry of `dir` not named in `keep` (a kept agent's home between samples); nothing
+ * to do when `dir` does not exist.
+ */
+export async function removeAllBut(dir: string, keep: Iterable<string>): Promise<void> {
+  const kept = new Set(keep);
+  const entries = await readdir(dir).catch(() => [] as string[]);
+  await Promise.all(
+    entries
+      .filter((entry) => !kept.has(entry))
+      .map((entry) => rm(join(dir, entry), { recursive: true, force: true })),
+  );
 }

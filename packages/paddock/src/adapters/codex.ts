@@ -12,7 +12,7 @@ import {
   defaultCapabilities,
   parseAdapterOptions,
 } from '../blackbox/adapter.js';
-import { agentEnv } from './agent-process.js';
+import { agentEnv, removeAllBut } from './agent-process.js';
 import { type CodexItem, codexItemCompletedSchema, codexItemsToChat } from './codex-items.js';
 import { JsonRpcAgentProcess } from './json-rpc-process.js';
 
@@ -342,16 +342,8 @@ export class CodexAdapter implements BlackboxAdapter {
         message: `codex kept ${loaded.data.length} thread(s) loaded`,
       });
     const home = this.#home(context);
-    const keepOnly = async (dir: string, keep: ReadonlySet<string>) => {
-      const entries = await readdir(dir).catch(() => [] as string[]);
-      await Promise.all(
-        entries
-          .filter((entry) => !keep.has(entry))
-          .map((entry) => rm(join(dir, entry), { recursive: true, force: true })),
-      );
-    };
-    await keepOnly(home, new Set(['.codex', '.codex-sqlite']));
-    await keepOnly(join(home, '.codex'), this.#baseline);
+    await removeAllBut(home, ['.codex', '.codex-sqlite']);
+    await removeAllBut(join(home, '.codex'), this.#baseline);
     // Per-thread files, even where they existed at start-up.
     for (const dir of ['sessions', 'shell_snapshots', 'log', 'memories', 'history.jsonl'])
       await rm(join(home, '.codex', dir), { recursive: true, force: true });

@@ -11,7 +11,7 @@ import {
   defaultCapabilities,
   parseAdapterOptions,
 } from '../blackbox/adapter.js';
-import { AgentProcess, agentEnv, freePort } from './agent-process.js';
+import { AgentProcess, agentEnv, freePort, removeAllBut } from './agent-process.js';
 import { opencodeMessageSchema, opencodeMessagesToChat } from './opencode-messages.js';
 
 /**
@@ -323,21 +323,13 @@ export class OpencodeAdapter implements BlackboxAdapter {
   // Everything in the agent's home but opencode's own directories; in those, its snapshots, logs
   // and whatever was added to its config dir after start-up.
   async #emptyHome(home: string): Promise<void> {
-    const keepOnly = async (dir: string, keep: readonly string[]) => {
-      const entries = await readdir(dir).catch(() => [] as string[]);
-      await Promise.all(
-        entries
-          .filter((entry) => !keep.includes(entry))
-          .map((entry) => rm(join(dir, entry), { recursive: true, force: true })),
-      );
-    };
-    await keepOnly(home, ['.config', '.local', '.cache']);
-    await keepOnly(join(home, '.config'), ['opencode']);
-    await keepOnly(join(home, '.config', 'opencode'), [...this.#configBaseline]);
-    await keepOnly(join(home, '.local'), ['share', 'state']);
-    await keepOnly(join(home, '.local', 'share'), ['opencode']);
-    await keepOnly(join(home, '.local', 'state'), ['opencode']);
-    await keepOnly(join(home, '.cache'), ['opencode']);
+    await removeAllBut(home, ['.config', '.local', '.cache']);
+    await removeAllBut(join(home, '.config'), ['opencode']);
+    await removeAllBut(join(home, '.config', 'opencode'), this.#configBaseline);
+    await removeAllBut(join(home, '.local'), ['share', 'state']);
+    await removeAllBut(join(home, '.local', 'share'), ['opencode']);
+    await removeAllBut(join(home, '.local', 'state'), ['opencode']);
+    await removeAllBut(join(home, '.cache'), ['opencode']);
     for (const dir of ['snapshot', 'log'])
       await rm(join(home, '.local', 'share', 'opencode', dir), { recursive: true, force: true });
   }
