@@ -1,6 +1,4 @@
 // The workload's synthetic text, shared by the benchmark's agents and its floor forwarder.
-import { random } from '../src/__fixtures__/seeded-random.js';
-
 export const words = [
   'config',
   'session',
