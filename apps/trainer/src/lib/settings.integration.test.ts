@@ -80,7 +80,9 @@ training:
   }, 300_000);
 
   it('leaves samples whole without the settings', async () => {
-    const { metrics } = await probeRun(`rollout: { max_new_tokens: 16 }
+    // Greedy, as above: the same samples that pass the cap there must pass 132 tokens here, whole
+    // (sampled answers were sometimes all short enough to stay under it).
+    const { metrics } = await probeRun(`rollout: { max_new_tokens: 16, temperature: 0 }
 proxy: { token_build_model: qwen3 }
 training: { steps: 1 }
 `);
