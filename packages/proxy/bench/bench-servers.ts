@@ -6,6 +6,7 @@ import type { AddressInfo } from 'node:net';
 import { Agent, request } from 'undici';
 import { qwen35ChatTemplatePath } from '../src/__fixtures__/harness.js';
 import { createProxyConfig } from '../src/config.js';
+import { installHeapGrowthPolicy } from '../src/heap-growth.js';
 import { startProxyServer } from '../src/server.js';
 
 // `proxy` takes an optional fourth argument: its largest request body in MiB.
@@ -72,6 +73,8 @@ async function main(): Promise<void> {
     server.keepAliveTimeout = 60_000;
     process.stdout.write(`ready ${await listen(server)}\n`);
   } else if (role === 'proxy') {
+    // As the bin does: the proxy is measured as deployed.
+    installHeapGrowthPolicy();
     const proxy = await startProxyServer(
       createProxyConfig({
         tokenizerPath: modelDirectory!,

@@ -16,6 +16,7 @@ import { constants, PerformanceObserver } from 'node:perf_hooks';
 import { Agent, type Dispatcher } from 'undici';
 import { random } from '../src/__fixtures__/seeded-random.js';
 import { createProxyConfig } from '../src/config.js';
+import { installHeapGrowthPolicy } from '../src/heap-growth.js';
 import { loadPromptTokenizer } from '../src/prompt-tokenizer.js';
 import { startProxyServer } from '../src/server.js';
 import { sessionFootprint, sumFootprints } from './session-footprint.js';
@@ -123,6 +124,8 @@ async function engine(modelDirectory: string): Promise<void> {
 }
 
 async function proxy(engineUrl: string, modelDirectory: string, storeDirectory: string): Promise<void> {
+  // As the bin does: the proxy is measured as deployed.
+  const policy = installHeapGrowthPolicy();
   const server = await startProxyServer(
     createProxyConfig({
       tokenizerPath: modelDirectory,
@@ -189,6 +192,7 @@ async function proxy(engineUrl: string, modelDirectory: string, storeDirectory: 
       sessionCount: footprints.length,
       cpuMicroseconds: cpu.user + cpu.system,
       gcPauses: pauses.slice(),
+      heapGrowingPercent: policy.percent,
     });
   });
   process.stdout.write(`ready ${server.url}\n`);

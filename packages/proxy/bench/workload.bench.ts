@@ -78,6 +78,8 @@ interface MemoryReport {
   cpuMicroseconds: number;
   /** Every garbage-collection pause since the proxy started, in milliseconds. */
   gcPauses: number[];
+  /** The old generation's allowed growth after a full collection, as the proxy's policy set it. */
+  heapGrowingPercent: number;
 }
 
 // Sends the proxy one IPC request and resolves with its answer, the next message of the same kind.
@@ -222,6 +224,8 @@ interface SizeResult {
   floorGenerateBytes: number;
   /** The proxy's garbage-collection pauses while the sessions ran (ms, sorted). */
   gcPauses: Float64Array;
+  /** The growth the proxy's heap policy allowed when every session was live (%). */
+  heapGrowingPercent: number;
   footprint: SessionFootprint;
   seconds: number;
 }
@@ -400,6 +404,7 @@ async function runSize(sessions: number): Promise<SizeResult> {
       floorGenerateBytes:
         (bytesAfter.floor - bytesBefore.floor) / (bytesAfter.floorRequests - bytesBefore.floorRequests),
       gcPauses: Float64Array.from(live.gcPauses.slice(idle.gcPauses.length)).sort(),
+      heapGrowingPercent: live.heapGrowingPercent,
       footprint: live.sessions,
       seconds,
     };
@@ -443,7 +448,8 @@ async function main(): Promise<void> {
     console.log(
       `  garbage collection while the sessions ran: ${pauses.length} pauses, ${sum(pauses).toFixed(0)} ms in all, ` +
         `p50 ${percentile(pauses, 0.5).toFixed(2)} ms, p99 ${percentile(pauses, 0.99).toFixed(2)} ms, ` +
-        `longest ${(pauses.at(-1) ?? 0).toFixed(1)} ms, ${pauses.filter((pause) => pause > 10).length} over 10 ms`,
+        `longest ${(pauses.at(-1) ?? 0).toFixed(1)} ms, ${pauses.filter((pause) => pause > 10).length} over 10 ms; ` +
+        `old generation growth allowed ${result.heapGrowingPercent}% with every session live`,
     );
     const tokenData = f.tokens * 8;
     console.log(

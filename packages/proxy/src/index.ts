@@ -12,6 +12,12 @@ export {
   type TokenBuildMode,
   type TokenBuildModel,
 } from './config.js';
+export {
+  defaultHeapRoomBytes,
+  type HeapGrowthPolicy,
+  heapGrowingPercent,
+  installHeapGrowthPolicy,
+} from './heap-growth.js';
 export { ProxyHttpError, type ProxyHttpErrorOptions } from './http-error.js';
 export { proxyNodeFlags } from './node-flags.js';
 export {

@@ -5,6 +5,7 @@ import { parseArgs } from 'node:util';
 import { DressageError } from '@dressage/protocol';
 import { isLoopbackAddress } from '@dressage/protocol/internal';
 import { parseProxyArguments, usage } from '../config.js';
+import { installHeapGrowthPolicy } from '../heap-growth.js';
 import { startProxyServer } from '../server.js';
 import { repairStore, type StoreRecovery } from '../trajectory-store.js';
 
@@ -64,6 +65,8 @@ async function main(): Promise<void> {
     return;
   }
   const config = parsed.config;
+  // The room between full collections stays bounded as sessions pile up (heap-growth.ts).
+  installHeapGrowthPolicy();
   const proxy = await startProxyServer(config);
   // What the store recovered, before the listening line a launcher waits for.
   const recovery = proxy.service.store.recovery;
