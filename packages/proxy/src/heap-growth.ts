@@ -2,7 +2,10 @@
 import { constants, PerformanceObserver } from 'node:perf_hooks';
 import v8 from 'node:v8';
 
-/** The growth the proxy's flags allow while the heap is small: the old generation may double. */
+/**
+ * The growth the proxy's flags (`proxyNodeFlags`) set, kept while the heap is small: the old
+ * generation may double.
+ */
 export const fullHeapGrowingPercent = 100;
 
 /**

@@ -1,3 +1,5 @@
+import { fullHeapGrowingPercent } from './heap-growth.js';
+
 // The V8 flags the proxy runs with: its bin's shebang carries them (a test checks that it does),
 // the trainer's `dressage proxy` passes a bin's shebang flags on, and the benches start their
 // servers with them so the proxy is measured as deployed.
@@ -27,5 +29,5 @@ export const proxyNodeFlags: readonly string[] = [
   '--max-semi-space-size=128',
   '--incremental-marking-soft-trigger=50',
   '--incremental-marking-hard-trigger=90',
-  '--heap-growing-percent=100',
+  `--heap-growing-percent=${fullHeapGrowingPercent}`,
 ];
