@@ -55,6 +55,11 @@ export interface BwrapOptions {
    * {@link userNamespaceSeccompProgram}); bwrap installs it just before the command starts.
    */
   seccompFd?: number;
+  /**
+   * A descriptor the bwrap process inherits, open for writing: bwrap reports the sandbox's pid there
+   * (`--info-fd`), which a caller needs to kill a sandbox that outlived bwrap (see `SandboxProcess`).
+   */
+  infoFd?: number;
 }
 
 /** An unprivileged host identity a sandbox runs as (see {@link BwrapOptions.hostIdentity}). */
@@ -164,6 +169,7 @@ export function buildBwrapArgs(options: BwrapOptions, command: readonly string[]
   args.push('--chdir', options.cwd ?? sandboxPaths.work);
   if (options.extraArgs) args.push(...options.extraArgs);
   if (options.seccompFd !== undefined) args.push('--seccomp', String(options.seccompFd));
+  if (options.infoFd !== undefined) args.push('--info-fd', String(options.infoFd));
   args.push('--');
   if (identity) {
     args.push(

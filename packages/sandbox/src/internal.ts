@@ -25,6 +25,7 @@ export {
   type ProcessGroupResult,
   runProcessGroup,
 } from './process-group.js';
+export { bwrapInfoFd, SandboxProcess } from './sandbox-process.js';
 export { SlotFiles, type SlotFilesOptions, type SlotHandle } from './slot-files.js';
 export {
   probeHealth,

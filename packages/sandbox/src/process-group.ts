@@ -1,5 +1,8 @@
-import { type ChildProcess, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { DressageError } from '@dressage/protocol';
+import { killProcessGroup, SandboxProcess } from './sandbox-process.js';
+
+export { killProcessGroup } from './sandbox-process.js';
 
 /** Options of {@link runProcessGroup}. */
 export interface ProcessGroupOptions {
@@ -11,8 +14,13 @@ export interface ProcessGroupOptions {
   /** Bytes kept of each of stdout and stderr (the head is kept). Default 8 MiB. */
   outputLimitBytes?: number;
   signal?: AbortSignal;
-  /** Called with the child right after spawn (to track it for a later stop). */
-  onSpawn?: (child: ChildProcess) => void;
+  /**
+   * `argv` starts bwrap with `--info-fd 3`: a timeout or an abort kills the sandbox too, which bwrap
+   * started in a session of its own (see {@link SandboxProcess}).
+   */
+  bwrapInfo?: boolean;
+  /** Called with the process right after spawn (to track it for a later stop). */
+  onSpawn?: (process: SandboxProcess) => void;
 }
 
 /** What {@link runProcessGroup} observed. */
@@ -27,16 +35,6 @@ export interface ProcessGroupResult {
   durationSeconds: number;
   startedAt: Date;
   finishedAt: Date;
-}
-
-/** Sends `signal` to the process group led by `pid`, ignoring a group that is already gone. */
-export function killProcessGroup(pid: number | undefined, signal: NodeJS.Signals = 'SIGKILL'): void {
-  if (pid === undefined) return;
-  try {
-    process.kill(-pid, signal);
-  } catch {
-    // ESRCH: the group already exited.
-  }
 }
 
 class BoundedBuffer {
@@ -85,8 +83,14 @@ export function runProcessGroup(
       cwd: options.cwd,
       env: options.env,
       detached: true,
-      stdio: [options.stdin === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
+      stdio: [
+        options.stdin === undefined ? 'ignore' : 'pipe',
+        'pipe',
+        'pipe',
+        ...(options.bwrapInfo ? (['pipe'] as const) : []),
+      ],
     });
+    const group = new SandboxProcess(child);
     const stdout = new BoundedBuffer(limit);
     const stderr = new BoundedBuffer(limit);
     let timedOut = false;
@@ -103,20 +107,20 @@ export function runProcessGroup(
         ? setTimeout(
             () => {
               timedOut = true;
-              killProcessGroup(child.pid);
+              group.kill();
             },
             Math.max(0, options.timeoutMs),
           )
         : undefined;
     const onAbort = () => {
       aborted = true;
-      killProcessGroup(child.pid);
+      group.kill();
     };
     options.signal?.addEventListener('abort', onAbort, { once: true });
     if (options.signal?.aborted) onAbort();
     child.on('spawn', () => {
       spawned = true;
-      options.onSpawn?.(child);
+      options.onSpawn?.(group);
     });
     child.on('error', (error) => {
       if (timer) clearTimeout(timer);

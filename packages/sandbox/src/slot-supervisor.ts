@@ -1,4 +1,4 @@
-import { type ChildProcess, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -10,8 +10,9 @@ import {
   sandboxPaths,
   userNamespaceSeccompProgram,
 } from './bwrap-command.js';
-import { killProcessGroup, type ProcessGroupResult, runProcessGroup } from './process-group.js';
+import { type ProcessGroupResult, runProcessGroup } from './process-group.js';
 import { type LimitSupport, type ResourceLimits, SlotCgroups } from './resource-limits.js';
+import { bwrapInfoFd, SandboxProcess } from './sandbox-process.js';
 import type { SlotFiles, SlotHandle } from './slot-files.js';
 import { startSocketPipe } from './socket-pipe.js';
 import { startUpstreamGate } from './upstream-gate.js';
@@ -69,12 +70,12 @@ export interface SlotSupervisorOptions {
 }
 
 interface SlotProcesses {
-  server: ChildProcess | null;
+  server: SandboxProcess | null;
   /** Bearer token of the running server; a new one at every server start. */
   token: string | null;
   /** The host ends of a network-isolated slot: the server's port and the upstream socket. */
   pipes: { close(): Promise<void> }[];
-  running: Set<ChildProcess>;
+  running: Set<SandboxProcess>;
   /** Aborted (and replaced) when the slot is recycled: every command of the ended lease dies. */
   commands: AbortController;
 }
@@ -122,9 +123,10 @@ export class SlotSupervisor {
       timeoutMs: options.timeoutMs,
       stdin: options.stdin,
       signal: options.signal ? AbortSignal.any([options.signal, lease]) : lease,
-      onSpawn: (child) => {
-        processes.running.add(child);
-        child.once('close', () => processes.running.delete(child));
+      bwrapInfo: true,
+      onSpawn: (command) => {
+        processes.running.add(command);
+        command.child.once('close', () => processes.running.delete(command));
       },
     });
   }
@@ -173,7 +175,11 @@ export class SlotSupervisor {
     });
     const [command, ...args] = argv;
     const token = randomBytes(32).toString('base64url');
-    const child = spawn(command as string, args, { detached: true, stdio: ['pipe', 'ignore', 'pipe'] });
+    const child = spawn(command as string, args, {
+      detached: true,
+      stdio: ['pipe', 'ignore', 'pipe', 'pipe'],
+    });
+    const sandbox = new SandboxProcess(child);
     child.stdin?.on('error', () => {});
     child.stdin?.end(`${token}\n`);
     processes.token = token;
@@ -182,7 +188,7 @@ export class SlotSupervisor {
       stderr = (stderr + chunk.toString('utf8')).slice(-4000);
     });
     child.on('error', () => {});
-    processes.server = child;
+    processes.server = sandbox;
     const deadline = Date.now() + options.startupTimeoutSeconds * 1000;
     while (Date.now() < deadline) {
       if (child.exitCode !== null || child.signalCode !== null) {
@@ -197,7 +203,7 @@ export class SlotSupervisor {
       }
       await sleep(50);
     }
-    killProcessGroup(child.pid);
+    sandbox.kill();
     throw new DressageError({
       code: 'deadline_exceeded',
       message: `slot ${slot.id}: the blackbox server did not become healthy on port ${port}`,
@@ -213,8 +219,7 @@ export class SlotSupervisor {
     const path = this.#options.server?.recyclePath;
     const processes = this.#processesOf(slotId);
     const server = processes.server;
-    if (path === undefined || server === null || server.exitCode !== null || server.signalCode !== null)
-      return false;
+    if (path === undefined || server === null || server.exited) return false;
     processes.commands.abort();
     processes.commands = new AbortController();
     await this.#killAll([...processes.running]);
@@ -247,14 +252,15 @@ export class SlotSupervisor {
     processes.running.clear();
   }
 
-  async #killAll(children: readonly ChildProcess[]): Promise<void> {
+  async #killAll(sandboxes: readonly SandboxProcess[]): Promise<void> {
     await Promise.all(
-      children.map(
-        (child) =>
+      sandboxes.map(
+        (sandbox) =>
           new Promise<void>((resolve) => {
-            if (child.exitCode !== null || child.signalCode !== null) return resolve();
-            child.once('close', () => resolve());
-            killProcessGroup(child.pid, 'SIGKILL');
+            // Not only exited: a sandbox that outlived bwrap keeps the pipes open, and is killed too.
+            if (sandbox.closed) return resolve();
+            sandbox.child.once('close', () => resolve());
+            sandbox.kill('SIGKILL');
             setTimeout(resolve, 5000).unref();
           }),
       ),
@@ -321,6 +327,7 @@ export class SlotSupervisor {
         }),
         cwd,
         seccompFd: seccomp === null ? undefined : SECCOMP_FD,
+        infoFd: bwrapInfoFd,
       },
       command,
     );
