@@ -9,7 +9,7 @@ import { codeOfHttpStatus } from '@dressage/protocol/http';
 import { Agent, type Dispatcher, request } from 'undici';
 import { z } from 'zod';
 import { ProxyHttpError } from './http-error.js';
-import { idsJson } from './ids-json.js';
+import { IdsBodyCache } from './ids-body-cache.js';
 import type { PromptIds } from './prompt-ids.js';
 
 /**
@@ -211,6 +211,8 @@ export class EngineClient {
   readonly #generateTimeoutMs: number;
   readonly #origin: string;
   readonly #basePath: string;
+  // The previous body of each history, continued by its next one (only the new ids are written).
+  readonly #bodies = new IdsBodyCache();
 
   constructor(options: EngineClientOptions) {
     this.routerUrl = options.routerUrl.replace(/\/+$/, '');
@@ -238,8 +240,16 @@ export class EngineClient {
     options: { routingKey: string; signal?: AbortSignal },
   ): Promise<EngineGenerateResult> {
     const { input_ids: inputIds, ...rest } = body;
-    const json = idsJson('{"input_ids":[', inputIds, `],${JSON.stringify(rest).slice(1)}`);
-    const reply = await this.#post('/generate', json, options.routingKey, options.signal);
+    const json = this.#bodies.body('{"input_ids":[', inputIds, `],${JSON.stringify(rest).slice(1)}`);
+    let reply: { statusCode: number; body: Buffer };
+    try {
+      reply = await this.#post('/generate', json.bytes, options.routingKey, options.signal);
+    } catch (error) {
+      json.release(false);
+      throw error;
+    }
+    // A 2xx answer means the engine read the whole body: its bytes may be continued by the next one.
+    json.release(reply.statusCode >= 200 && reply.statusCode < 300);
     if (reply.statusCode >= 400) {
       throw new ProxyHttpError({
         status: 500,

@@ -1,13 +1,14 @@
 // Token ids as JSON bytes, written straight from the typed arrays they are kept in. The engine's `/generate` body is
 // mostly `input_ids`, and a long conversation has tens of thousands of them: each id's digits and
 // comma come from a table of the ids seen so far (two 4-byte stores an id, instead of a division per
-// two digits), and nothing is kept between requests but that table (a session holds its ids once,
-// in its token buffer).
+// two digits). A body may be kept for the next one of the same history, which then writes only the
+// ids that are new (ids-body-cache.ts).
 
 import type { PromptIds } from './prompt-ids.js';
 import type { TokenBuffer } from './token-buffer.js';
 
-const comma = 0x2c;
+/** The byte every written id ends with. */
+export const comma = 0x2c;
 const minus = 0x2d;
 const zero = 0x30;
 
@@ -78,32 +79,53 @@ function putTabled(words: DataView, position: number, value: number): number {
   return position + (high >>> 24);
 }
 
-// The output of one `idsJson` call: room for tabled ids (at most six digits and a comma) with 8
-// bytes of slack after the last one, since a tabled id writes 8 bytes and moves on by its length.
-class IdsWriter {
+/**
+ * Writes ids as JSON into a buffer: room for tabled ids (at most six digits and a comma) with 8 bytes
+ * of slack after the last one, since a tabled id writes 8 bytes and moves on by its length. Grows the
+ * buffer when it runs out (an id outside the table, or {@link reserve}).
+ */
+export class IdsWriter {
   out: Buffer;
   words: DataView;
   position: number;
   readonly #afterLength: number;
 
-  constructor(before: string, idCount: number, afterLength: number) {
+  /** Writes after `position` of `out` (whose bytes before it are kept), with `after` bytes to come. */
+  constructor(out: Buffer, position: number, afterLength: number) {
     this.#afterLength = afterLength;
-    this.out = Buffer.allocUnsafe(Buffer.byteLength(before) + idCount * 7 + 8 + afterLength);
-    this.words = new DataView(this.out.buffer, this.out.byteOffset, this.out.byteLength);
-    this.position = this.out.write(before, 0);
+    this.out = out;
+    this.words = new DataView(out.buffer, out.byteOffset, out.byteLength);
+    this.position = position;
+  }
+
+  /** A writer over a new buffer that starts with `before`, with room for `idCount` ids. */
+  static starting(before: string, idCount: number, afterLength: number): IdsWriter {
+    const out = Buffer.allocUnsafe(Buffer.byteLength(before) + idCount * 7 + 8 + afterLength);
+    return new IdsWriter(out, out.write(before, 0), afterLength);
+  }
+
+  /**
+   * Makes room for `idCount` more ids as tabled ones (then the slack and the text after them),
+   * growing by half again at least, so a buffer reused for a growing history is copied rarely.
+   */
+  reserve(idCount: number): void {
+    const needed = this.position + idCount * 7 + 8 + this.#afterLength;
+    if (needed > this.out.length) this.#grow(Math.max(needed, Math.ceil(this.out.length * 1.5)));
+  }
+
+  #grow(size: number): void {
+    const larger = Buffer.allocUnsafe(size);
+    this.out.copy(larger, 0, 0, this.position);
+    this.out = larger;
+    this.words = new DataView(larger.buffer, larger.byteOffset, larger.byteLength);
   }
 
   // An id outside the table (rare: none of a vocabulary's), with `remaining` ids after it: makes room
   // for itself (a minus, ten digits and a comma at most) and the rest as tabled ids.
   putRare(value: number, remaining: number): void {
     const needed = this.position + 12 + remaining * 7 + 8 + this.#afterLength;
-    if (needed > this.out.length) {
-      // With room for a few more like it, so a run of them does not copy at every one.
-      const larger = Buffer.allocUnsafe(needed + 12 * 8);
-      this.out.copy(larger, 0, 0, this.position);
-      this.out = larger;
-      this.words = new DataView(larger.buffer, larger.byteOffset, larger.byteLength);
-    }
+    // With room for a few more like it, so a run of them does not copy at every one.
+    if (needed > this.out.length) this.#grow(needed + 12 * 8);
     let position = this.position;
     if (value < 0) {
       this.out[position++] = minus;
@@ -134,12 +156,12 @@ class IdsWriter {
     this.position = position;
   }
 
-  // Writes the first `length` ids of a token buffer's planes, with `remaining` ids to come after them.
-  putPlanes(buffer: TokenBuffer, length: number, remaining: number): void {
+  // Writes ids `[start, end)` of a token buffer's planes, with `remaining` ids to come after them.
+  putPlanes(buffer: TokenBuffer, start: number, end: number, remaining: number): void {
     const { low, high } = buffer.planes();
     let words = this.words;
     let position = this.position;
-    for (let index = 0; index < length; index++) {
+    for (let index = start; index < end; index++) {
       const value = high === null ? low[index]! : low[index]! | (high[index]! << 16);
       const next = putTabled(words, position, value);
       if (next >= 0) {
@@ -147,11 +169,22 @@ class IdsWriter {
         continue;
       }
       this.position = position;
-      this.putRare(value, length - index - 1 + remaining);
+      this.putRare(value, end - index - 1 + remaining);
       words = this.words;
       position = this.position;
     }
     this.position = position;
+  }
+
+  /**
+   * Writes `after` (of the `afterLength` given), the last id's comma giving way to it when `ids`
+   * were written, and returns the bytes written.
+   */
+  finish(after: string, ids: number): Buffer {
+    let position = this.position;
+    if (ids > 0) position--;
+    position += this.out.write(after, position);
+    return this.out.subarray(0, position);
   }
 }
 
@@ -161,16 +194,11 @@ class IdsWriter {
  * prompt's ids are read where they are kept, its history from the session's token buffer.
  */
 export function idsJson(before: string, ids: Int32Array | PromptIds, after: string): Buffer {
-  const afterLength = Buffer.byteLength(after);
-  const writer = new IdsWriter(before, ids.length, afterLength);
+  const writer = IdsWriter.starting(before, ids.length, Buffer.byteLength(after));
   if (ids instanceof Int32Array) writer.putArray(ids, 0);
   else {
-    if (ids.base !== null) writer.putPlanes(ids.base, ids.baseLength, ids.tail.length);
+    if (ids.base !== null) writer.putPlanes(ids.base, 0, ids.baseLength, ids.tail.length);
     writer.putArray(ids.tail, 0);
   }
-  let position = writer.position;
-  // The last id's comma gives way to `after`.
-  if (ids.length > 0) position--;
-  position += writer.out.write(after, position);
-  return writer.out.subarray(0, position);
+  return writer.finish(after, ids.length);
 }
