@@ -4,7 +4,16 @@
 // pieces. Wherever a decision needs a character outside ASCII (a letter like `é` may continue a
 // word, `\u00a0` a whitespace run), the caller's regex decides that piece instead.
 
-/** The pattern's source as the tokenizer library compiles it (flags `gu`). */
+/**
+ * The pattern as Qwen2's and Qwen3's `tokenizer.json` write it (the `Split` pre-tokenizer's
+ * `pattern.Regex`). `@huggingface/tokenizers` compiles it to a JavaScript source of its own (`\s`
+ * as `\p{White_Space}`, the case-insensitive group spelled out), which differs between library
+ * versions; the file's pattern does not.
+ */
+export const qwenTokenizerPattern =
+  "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+/** The pattern written as a JavaScript regex source (flags `gu`). */
 export const qwenSplitSource =
   "(?:'([sS]|[tT]|[rR][eE]|[vV][eE]|[mM]|[lL][lL]|[dD]))|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 

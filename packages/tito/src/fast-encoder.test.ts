@@ -97,7 +97,27 @@ describe('the fast encoder', () => {
   });
 });
 
+// The library's own Qwen3 tokenizer: its compiled Split pattern and the pattern as the file writes it.
+async function libraryQwen3(): Promise<{
+  split: { pattern: RegExp; config: { pattern: { Regex: string } } };
+}> {
+  const files = await readModelFiles(qwen3ModelDirectory);
+  const library = new Tokenizer(files.tokenizerJson, files.tokenizerConfig) as unknown as {
+    pre_tokenizer: { tokenizers: Array<{ pattern: RegExp; config: { pattern: { Regex: string } } }> };
+  };
+  return { split: library.pre_tokenizer.tokenizers[0]! };
+}
+
 describe('the piece splitter', () => {
+  it("matches the Qwen3 tokenizer's pattern by hand, as the library compiles it", async () => {
+    const { split } = await libraryQwen3();
+    // The library's compiled source is its own, not the file's pattern nor qwenSplitSource.
+    expect(createPieceSplitter(split.pattern, split.config.pattern.Regex).byHand).toBe(true);
+    expect(createPieceSplitter(new RegExp(qwenSplitSource, 'gu')).byHand).toBe(true);
+    expect(createPieceSplitter(split.pattern).byHand).toBe(split.pattern.source === qwenSplitSource);
+    expect(createPieceSplitter(/\p{L}+|\s+/gu).byHand).toBe(false);
+  });
+
   // The library's regex_split as written: matchAll, the text between matches, empty matches dropped.
   function reference(pattern: RegExp, text: string): string[] {
     const pieces: string[] = [];
@@ -135,6 +155,10 @@ describe('the piece splitter', () => {
 
   it("matches Qwen's pattern by hand as the regex does, ASCII edge cases and the characters it defers", async () => {
     const qwen = new RegExp(qwenSplitSource, 'gu');
+    // The pattern as the library compiled it, with the file's pattern: hand-matched, deferring to it.
+    const { split: librarySplit } = await libraryQwen3();
+    const compiled = librarySplit.pattern;
+    const byLibrary = createPieceSplitter(compiled, librarySplit.config.pattern.Regex);
     // The regex alone: a pattern with the same meaning but another source is never hand-matched.
     const regexOnly = new RegExp(`(?:${qwenSplitSource})`, 'gu');
     const split = (pattern: RegExp, text: string) => {
@@ -179,6 +203,10 @@ describe('the piece splitter', () => {
         const expected = reference(qwen, text);
         expect(split(qwen, text)).toEqual(expected);
         expect(split(regexOnly, text)).toEqual(expected);
+        expect(reference(compiled, text)).toEqual(expected);
+        const pieces: string[] = [];
+        byLibrary(text, (piece) => pieces.push(piece));
+        expect(pieces).toEqual(expected);
       }),
       { numRuns: 5000 },
     );

@@ -6,7 +6,7 @@
 // text: words, spaces, punctuation) costs one Map lookup. Pieces not in the cache go through the
 // library's own byte-level mapping and BPE model, so the ids are the library's by construction.
 
-import { asciiPieceEnd, qwenSplitSource } from './ascii-pieces.js';
+import { asciiPieceEnd, qwenSplitSource, qwenTokenizerPattern } from './ascii-pieces.js';
 
 interface AddedTokenLike {
   content: string;
@@ -22,6 +22,7 @@ interface ConfiguredLike {
 
 interface SplitLike extends ConfiguredLike {
   pattern: unknown;
+  config?: ConfiguredLike['config'] & { pattern?: { Regex?: unknown } };
 }
 
 interface ByteLevelLike extends ConfiguredLike {
@@ -57,7 +58,7 @@ function typeOf(value: ConfiguredLike | null | undefined): unknown {
 /** The encoder's view of a library tokenizer it supports, or null for any other layout. */
 function supportedLayout(
   tokenizer: LibraryTokenizerLike,
-): { split: RegExp; byteLevel: ByteLevelLike } | null {
+): { split: RegExp; splitPattern: string | undefined; byteLevel: ByteLevelLike } | null {
   if (typeof tokenizer.splitter_unnormalized?.split !== 'function') return null;
   if (!(tokenizer.added_tokens_map instanceof Map) || !Array.isArray(tokenizer.added_tokens)) return null;
   if (typeof tokenizer.model !== 'function' || !(tokenizer.model.tokens_to_ids instanceof Map)) return null;
@@ -96,16 +97,24 @@ function supportedLayout(
   ) {
     return null;
   }
-  return { split: split.pattern, byteLevel };
+  const raw = split.config?.pattern?.Regex;
+  return { split: split.pattern, splitPattern: typeof raw === 'string' ? raw : undefined, byteLevel };
+}
+
+/** A piece splitter (see {@link createPieceSplitter}). */
+export interface PieceSplitter {
+  (text: string, onPiece: (piece: string) => void): void;
+  /** True when it matches Qwen's pattern by hand over ASCII (ascii-pieces.ts), the regex elsewhere. */
+  readonly byHand: boolean;
 }
 
 /**
  * The library's `regex_split` of a text by a global pattern: the matches and the text between them,
- * empty matches dropped, handed to `onPiece` in order. Exported for tests.
+ * empty matches dropped, handed to `onPiece` in order. `tokenizerPattern` is the pattern as the
+ * tokenizer file writes it, which the library compiled to `pattern`: Qwen's is matched by hand over
+ * ASCII (as is `pattern` itself when its source is {@link qwenSplitSource}). Exported for tests.
  */
-export function createPieceSplitter(
-  pattern: RegExp,
-): (text: string, onPiece: (piece: string) => void) => void {
+export function createPieceSplitter(pattern: RegExp, tokenizerPattern?: string): PieceSplitter {
   // Own copies of the pattern, so the library's lastIndex is never moved under it.
   const global = new RegExp(pattern.source, pattern.flags);
   const fullUnicode = global.flags.includes('u') || global.flags.includes('v');
@@ -125,10 +134,11 @@ export function createPieceSplitter(
     if (previous < text.length) onPiece(text.slice(previous));
   };
   // Qwen's pattern is matched by hand where the text is ASCII (ascii-pieces.ts), the regex elsewhere.
-  const scan = global.source === qwenSplitSource && global.flags === 'gu' ? asciiPieceEnd : null;
+  const qwen = tokenizerPattern === qwenTokenizerPattern || global.source === qwenSplitSource;
+  const scan = qwen && global.flags === 'gu' ? asciiPieceEnd : null;
   // Without a match object per piece: while a non-empty match starts right where the last one ended
   // (always, for patterns that cover the text), `test` on the sticky copy gives its end.
-  return (text, onPiece) => {
+  const splitter = (text: string, onPiece: (piece: string) => void) => {
     let position = 0;
     while (position < text.length) {
       let stop = scan === null ? -1 : scan(text, position);
@@ -144,6 +154,7 @@ export function createPieceSplitter(
       position = stop;
     }
   };
+  return Object.assign(splitter, { byHand: scan !== null });
 }
 
 /**
@@ -154,7 +165,7 @@ export function createFastEncoder(library: unknown): ((text: string) => Int32Arr
   const tokenizer = library as LibraryTokenizerLike;
   const layout = supportedLayout(tokenizer);
   if (layout === null) return null;
-  const { split, byteLevel } = layout;
+  const { split, splitPattern, byteLevel } = layout;
   const added = tokenizer.added_tokens_map;
   const model = tokenizer.model;
   const normalizer = tokenizer.normalizer;
@@ -188,7 +199,7 @@ export function createFastEncoder(library: unknown): ((text: string) => Int32Arr
     else for (let index = 0; index < ids.length; index++) push(ids[index] as number);
   };
 
-  const pieces = createPieceSplitter(split);
+  const pieces = createPieceSplitter(split, splitPattern);
   const pushPieces = (text: string) => pieces(text, pushPiece);
 
   return (text: string): Int32Array => {
