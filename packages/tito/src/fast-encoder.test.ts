@@ -4,7 +4,7 @@ import fc from 'fast-check';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { qwen3ModelDirectory } from './__fixtures__/qwen3-model.js';
 import { qwenSplitSource } from './ascii-pieces.js';
-import { createFastEncoder, createPieceSplitter } from './fast-encoder.js';
+import { createFastEncoder, createPieceSplitter, createSectionSplitter } from './fast-encoder.js';
 import { readModelFiles } from './model-directory.js';
 import { loadTokenizer, type TitoTokenizer } from './tokenizer.js';
 
@@ -97,16 +97,45 @@ describe('the fast encoder', () => {
   });
 });
 
-// The library's own Qwen3 tokenizer: its compiled Split pattern and the pattern as the file writes it.
+// The library's own Qwen3 tokenizer: its compiled Split pattern, the pattern as the file writes it,
+// and its added-token splitter.
 async function libraryQwen3(): Promise<{
   split: { pattern: RegExp; config: { pattern: { Regex: string } } };
+  splitter: { split(text: string): string[]; trie: unknown };
 }> {
   const files = await readModelFiles(qwen3ModelDirectory);
   const library = new Tokenizer(files.tokenizerJson, files.tokenizerConfig) as unknown as {
     pre_tokenizer: { tokenizers: Array<{ pattern: RegExp; config: { pattern: { Regex: string } } }> };
+    splitter_unnormalized: { split(text: string): string[]; trie: unknown };
   };
-  return { split: library.pre_tokenizer.tokenizers[0]! };
+  return { split: library.pre_tokenizer.tokenizers[0]!, splitter: library.splitter_unnormalized };
 }
+
+describe('the added-token section splitter', () => {
+  it('splits as the library does, walking its trie only where an added token can start', async () => {
+    const { splitter } = await libraryQwen3();
+    const sections = createSectionSplitter(splitter);
+    // Not the library's split itself: its trie's first units (only `<` for Qwen3) are searched.
+    expect(sections).not.toBe(splitter.split);
+    fc.assert(
+      fc.property(text, (input) => {
+        expect(sections(input)).toEqual(splitter.split(input));
+      }),
+      { numRuns: 3000 },
+    );
+    expect(sections('')).toEqual(splitter.split(''));
+    expect(sections('<<|im_start|><|im_end|>x<tool_call></tool_call')).toEqual(
+      splitter.split('<<|im_start|><|im_end|>x<tool_call></tool_call'),
+    );
+  });
+
+  it("uses the library's split for a trie it does not expect", () => {
+    const split = (text: string) => [text, 'library'];
+    expect(createSectionSplitter({ split, trie: undefined })('a')).toEqual(['a', 'library']);
+    const wide = Object.fromEntries([...'abcdefghij'].map((unit) => [unit, { end: unit }]));
+    expect(createSectionSplitter({ split, trie: wide })('a')).toEqual(['a', 'library']);
+  });
+});
 
 describe('the piece splitter', () => {
   it("matches the Qwen3 tokenizer's pattern by hand, as the library compiles it", async () => {

@@ -31,8 +31,14 @@ interface ByteLevelLike extends ConfiguredLike {
   pre_tokenize(text: string[], options?: unknown): string[];
 }
 
+interface DictionarySplitterLike {
+  split(text: string): string[];
+  /** The added tokens as a trie of code units (`Object.create(null)` nodes, `end` at a token's end). */
+  trie?: unknown;
+}
+
 interface LibraryTokenizerLike {
-  splitter_unnormalized: { split(text: string): string[] };
+  splitter_unnormalized: DictionarySplitterLike;
   added_tokens: AddedTokenLike[];
   added_tokens_map: Map<string, { id: number }>;
   normalizer: (((text: string) => string) & ConfiguredLike) | null;
@@ -157,6 +163,56 @@ export function createPieceSplitter(pattern: RegExp, tokenizerPattern?: string):
   return Object.assign(splitter, { byHand: scan !== null });
 }
 
+type TrieNode = { [codeUnit: string]: TrieNode | undefined } & { end?: string };
+
+/**
+ * The library's split of a text at its added tokens (`DictionarySplitter.split`): the longest added
+ * token starting at each position, left to right, and the text between. The library walks its trie
+ * from every position; a token can only start where the text has one of the trie's first code
+ * units, so this walks it only there, found with `indexOf` (one call per first unit: Qwen's added
+ * tokens all start with `<`). The library's own split where its trie is not as expected or has many
+ * first units. Exported for tests.
+ */
+export function createSectionSplitter(splitter: DictionarySplitterLike): (text: string) => string[] {
+  const trie = splitter.trie as TrieNode | undefined;
+  const librarySplit = (text: string) => splitter.split(text);
+  if (typeof trie !== 'object' || trie === null || trie.end !== undefined) return librarySplit;
+  const firsts = Object.keys(trie);
+  if (firsts.length > 8 || firsts.some((unit) => unit.length !== 1)) return librarySplit;
+  const nextStart = (text: string, from: number): number => {
+    let next = -1;
+    for (const unit of firsts) {
+      const at = text.indexOf(unit, from);
+      if (at !== -1 && (next === -1 || at < next)) next = at;
+    }
+    return next;
+  };
+  return (text) => {
+    const sections: string[] = [];
+    const length = text.length;
+    let start = 0;
+    for (let position = nextStart(text, 0); position !== -1; ) {
+      let node: TrieNode | undefined = trie;
+      let match: string | undefined;
+      for (let index = position; index < length; index++) {
+        node = node[text[index] as string];
+        if (node === undefined) break;
+        if (node.end !== undefined) match = node.end;
+      }
+      if (match === undefined) {
+        position = nextStart(text, position + 1);
+        continue;
+      }
+      if (position > start) sections.push(text.slice(start, position));
+      sections.push(match);
+      start = position + match.length;
+      position = nextStart(text, start);
+    }
+    if (start < length) sections.push(text.slice(start));
+    return sections;
+  };
+}
+
 /**
  * An `encode(text)` (no special tokens added) equal to the library tokenizer's, or null when the
  * tokenizer's layout is not the one this encoder implements. Callers check it on probe texts too.
@@ -200,11 +256,12 @@ export function createFastEncoder(library: unknown): ((text: string) => Int32Arr
   };
 
   const pieces = createPieceSplitter(split, splitPattern);
+  const sectionsOf = createSectionSplitter(tokenizer.splitter_unnormalized);
   const pushPieces = (text: string) => pieces(text, pushPiece);
 
   return (text: string): Int32Array => {
     length = 0;
-    for (const section of tokenizer.splitter_unnormalized.split(text)) {
+    for (const section of sectionsOf(text)) {
       if (section.length === 0) continue;
       const token = added.get(section);
       if (token !== undefined) {
