@@ -236,6 +236,17 @@ describe('the piece splitter', () => {
         const pieces: string[] = [];
         byLibrary(text, (piece) => pieces.push(piece));
         expect(pieces).toEqual(expected);
+        // One-unit ASCII pieces handed over as code units, the rest as strings, in the same order.
+        const mixed: string[] = [];
+        byLibrary(
+          text,
+          (piece) => mixed.push(piece),
+          (code) => {
+            expect(code).toBeLessThan(128);
+            mixed.push(String.fromCharCode(code));
+          },
+        );
+        expect(mixed).toEqual(expected);
       }),
       { numRuns: 5000 },
     );

@@ -109,7 +109,11 @@ function supportedLayout(
 
 /** A piece splitter (see {@link createPieceSplitter}). */
 export interface PieceSplitter {
-  (text: string, onPiece: (piece: string) => void): void;
+  /**
+   * Hands the pieces of `text` to `onPiece` in order; with `onUnit`, a piece of one ASCII code unit
+   * that it matched by hand goes to `onUnit` as that code unit instead (no string made for it).
+   */
+  (text: string, onPiece: (piece: string) => void, onUnit?: (code: number) => void): void;
   /** True when it matches Qwen's pattern by hand over ASCII (ascii-pieces.ts), the regex elsewhere. */
   readonly byHand: boolean;
 }
@@ -144,7 +148,7 @@ export function createPieceSplitter(pattern: RegExp, tokenizerPattern?: string):
   const scan = qwen && global.flags === 'gu' ? asciiPieceEnd : null;
   // Without a match object per piece: while a non-empty match starts right where the last one ended
   // (always, for patterns that cover the text), `test` on the sticky copy gives its end.
-  const splitter = (text: string, onPiece: (piece: string) => void) => {
+  const splitter = (text: string, onPiece: (piece: string) => void, onUnit?: (code: number) => void) => {
     let position = 0;
     while (position < text.length) {
       let stop = scan === null ? -1 : scan(text, position);
@@ -155,6 +159,11 @@ export function createPieceSplitter(pattern: RegExp, tokenizerPattern?: string):
           return;
         }
         stop = sticky.lastIndex;
+      } else if (stop === position + 1 && onUnit !== undefined) {
+        // Hand-matched pieces are ASCII.
+        onUnit(text.charCodeAt(position));
+        position = stop;
+        continue;
       }
       onPiece(text.slice(position, stop));
       position = stop;
@@ -257,7 +266,22 @@ export function createFastEncoder(library: unknown): ((text: string) => Int32Arr
 
   const pieces = createPieceSplitter(split, splitPattern);
   const sectionsOf = createSectionSplitter(tokenizer.splitter_unnormalized);
-  const pushPieces = (text: string) => pieces(text, pushPiece);
+  // The ids of one-character ASCII pieces (digits, punctuation, a lone space or line break: about
+  // half the pieces of code and tool output) by code unit, -1 until first seen: no string and no
+  // lookup for them. Filled from pushPiece, so they are the cache's ids.
+  const unitIds = new Int32Array(128).fill(-1);
+  const pushUnit = (code: number) => {
+    const id = unitIds[code]!;
+    if (id >= 0) {
+      push(id);
+      return;
+    }
+    const start = length;
+    pushPiece(String.fromCharCode(code));
+    if (length === start + 1) unitIds[code] = output[start]!;
+  };
+
+  const pushPieces = (text: string) => pieces(text, pushPiece, pushUnit);
 
   return (text: string): Int32Array => {
     length = 0;
