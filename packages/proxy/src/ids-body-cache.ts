@@ -121,7 +121,8 @@ export class IdsBodyCache {
       if (kept !== undefined) this.#evict(kept);
       return notKept(bytes);
     }
-    if (kept === undefined || kept.bytes === null) {
+    // An evicted body of this buffer (bytes null) is taken up again: every field is set below.
+    if (kept === undefined) {
       kept = { before, bytes: null, idCount: 0, digitsEnd: 0, inUse: false, usedAt: now };
       this.#kept.set(base, kept);
     }
