@@ -1,5 +1,5 @@
 // Killing a sandboxed command kills the sandbox, also one that bwrap left behind in its own session.
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -75,17 +75,23 @@ describe('SandboxProcess', () => {
 
   it('kills the sandbox once its pid arrives when the kill came first', async () => {
     // A stand-in for bwrap (its report must be unread at the kill, which a real bwrap cannot be made
-    // to hold): it starts a command in a session of its own, as --new-session does, reports the
-    // command's pid on descriptor 3 and marks a file. The test keeps its event loop busy until the
-    // mark, so the report waits unread in the pipe when the abort comes.
+    // to hold): it starts a command in a session of its own, as --new-session does, and waits for a
+    // go file; then it reports the command's pid on descriptor 3 and marks a file. The test writes
+    // the go file and keeps its event loop busy until the mark, so the report waits unread in the
+    // pipe when the abort comes.
+    const go = join(baseDir, 'go');
     const marker = join(baseDir, 'reported');
     const script = [
       "const { spawn } = require('node:child_process');",
-      "const { writeFileSync, writeSync } = require('node:fs');",
+      "const { existsSync, writeFileSync, writeSync } = require('node:fs');",
       "const sandbox = spawn('sleep', ['300'], { detached: true, stdio: 'ignore' });",
-      "writeSync(3, '{ \"child-pid\": ' + sandbox.pid + ' }');",
-      `writeFileSync(${JSON.stringify(marker)}, 'x');`,
-      'setInterval(() => {}, 1000);',
+      'const poll = setInterval(() => {',
+      `  if (!existsSync(${JSON.stringify(go)})) return;`,
+      '  clearInterval(poll);',
+      "  writeSync(3, '{ \"child-pid\": ' + sandbox.pid + ' }');",
+      `  writeFileSync(${JSON.stringify(marker)}, 'x');`,
+      '  setInterval(() => {}, 1000);',
+      '}, 5);',
     ].join('\n');
     const controller = new AbortController();
     let sandbox: SandboxProcess | undefined;
@@ -97,6 +103,7 @@ describe('SandboxProcess', () => {
       },
     });
     await until(() => sandbox !== undefined);
+    writeFileSync(go, 'x');
     const wait = new Int32Array(new SharedArrayBuffer(4));
     const deadline = Date.now() + 20_000;
     while (!existsSync(marker) && Date.now() < deadline) Atomics.wait(wait, 0, 0, 10);
